@@ -1,0 +1,113 @@
+"""The environment protocol shared by every JAX-native environment and host adapter.
+
+Gymnax / Jumanji style, for multi-turn text environments with multi-token actions:
+
+    state, ts = env.reset(key, params)
+    cands, legal = env.legal_actions(state, params)       # [K, A] tokens, [K] bool
+    state, ts = env.step(state, action_tokens, params)     # action_tokens: [A] int32
+
+* The state is a pytree that carries its own PRNG key, its turn counter and its done flag:
+  keeping a state is restoring it (recoverability is free).
+* Actions are token arrays of fixed length A (`action_len`): the action's tokens, then EOS,
+  then PAD. The environment parses them; an unparseable or illegal action is an ordinary
+  step with "nothing happens" feedback and zero reward, never an exception.
+* After `done`, `step` is absorbing: the state is unchanged, reward 0, done stays True.
+* Everything is jit- and vmap-able; static sizes (K, A, O, F, T) are Python ints.
+
+Token ids below are shared by all text environments (see `asct_jax.envs.tokenizer`).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+# Special token ids of the shared environment vocabulary.
+PAD_ID = 0
+EOS_ID = 1
+UNK_ID = 2
+BOS_ID = 3
+SEP_ID = 4
+SPECIAL_TOKENS = ("<pad>", "<eos>", "<unk>", "<bos>", "<sep>")
+
+
+@chex.dataclass(frozen=True)
+class TimeStep:
+    """What the agent sees after reset or step.
+
+    Attributes:
+      observation: [O] int32, tokens of x_t: the task and the current rendering of the
+        history (what the policy reads before choosing its next action).
+      feedback: [F] int32, tokens of the feedback o_{t+1} of the last action (PAD-padded;
+        all PAD after reset). The hindsight teacher reads these.
+      reward: [] float32, r_t of the last action.
+      done: [] bool.
+      info: dict of [] float32 scalars with the same keys for every step of an
+        environment; always has "success" and "score" (the environment's headline
+        metric: success in {0,1}, graded reward in [0,1] or progress in [0,100]).
+    """
+
+    observation: chex.Array
+    feedback: chex.Array
+    reward: chex.Array
+    done: chex.Array
+    info: Dict[str, chex.Array]
+
+
+class Environment:
+    """Base class. Subclasses set the static sizes and implement the methods below."""
+
+    name: str = "base"
+    num_actions: int  # K: candidate actions listed by legal_actions
+    action_len: int  # A: tokens per action, EOS and PAD included
+    obs_len: int  # O
+    feedback_len: int  # F
+    max_turns: int  # T: episodes end after at most this many steps
+
+    def default_params(self) -> Any:
+        raise NotImplementedError
+
+    def reset(self, key: chex.PRNGKey, params: Any) -> Tuple[Any, TimeStep]:
+        raise NotImplementedError
+
+    def step(self, state: Any, action: chex.Array, params: Any) -> Tuple[Any, TimeStep]:
+        raise NotImplementedError
+
+    def legal_actions(self, state: Any, params: Any) -> Tuple[chex.Array, chex.Array]:
+        """Candidate actions [K, A] int32 and their legality mask [K] bool."""
+        raise NotImplementedError
+
+    def action_costs(self, state: Any, params: Any) -> chex.Array:
+        """[K] float32: auxiliary-token cost of executing each candidate (search budget)."""
+        cands, _ = self.legal_actions(state, params)
+        return jnp.sum(cands != PAD_ID, axis=-1).astype(jnp.float32)
+
+    def restorable(self, state: Any, params: Any) -> chex.Array:
+        """[K] bool: False for actions with side effects that cannot be searched from."""
+        return jnp.ones((self.num_actions,), bool)
+
+    @property
+    def tokenizer(self):
+        """The transformers PreTrainedTokenizerFast for this environment's tokens."""
+        raise NotImplementedError
+
+
+def action_tokens_equal(a: chex.Array, b: chex.Array) -> chex.Array:
+    """True where two [..., A] token arrays are the same action (PAD-insensitive)."""
+    return jnp.all(a == b, axis=-1)
+
+
+def match_action(cands: chex.Array, legal: chex.Array, action: chex.Array) -> chex.Array:
+    """Index of `action` [A] among `cands` [K, A] (legal only), or -1 if none matches."""
+    hit = action_tokens_equal(cands, action[None, :]) & legal
+    return jnp.where(jnp.any(hit), jnp.argmax(hit), -1)
+
+
+def vmap_reset(env: Environment, keys: chex.Array, params: Any):
+    return jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+
+
+def vmap_step(env: Environment, states: Any, actions: chex.Array, params: Any):
+    return jax.vmap(env.step, in_axes=(0, 0, None))(states, actions, params)

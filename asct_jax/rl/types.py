@@ -1,0 +1,75 @@
+"""The rollout batch and the credit-method output every piece of the substrate shares.
+
+Shapes: B episodes, T turns (env.max_turns), A tokens per action, K candidate actions,
+O observation tokens, F feedback tokens. Episodes are grouped: B = num_groups * G, the G
+episodes of a group start from the same initial state (same reset key), laid out
+contiguously (episode i belongs to group i // G).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import chex
+
+
+@chex.dataclass(frozen=True)
+class Rollout:
+    """A batch of multi-turn episodes of pi_old.
+
+    Attributes:
+      obs: [B, T, O] int32, x_t tokens the policy read at turn t.
+      feedback: [B, T, F] int32, o_{t+1}: the feedback after the action of turn t.
+      actions: [B, T, A] int32, the action tokens y_{t,1..A} (EOS then PAD).
+      action_index: [B, T] int32, index of the action among the candidates (-1: none).
+      token_mask: [B, T, A] bool, real action tokens (EOS included, PAD excluded) of
+        turns that happened.
+      turn_mask: [B, T] bool, the turn happened (the episode was not done before it).
+      logp_old: [B, T, A] float32, log pi_old(y_{t,j} | x_t, y_{t,<j}) (0 where masked).
+      values: [B, T] float32, the critic V_phi(x_t) under the behaviour parameters.
+      rewards: [B, T] float32, r_t (0 after done).
+      dones: [B, T] bool, the episode ended with the action of turn t.
+      cand_tokens: [B, T, K, A] int32, candidate actions at x_t (constrained decoding).
+      cand_mask: [B, T, K] bool, legal candidates at x_t.
+      cand_costs: [B, T, K] float32, auxiliary-token cost of each candidate.
+      states: env state pytree with leading [B, T]: the state at x_t (recoverable).
+      final_info: dict of [B] float32, the environment's info at the end of the episode.
+      group: [B] int32, the group (initial state) each episode belongs to.
+      env_calls: [] int32, environment steps taken to collect this batch.
+    """
+
+    obs: chex.Array
+    feedback: chex.Array
+    actions: chex.Array
+    action_index: chex.Array
+    token_mask: chex.Array
+    turn_mask: chex.Array
+    logp_old: chex.Array
+    values: chex.Array
+    rewards: chex.Array
+    dones: chex.Array
+    cand_tokens: chex.Array
+    cand_mask: chex.Array
+    cand_costs: chex.Array
+    states: Any
+    final_info: Dict[str, chex.Array]
+    group: chex.Array
+    env_calls: chex.Array
+
+
+@chex.dataclass(frozen=True)
+class Credit:
+    """What a credit method returns: per-token coefficients for the policy loss.
+
+    Attributes:
+      coef: [B, T, A] float32, C_{t,j}: the advantage each action token is trained with
+        (stop-gradient; 0 where masked).
+      value_targets: [B, T] float32, regression targets for the critic / value head.
+      teacher_logp: [B, T, A] float32 or None, hindsight-teacher log-probs for the
+        distillation term (FACTOR, SERL).
+      metrics: dict of [] float32: at least "aux_tokens" and "env_calls" spent by credit.
+    """
+
+    coef: chex.Array
+    value_targets: chex.Array
+    teacher_logp: Any
+    metrics: Dict[str, chex.Array]
