@@ -75,6 +75,13 @@ class Environment:
     def step(self, state: Any, action: chex.Array, params: Any) -> Tuple[Any, TimeStep]:
         raise NotImplementedError
 
+    def observe(self, state: Any, params: Any) -> chex.Array:
+        """[O] int32: the observation tokens x_t of a state (what reset/step return).
+
+        Search and value calibration restore a stored state and need its observation.
+        """
+        raise NotImplementedError
+
     def legal_actions(self, state: Any, params: Any) -> Tuple[chex.Array, chex.Array]:
         """Candidate actions [K, A] int32 and their legality mask [K] bool."""
         raise NotImplementedError
