@@ -1,0 +1,275 @@
+"""Returns and advantage estimators over turns: GAE, GRPO, trajectory return, VinePPO.
+
+Shapes: B episodes, T turns, A tokens per action. `turn_mask` [B, T] bool marks the turns
+that happened; it is a *prefix* mask (episode i has turns 0 .. L_i - 1, L_i <= T, and
+episodes end at different turns). Every [B, T] output is 0 where `turn_mask` is False.
+Per-turn quantities (rewards, values) are read only where the turn happened.
+
+Conventions shared by every estimator:
+  m_t       = turn_mask[:, t]                      (m_T = 0: nothing after the horizon)
+  V_{t+1}'  = m_{t+1} * V_{t+1}                    (the value after the last real turn is 0)
+  gamma     = 1 by default (METHODS.md: finite, undiscounted episodes).
+
+Recurrences over time run as `lax.scan(..., reverse=True)` on time-major arrays; there is
+no Python loop over time or batch. Groups (GRPO / FACTOR) are contiguous: episode i
+belongs to group i // G, so B must be a multiple of the group size G.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import chex
+import jax
+import jax.numpy as jnp
+
+Scalar = Union[float, chex.Array]
+
+
+def _check_turns(rewards: chex.Array, turn_mask: chex.Array, *others: chex.Array) -> None:
+    """[B, T] float rewards (and any other per-turn arrays), [B, T] bool mask."""
+    chex.assert_rank(rewards, 2)
+    chex.assert_type(turn_mask, bool)
+    chex.assert_equal_shape([rewards, turn_mask, *others])
+
+
+def _next_turn(x: chex.Array, turn_mask: chex.Array) -> chex.Array:
+    """x'_t = m_{t+1} * x_{t+1}, and x'_{T-1} = 0.   [B, T] -> [B, T].
+
+    The value of the state after turn t, which is 0 once the episode is over.
+    """
+    m = turn_mask.astype(x.dtype)
+    shifted = jnp.concatenate([x[:, 1:] * m[:, 1:], jnp.zeros_like(x[:, :1])], axis=1)
+    return shifted
+
+
+def _reverse_discounted_sum(x: chex.Array, decay: chex.Array) -> chex.Array:
+    """y_t = x_t + decay_t * y_{t+1}, y_T = 0, by a reverse lax.scan over time.
+
+    Args:
+      x, decay: [B, T] float.
+    Returns:
+      [B, T].
+    """
+    def step(carry, inputs):
+        x_t, decay_t = inputs
+        y_t = x_t + decay_t * carry
+        return y_t, y_t
+
+    init = jnp.zeros_like(x[:, 0])
+    _, ys = jax.lax.scan(step, init, (x.T, decay.T), reverse=True)
+    return ys.T
+
+
+def returns_to_go(rewards: chex.Array, turn_mask: chex.Array,
+                  gamma: Scalar = 1.0) -> chex.Array:
+    """Discounted return from each turn:  G_t = sum_{k >= t} gamma^{k-t} m_k r_k.
+
+    Args:
+      rewards: [B, T] float r_t.
+      turn_mask: [B, T] bool.
+      gamma: discount (1: undiscounted).
+    Returns:
+      [B, T] G_t, 0 where masked.
+    """
+    _check_turns(rewards, turn_mask)
+    m = turn_mask.astype(rewards.dtype)
+    g = _reverse_discounted_sum(rewards * m, gamma * _next_turn(m, turn_mask))
+    return g * m
+
+
+def episode_returns(rewards: chex.Array, turn_mask: chex.Array) -> chex.Array:
+    """Undiscounted episode return  G = sum_t m_t r_t.   [B, T] -> [B]."""
+    _check_turns(rewards, turn_mask)
+    return jnp.sum(rewards * turn_mask.astype(rewards.dtype), axis=1)
+
+
+def td_residuals(rewards: chex.Array, values: chex.Array, turn_mask: chex.Array,
+                 gamma: Scalar = 1.0) -> chex.Array:
+    """One-step TD errors with a zero terminal value:
+
+      delta_t = m_t * (r_t + gamma * m_{t+1} V_{t+1} - V_t).
+
+    Args:
+      rewards, values: [B, T] float (values: V(x_t) at the turns that happened).
+      turn_mask: [B, T] bool.
+    Returns:
+      [B, T] delta_t.
+    """
+    _check_turns(rewards, turn_mask, values)
+    m = turn_mask.astype(rewards.dtype)
+    return m * (rewards + gamma * _next_turn(values, turn_mask) - values)
+
+
+def gae(rewards: chex.Array, values: chex.Array, turn_mask: chex.Array,
+        gamma: Scalar = 1.0, lam: Scalar = 0.95) -> Tuple[chex.Array, chex.Array]:
+    """Generalised advantage estimation (Schulman et al. 2016) over turns.
+
+      delta_t = r_t + gamma * V_{t+1}' - V_t,          V_{t+1}' = m_{t+1} V_{t+1}
+      A_t     = delta_t + gamma * lam * m_{t+1} * A_{t+1}     (reverse lax.scan)
+      target_t = A_t + V_t                               (the lambda-return)
+
+    The value after the last real turn is 0 (episodes end, they are not truncated).
+    Equal to rlax.truncated_generalized_advantage_estimation with
+    discount_t = gamma * m_{t+1} and values = [m * V, 0].
+
+    Args:
+      rewards: [B, T] float r_t.
+      values: [B, T] float V(x_t) (treated as constants: stop_gradient).
+      turn_mask: [B, T] bool.
+      gamma, lam: discount and GAE lambda.
+    Returns:
+      (advantages [B, T], value targets [B, T]), both 0 where masked.
+    """
+    _check_turns(rewards, turn_mask, values)
+    values = jax.lax.stop_gradient(values)
+    m = turn_mask.astype(rewards.dtype)
+    delta = td_residuals(rewards, values, turn_mask, gamma)
+    adv = _reverse_discounted_sum(delta, gamma * lam * _next_turn(m, turn_mask))
+    adv = adv * m
+    return adv, (adv + values) * m
+
+
+def grpo_advantages(returns: chex.Array, group_size: int, eps: float = 1e-6,
+                    normalise_std: bool = True, ddof: int = 1) -> chex.Array:
+    """Group-relative advantage (GRPO, Shao et al. 2024) of each episode:
+
+      A_i = (G_i - mean_{g(i)} G) / (std_{g(i)} G + eps)     (normalise_std)
+      A_i =  G_i - mean_{g(i)} G                              (otherwise, Dr. GRPO)
+
+    Groups are contiguous: episode i belongs to group i // group_size. The std is the
+    sample std (ddof=1) as in the TRL and verl GRPO implementations; pass ddof=0 for the
+    population std. Its denominator is max(G - ddof, 1), so a group of one (or a group
+    whose returns are all equal) gets advantage 0, never NaN.
+
+    Args:
+      returns: [B] float episode returns G_i, B = num_groups * group_size.
+      group_size: G (static int).
+    Returns:
+      [B] A_i. Broadcast to turns / tokens with `broadcast_to_tokens`.
+    """
+    chex.assert_rank(returns, 1)
+    b = returns.shape[0]
+    if b % group_size:
+        raise ValueError(f"batch {b} is not a multiple of group_size {group_size}")
+    grouped = returns.reshape(b // group_size, group_size)
+    centred = grouped - jnp.mean(grouped, axis=1, keepdims=True)
+    if normalise_std:
+        var = jnp.sum(centred**2, axis=1, keepdims=True) / max(group_size - ddof, 1)
+        centred = centred / (jnp.sqrt(var) + eps)
+    return centred.reshape(b)
+
+
+def group_baseline(returns: chex.Array, group_size: int,
+                   leave_one_out: bool = False) -> chex.Array:
+    """Per-episode group baseline b_i (FACTOR's b, the GRPO mean):
+
+      b_i = (1/G) sum_{k in g(i)} G_k                     (default)
+      b_i = (1/(G-1)) sum_{k in g(i), k != i} G_k         (leave_one_out, RLOO)
+
+    Args:
+      returns: [B] float, B = num_groups * group_size, contiguous groups.
+    Returns:
+      [B] b_i.
+    """
+    chex.assert_rank(returns, 1)
+    b = returns.shape[0]
+    if b % group_size:
+        raise ValueError(f"batch {b} is not a multiple of group_size {group_size}")
+    grouped = returns.reshape(b // group_size, group_size)
+    total = jnp.sum(grouped, axis=1, keepdims=True)
+    if leave_one_out:
+        if group_size < 2:
+            raise ValueError("leave_one_out needs group_size >= 2")
+        base = (total - grouped) / (group_size - 1)
+    else:
+        base = jnp.broadcast_to(total / group_size, grouped.shape)
+    return base.reshape(b)
+
+
+def trajectory_return_advantages(rewards: chex.Array, turn_mask: chex.Array,
+                                 values: Optional[chex.Array] = None,
+                                 baseline: Optional[Scalar] = None,
+                                 to_go: bool = False) -> chex.Array:
+    """Trajectory-return credit: the same return for every turn, minus a baseline.
+
+      A_t = m_t * (G - V_t - b)          G = sum_k m_k r_k (or G_t = sum_{k>=t} if to_go)
+
+    Args:
+      rewards: [B, T] float.
+      turn_mask: [B, T] bool.
+      values: optional [B, T] critic values V(x_t) subtracted per turn (stop_gradient).
+      baseline: optional scalar or [B] baseline b (e.g. `group_baseline`).
+      to_go: use the return-to-go G_t instead of the whole-episode return.
+    Returns:
+      [B, T] A_t, 0 where masked.
+    """
+    _check_turns(rewards, turn_mask)
+    m = turn_mask.astype(rewards.dtype)
+    if to_go:
+        adv = returns_to_go(rewards, turn_mask)
+    else:
+        adv = episode_returns(rewards, turn_mask)[:, None] * m
+    if values is not None:
+        chex.assert_equal_shape([values, rewards])
+        adv = adv - jax.lax.stop_gradient(values)
+    if baseline is not None:
+        baseline = jnp.asarray(baseline, rewards.dtype)
+        if baseline.ndim == 1:
+            chex.assert_shape(baseline, (rewards.shape[0],))
+            baseline = baseline[:, None]
+        else:
+            chex.assert_rank(baseline, 0)
+        adv = adv - baseline
+    return adv * m
+
+
+def vineppo_advantages(rewards: chex.Array, v_hat: chex.Array, turn_mask: chex.Array,
+                       gamma: Scalar = 1.0) -> chex.Array:
+    """VinePPO advantage from Monte-Carlo state values (Kazemnejad et al. 2024):
+
+      A_t = r_t + gamma * V^(s_{t+1}) - V^(s_t),     V^(terminal) = 0.
+
+    With gamma = 1 it telescopes: sum_t A_t = G - V^(s_0).
+
+    Args:
+      rewards: [B, T] float r_t.
+      v_hat: [B, T] float V^(s_t), the mean return of K rollouts of pi_old from s_t.
+      turn_mask: [B, T] bool.
+    Returns:
+      [B, T] A_t, 0 where masked.
+    """
+    return td_residuals(rewards, jax.lax.stop_gradient(v_hat), turn_mask, gamma)
+
+
+def broadcast_to_tokens(adv: chex.Array, token_mask: chex.Array) -> chex.Array:
+    """C_{t,j} = A_t * token_mask_{t,j}: the turn's advantage on each of its action tokens.
+
+    Args:
+      adv: [B, T] float.
+      token_mask: [B, T, A] bool.
+    Returns:
+      [B, T, A] float, 0 where masked.
+    """
+    chex.assert_rank([adv, token_mask], [2, 3])
+    chex.assert_type(token_mask, bool)
+    chex.assert_equal_shape_prefix([adv, token_mask], 2)
+    return adv[..., None] * token_mask.astype(adv.dtype)
+
+
+def masked_normalise(x: chex.Array, mask: chex.Array, eps: float = 1e-8) -> chex.Array:
+    """Whitening over the real entries (PPO advantage normalisation):
+
+      x' = m * (x - mean_m(x)) / (std_m(x) + eps),   mean/std over entries with m = 1.
+
+    Args:
+      x: [...] float; mask: same shape, bool.
+    Returns:
+      same shape, 0 where masked.
+    """
+    chex.assert_equal_shape([x, mask])
+    chex.assert_type(mask, bool)
+    m = mask.astype(x.dtype)
+    n = jnp.maximum(jnp.sum(m), 1.0)
+    mean = jnp.sum(x * m) / n
+    var = jnp.sum(m * (x - mean) ** 2) / n
+    return m * (x - mean) / (jnp.sqrt(var) + eps)

@@ -1,0 +1,156 @@
+"""Tests for asct_jax.rl.advantages: golden values, NumPy loops, rlax, telescoping."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import rlax
+from hypothesis import given
+from hypothesis import strategies as st
+
+from asct_jax.rl import advantages as adv
+
+
+def _batch(seed, b=6, t=5, lengths=None):
+    rng = np.random.default_rng(seed)
+    if lengths is None:
+        lengths = rng.integers(1, t + 1, size=b)
+    mask = np.arange(t)[None, :] < np.asarray(lengths)[:, None]
+    rewards = rng.normal(size=(b, t)).astype(np.float32) * mask
+    values = rng.normal(size=(b, t)).astype(np.float32)
+    return jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(mask)
+
+
+def _gae_numpy(r, v, m, gamma, lam):
+    """Per-episode Python loop: the textbook recursion on the real turns only."""
+    r, v, m = map(np.asarray, (r, v, m))
+    adv_out = np.zeros_like(r)
+    for i in range(r.shape[0]):
+        n = int(m[i].sum())
+        a = 0.0
+        for t in reversed(range(n)):
+            v_next = v[i, t + 1] if t + 1 < n else 0.0
+            delta = r[i, t] + gamma * v_next - v[i, t]
+            a = delta + gamma * lam * a
+            adv_out[i, t] = a
+    return adv_out, (adv_out + v) * m
+
+
+@pytest.mark.parametrize("gamma,lam", [(1.0, 0.95), (0.9, 0.5), (1.0, 1.0), (0.99, 0.0)])
+def test_gae_matches_numpy_loop_and_rlax(gamma, lam):
+    r, v, m = _batch(0, b=8, t=6)
+    a, targets = jax.jit(adv.gae)(r, v, m, gamma, lam)
+    a_np, t_np = _gae_numpy(r, v, m, gamma, lam)
+    np.testing.assert_allclose(a, a_np, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(targets, t_np, rtol=1e-5, atol=1e-5)
+
+    # rlax: discount_t = gamma * m_{t+1}, values = [m * V, 0] (V = 0 after the last turn).
+    mf = m.astype(jnp.float32)
+    discount = gamma * jnp.concatenate([mf[:, 1:], jnp.zeros_like(mf[:, :1])], axis=1)
+    values = jnp.concatenate([v * mf, jnp.zeros_like(v[:, :1])], axis=1)
+    ref = jax.vmap(rlax.truncated_generalized_advantage_estimation,
+                   in_axes=(0, 0, None, 0))(r * mf, discount, lam, values)
+    np.testing.assert_allclose(a, ref * mf, rtol=1e-5, atol=1e-5)
+
+
+def test_gae_golden_single_episode():
+    # One episode of 2 turns in a horizon of 3, gamma=1, lam=0.5.
+    r = jnp.array([[0.0, 1.0, 7.0]])
+    v = jnp.array([[0.5, 0.25, 9.0]])
+    m = jnp.array([[True, True, False]])
+    a, tg = adv.gae(r, v, m, 1.0, 0.5)
+    # delta_1 = 1 + 0 - 0.25 = 0.75; delta_0 = 0 + 0.25 - 0.5 = -0.25
+    # A_1 = 0.75; A_0 = -0.25 + 0.5 * 0.75 = 0.125
+    np.testing.assert_allclose(a, [[0.125, 0.75, 0.0]])
+    np.testing.assert_allclose(tg, [[0.625, 1.0, 0.0]])
+
+
+def test_returns_to_go_and_episode_returns():
+    r = jnp.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    m = jnp.array([[True, True, True], [True, False, False]])
+    np.testing.assert_allclose(adv.returns_to_go(r, m), [[6.0, 5.0, 3.0], [4.0, 0.0, 0.0]])
+    np.testing.assert_allclose(adv.returns_to_go(r, m, gamma=0.5),
+                               [[1 + 1 + 0.75, 2 + 1.5, 3.0], [4.0, 0.0, 0.0]])
+    np.testing.assert_allclose(adv.episode_returns(r, m), [6.0, 4.0])
+
+
+def test_grpo_and_group_baseline_by_hand():
+    g = jnp.array([1.0, 3.0, 0.0, 0.0, 2.0, 4.0, 6.0, 8.0])
+    # group_size 4: groups [1,3,0,0] (mean 1) and [2,4,6,8] (mean 5).
+    np.testing.assert_allclose(adv.group_baseline(g, 4), [1, 1, 1, 1, 5, 5, 5, 5])
+    np.testing.assert_allclose(adv.group_baseline(g, 4, leave_one_out=True),
+                               [1.0, 1 / 3, 4 / 3, 4 / 3, 6.0, 16 / 3, 14 / 3, 4.0],
+                               rtol=1e-6)
+    std0 = np.sqrt((0 + 4 + 1 + 1) / 3)  # sample std of group 0
+    std1 = np.sqrt((9 + 1 + 1 + 9) / 3)
+    expected = np.array([0, 2, -1, -1, -3, -1, 1, 3]) / np.repeat([std0, std1], 4)
+    np.testing.assert_allclose(adv.grpo_advantages(g, 4, eps=0.0), expected, rtol=1e-6)
+    np.testing.assert_allclose(adv.grpo_advantages(g, 4, normalise_std=False),
+                               [0, 2, -1, -1, -3, -1, 1, 3])
+    pop = adv.grpo_advantages(g, 4, eps=0.0, ddof=0)
+    np.testing.assert_allclose(np.std(np.asarray(pop).reshape(2, 4), axis=1), [1, 1], rtol=1e-6)
+    # Equal returns or a group of one: advantage 0, never NaN.
+    np.testing.assert_array_equal(adv.grpo_advantages(jnp.ones(4), 2), jnp.zeros(4))
+    np.testing.assert_array_equal(adv.grpo_advantages(jnp.arange(3.0), 1), jnp.zeros(3))
+    with pytest.raises(ValueError):
+        adv.grpo_advantages(g, 3)
+
+
+def test_trajectory_return_advantages():
+    r = jnp.array([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]])
+    m = jnp.array([[True, True, True], [True, False, False]])
+    np.testing.assert_allclose(adv.trajectory_return_advantages(r, m),
+                               [[1, 1, 1], [2, 0, 0]])
+    np.testing.assert_allclose(adv.trajectory_return_advantages(r, m, baseline=0.5),
+                               [[0.5, 0.5, 0.5], [1.5, 0, 0]])
+    np.testing.assert_allclose(
+        adv.trajectory_return_advantages(r, m, baseline=jnp.array([1.0, 3.0])),
+        [[0, 0, 0], [-1, 0, 0]])
+    v = jnp.full((2, 3), 0.25)
+    np.testing.assert_allclose(adv.trajectory_return_advantages(r, m, values=v),
+                               [[0.75, 0.75, 0.75], [1.75, 0, 0]])
+    np.testing.assert_allclose(adv.trajectory_return_advantages(r, m, to_go=True),
+                               [[1, 1, 0], [2, 0, 0]])
+
+
+def test_vineppo_golden():
+    r = jnp.array([[0.0, 0.0, 1.0]])
+    vh = jnp.array([[0.2, 0.6, 0.9]])
+    m = jnp.array([[True, True, True]])
+    np.testing.assert_allclose(adv.vineppo_advantages(r, vh, m), [[0.4, 0.3, 0.1]], rtol=1e-6)
+
+
+@given(seed=st.integers(0, 2**31 - 1), b=st.integers(1, 5), t=st.integers(1, 7))
+def test_vineppo_telescopes(seed, b, t):
+    """sum_t A_t = G - V^(s_0) for every episode, whatever the intermediate V^."""
+    r, v, m = _batch(seed, b=b, t=t)
+    a = adv.vineppo_advantages(r, v, m)
+    g = adv.episode_returns(r, m)
+    np.testing.assert_allclose(jnp.sum(a, axis=1), g - v[:, 0], rtol=1e-5, atol=1e-5)
+    assert np.all(np.asarray(a)[~np.asarray(m)] == 0)
+
+
+@given(seed=st.integers(0, 2**31 - 1))
+def test_gae_lambda_one_is_return_minus_value(seed):
+    """With lam = gamma = 1 GAE is the Monte-Carlo advantage G_t - V_t."""
+    r, v, m = _batch(seed)
+    a, targets = adv.gae(r, v, m, 1.0, 1.0)
+    rtg = adv.returns_to_go(r, m)
+    np.testing.assert_allclose(a, (rtg - v) * m, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(targets, rtg, rtol=1e-5, atol=1e-5)
+
+
+def test_broadcast_to_tokens_and_masked_normalise():
+    a = jnp.array([[1.0, -2.0]])
+    tm = jnp.array([[[True, True, False], [True, False, False]]])
+    np.testing.assert_allclose(adv.broadcast_to_tokens(a, tm), [[[1, 1, 0], [-2, 0, 0]]])
+    x = jnp.array([1.0, 3.0, 100.0])
+    mk = jnp.array([True, True, False])
+    np.testing.assert_allclose(adv.masked_normalise(x, mk, eps=0.0), [-1.0, 1.0, 0.0])
+
+
+def test_masks_and_shapes_are_checked():
+    r, v, m = _batch(1)
+    with pytest.raises(AssertionError):
+        adv.gae(r, v, m.astype(jnp.float32), 1.0, 0.9)
+    with pytest.raises(AssertionError):
+        adv.gae(r, v[:, :-1], m, 1.0, 0.9)
