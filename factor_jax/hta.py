@@ -1,0 +1,71 @@
+"""HTA: hindsight-teacher token allocation scores (METHODS.md section 2).
+
+A frozen teacher (pi_old) reads action a_t *with* the post-action feedback o_{t+1} in its
+context and scores every action token; the student score is the same token without
+hindsight. Shapes: [B, T, A] per token, [B, T] per action.
+"""
+from __future__ import annotations
+
+from typing import Tuple, Union
+
+import chex
+import jax
+import jax.numpy as jnp
+
+
+def hindsight_delta(teacher_logp: chex.Array, student_logp: chex.Array,
+                    token_mask: chex.Array) -> chex.Array:
+    """Per-token hindsight log-ratio.
+
+      delta_{t,j} = log pi_T(y_{t,j} | x_t, o_{t+1}, y_{t,<j}) - log pi_S(y_{t,j} | x_t, y_{t,<j})
+
+    Args:
+      teacher_logp, student_logp: [B, T, A] float.
+      token_mask: [B, T, A] bool, real action tokens.
+    Returns:
+      [B, T, A] delta (a constant: stop-gradient), 0 at padding.
+    """
+    chex.assert_rank([teacher_logp, student_logp, token_mask], 3)
+    chex.assert_type([teacher_logp, student_logp, token_mask], [float, float, bool])
+    chex.assert_equal_shape([teacher_logp, student_logp, token_mask])
+    delta = jnp.where(token_mask, teacher_logp, 0.0) - jnp.where(token_mask, student_logp, 0.0)
+    return jax.lax.stop_gradient(delta)
+
+
+def sign_aware_scores(delta: chex.Array, credit: chex.Array,
+                      token_mask: chex.Array) -> chex.Array:
+    """s_{t,j} = sign(A*_t) * delta_{t,j}; 0 at padding, and 0 on actions with A*_t = 0.
+
+    Positive credit goes to the tokens the hindsight teacher likes more; negative credit
+    (blame) to the tokens it likes less.
+
+    Args:
+      delta: [B, T, A] float. credit: [B, T] float, A*_t. token_mask: [B, T, A] bool.
+    Returns:
+      [B, T, A] scores (stop-gradient).
+    """
+    chex.assert_rank([delta, credit, token_mask], [3, 2, 3])
+    chex.assert_type([delta, credit, token_mask], [float, float, bool])
+    chex.assert_equal_shape([delta, token_mask])
+    chex.assert_equal_shape_prefix([delta, credit], 2)
+    sign = jnp.sign(jax.lax.stop_gradient(credit))[..., None].astype(delta.dtype)
+    return jnp.where(token_mask, sign * delta, 0.0)  # s = sign(A*) * delta
+
+
+def hta_scores(teacher_logp: chex.Array, student_logp: chex.Array, credit: chex.Array,
+               token_mask: chex.Array, return_delta: bool = False
+               ) -> Union[chex.Array, Tuple[chex.Array, chex.Array]]:
+    """Sign-aware hindsight scores s_{t,j} = sign(A*_t) * (log pi_T - log pi_S).
+
+    Args:
+      teacher_logp: [B, T, A] float, log pi_T(y_{t,j} | x_t, o_{t+1}, y_{t,<j}).
+      student_logp: [B, T, A] float, log pi_S(y_{t,j} | x_t, y_{t,<j}) (pi_old's).
+      credit: [B, T] float, A*_t (only its sign is used).
+      token_mask: [B, T, A] bool, real action tokens.
+      return_delta: also return delta (SERL and the diagnostics use it).
+    Returns:
+      scores [B, T, A] (0 at padding), or (scores, delta) when return_delta.
+    """
+    delta = hindsight_delta(teacher_logp, student_logp, token_mask)
+    scores = sign_aware_scores(delta, credit, token_mask)
+    return (scores, delta) if return_delta else scores

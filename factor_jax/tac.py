@@ -1,0 +1,69 @@
+"""TAC: TD action credit with boundary potentials (METHODS.md section 2).
+
+Shapes: B episodes, T turns. Turn t of episode i is real when ``turn_mask[i, t]``; the
+mask is a prefix mask (the turns that happened), so episode i has
+T_i = sum_t turn_mask[i, t] real turns, t = 0 .. T_i - 1, and x_{T_i} is its terminal
+state. Undiscounted (gamma = 1), as in the paper.
+"""
+from __future__ import annotations
+
+import chex
+import jax.numpy as jnp
+
+
+def boundary_potentials(values: chex.Array, baseline: chex.Array,
+                        turn_mask: chex.Array) -> tuple:
+    """The potentials V~(x_t) and V~(x_{t+1}) that TAC differences, per real turn.
+
+      V~(x_0)   = b                       (the group baseline, GRPO's mean return)
+      V~(x_t)   = V_psi(x_t)              for 0 < t < T_i
+      V~(x_T_i) = 0                       (terminal state of episode i)
+
+    Args:
+      values: [B, T] float, V_psi(x_t) (read only where 0 < t < T_i).
+      baseline: [B] float, b.
+      turn_mask: [B, T] bool, prefix mask of real turns.
+    Returns:
+      (v_now, v_next), each [B, T]: V~(x_t) and V~(x_{t+1}); 0 on padded turns.
+    """
+    chex.assert_rank([values, baseline, turn_mask], [2, 1, 2])
+    chex.assert_type([values, baseline, turn_mask], [float, float, bool])
+    chex.assert_equal_shape([values, turn_mask])
+    chex.assert_equal_shape_prefix([values, baseline], 1)
+    t = jnp.arange(values.shape[1])[None, :]
+    safe_values = jnp.where(turn_mask, values, 0.0)  # padding never enters
+    # V~(x_t): b at t = 0, V_psi elsewhere.
+    v_now = jnp.where(t == 0, baseline[:, None].astype(values.dtype), safe_values)
+    # V~(x_{t+1}): V_psi(x_{t+1}) while turn t+1 is real, 0 at the terminal x_{T_i}.
+    next_mask = jnp.pad(turn_mask[:, 1:], ((0, 0), (0, 1)))
+    next_values = jnp.pad(safe_values[:, 1:], ((0, 0), (0, 1)))
+    v_next = jnp.where(next_mask, next_values, 0.0)
+    zero = jnp.zeros_like(values)
+    return jnp.where(turn_mask, v_now, zero), jnp.where(turn_mask, v_next, zero)
+
+
+def tac_credit(rewards: chex.Array, values: chex.Array, baseline: chex.Array,
+               action_mask: chex.Array) -> chex.Array:
+    """TD action credit with boundary potentials.
+
+      A*_t = r_t + V~(x_{t+1}) - V~(x_t),   V~(x_0) = b,  V~(x_T_i) = 0,  V~ = V_psi else.
+
+    The sum telescopes: sum_{t < T_i} A*_t = G_i - b_i exactly, whatever V_psi is
+    (bookkeeping, not accuracy: wrong intermediate values still move credit between
+    turns). An episode with no real turn gets A* = 0 everywhere.
+
+    Args:
+      rewards: [B, T] float, r_t (ignored on padded turns).
+      values: [B, T] float, V_psi(x_t) (ignored at t = 0 and on padded turns).
+      baseline: [B] float, b (group mean return).
+      action_mask: [B, T] bool, prefix mask of real turns (turns that happened).
+    Returns:
+      [B, T] A*_t, 0 on padded turns.
+    """
+    chex.assert_rank(rewards, 2)
+    chex.assert_type(rewards, float)
+    chex.assert_equal_shape([rewards, values, action_mask])
+    v_now, v_next = boundary_potentials(values, baseline, action_mask)
+    r = jnp.where(action_mask, rewards, 0.0)
+    credit = r + v_next - v_now  # A*_t = r_t + V~(x_{t+1}) - V~(x_t)
+    return jnp.where(action_mask, credit, 0.0)

@@ -1,0 +1,66 @@
+"""SERL coefficients and its lambda schedule, against hand computations."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import factor_jax as fj
+from factor_jax.synthetic import pad_batch, random_batch
+
+B, T, A = 3, 5, 6
+serl = jax.jit(fj.serl_coefficients)
+
+
+def test_hand_case():
+    adv = jnp.array([1.5, -2.0])
+    delta = jnp.array([[[0.1, 0.5, -0.5, 30.0]], [[0.1, 0.5, -0.5, 30.0]]])
+    mask = jnp.array([[[True, True, True, False]], [[True, True, True, True]]])
+    lam = 0.3
+    # Episode 0 (A > 0): w = clip(e^{delta}) = (e^0.1, 1.2, 0.8); padding -> 0.
+    # Episode 1 (A < 0): w = clip(e^{-delta}) = (e^-0.1, 0.8, 1.2, clip(e^-20) = 0.8).
+    w0 = [math.exp(0.1), 1.2, 0.8]
+    w1 = [math.exp(-0.1), 0.8, 1.2, 0.8]
+    expected = np.array([[[1.5 * (0.7 + 0.3 * w) for w in w0] + [0.0]],
+                         [[-2.0 * (0.7 + 0.3 * w) for w in w1]]])
+    np.testing.assert_allclose(serl(adv, delta, mask, lam), expected, rtol=1e-6)
+    np.testing.assert_allclose(fj.serl_token_weights(adv, delta, mask)[1, 0], w1, rtol=1e-6)
+    # lam = 0 is plain GRPO on every token; no renormalisation to mean 1 otherwise.
+    np.testing.assert_allclose(serl(adv, delta, mask, 0.0),
+                               np.where(mask, adv[:, None, None], 0.0))
+
+
+@given(st.integers(0, 2**31 - 1), st.floats(0.0, 1.0))
+def test_padding_and_bounds(seed, lam):
+    rng = np.random.default_rng(seed)
+    b = random_batch(rng, B, T, A, scale=10.0)
+    delta = b["teacher_logp"] - b["student_logp"]
+    adv = rng.normal(size=(B,)).astype(np.float32)
+    p = pad_batch({"delta": delta, "turn_mask": b["turn_mask"], "token_mask": b["token_mask"]},
+                  2, 3, rng, garbage=np.nan)
+    c = np.asarray(serl(adv, delta, b["token_mask"], lam))
+    c_p = np.asarray(serl(adv, p["delta"], p["token_mask"], lam))
+    np.testing.assert_array_equal(c_p[:, :T, :A], c)
+    assert not np.any(c_p[:, T:]) and not np.any(c_p[..., A:])
+    ratio = (c / adv[:, None, None])[b["token_mask"]]
+    assert np.all(ratio >= 1 - 0.2 * lam - 1e-6) and np.all(ratio <= 1 + 0.2 * lam + 1e-6)
+
+
+def test_lambda_schedule():
+    for step, lam in [(0, 0.5), (10, 0.4), (25, 0.25), (50, 0.0), (80, 0.0)]:
+        np.testing.assert_allclose(fj.serl_lambda(step), lam, atol=1e-7)
+    np.testing.assert_allclose(jax.jit(fj.serl_lambda)(jnp.int32(25)), 0.25)
+    np.testing.assert_allclose(fj.serl_lambda(5, lam0=1.0, decay_steps=10), 0.5)
+
+
+@pytest.mark.parametrize("call, field", [
+    (lambda: fj.serl_lambda(0, lam0=1.5), "lam0"),
+    (lambda: fj.serl_lambda(0, decay_steps=0), "decay_steps"),
+    (lambda: fj.serl_coefficients(jnp.ones(1), jnp.ones((1, 1, 1)), jnp.ones((1, 1, 1), bool),
+                                  lam=2.0), "lam"),
+])
+def test_bad_config_raises(call, field):
+    with pytest.raises(ValueError, match=field):
+        call()
