@@ -29,6 +29,7 @@ Usage in a training loop:
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Dict, Mapping, NamedTuple, Optional
 
 import jax
@@ -97,6 +98,23 @@ def _leaf_signature(x: Any):
     if dtype is None:  # python scalars
         return (), np.asarray(x).dtype
     return tuple(x.shape), np.dtype(dtype)
+
+
+def _storage_dict(tree: Any) -> Dict[str, Any]:
+    """Any pytree as a flat {path: leaf} dict, the form written to disk.
+
+    Flattening first makes storage independent of container types (nnx.State, lists
+    with integer keys, chex dataclasses) that orbax's own tree handling may not restore;
+    restore unflattens with the target's treedef.
+    """
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    out = {}
+    for path, leaf in leaves:
+        name = re.sub(r"[^A-Za-z0-9_]+", ".", jax.tree_util.keystr(path)).strip(".")
+        if name in out:
+            raise CheckpointError("<memory>", None, f"two leaves map to the key {name!r}")
+        out[name] = leaf
+    return out
 
 
 def _flat(tree: Any) -> Dict[tuple, Any]:
@@ -181,7 +199,7 @@ class Checkpointer:
             raise CheckpointError(self.directory, step,
                                   f"{what}; refusing to overwrite or interleave "
                                   "(roll back explicitly with discard_after(step))")
-        args = ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
+        args = ocp.args.Composite(**{STATE: ocp.args.StandardSave(_storage_dict(state)),
                                      EXTRA: ocp.args.JsonSave(dict(extra or {}))})
         try:
             saved = self._manager.save(step, args=args, force=True)
@@ -245,15 +263,18 @@ class Checkpointer:
             step = steps[-1]
         elif step not in steps:
             raise CheckpointError(self.directory, step, f"no such step; have {steps}")
+        flat_target = _storage_dict(target)
         mismatch = _describe_mismatch(ocp.tree.to_flat_dict(self._stored_meta(step)),
-                                      _flat(target))
+                                      _flat(flat_target))
         if mismatch:
             raise CheckpointError(self.directory, step, f"incompatible: {mismatch}")
-        args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(target),
+        args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(flat_target),
                                      EXTRA: ocp.args.JsonRestore()})
         try:
             out = self._manager.restore(step, args=args)
-            state = jax.block_until_ready(out[STATE])
+            flat = jax.block_until_ready(out[STATE])
+            state = jax.tree.unflatten(jax.tree.structure(target),
+                                       [flat[k] for k in flat_target])
         except Exception as e:  # pylint: disable=broad-except
             raise CheckpointError(self.directory, step,
                                   f"corrupt or unreadable: {_brief(e)}") from e

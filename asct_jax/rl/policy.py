@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from asct_jax.envs.base import PAD_ID, SEP_ID
+from asct_jax.models.cache import init_cache
 
 NEG_INF = -1e9
 
@@ -136,18 +137,32 @@ class Policy:
     def candidate_log_probs(self, params, obs, cands, legal):
         """Scores every candidate: pi(a_k | x) and the per-token log-probs along each.
 
+        The observation prefix is run once and its KV cache shared by the K candidates
+        (cost O + K (A - 1) tokens instead of K (O + A)).
+
         Args: obs [N, O], cands [N, K, A], legal [N, K].
-        Returns: cand_logp [N, K] (-inf-like for illegal), token_logp [N, K, A], value [N].
+        Returns: cand_logp [N, K] (-1e9 for illegal), token_logp [N, K, A], value [N].
         """
         n, k, a = cands.shape
-        obs_rep = jnp.repeat(obs, k, axis=0)
+        model = nnx.merge(self.graphdef, params)
+        prefix = left_align(obs)
+        o = prefix.shape[1]
+        cache = init_cache(model.config, n, o + a - 1)
+        logits0, hidden, cache = model.forward(prefix, attention_mask=prefix != PAD_ID,
+                                               cache=cache)
+        value = model.value(hidden)[:, -1]
+        cache = jax.tree.map(lambda x: jnp.repeat(x, k, axis=0) if x.ndim else x, cache)
         flat = cands.reshape(n * k, a)
-        cands_rep = jnp.repeat(cands, k, axis=0)
-        legal_rep = jnp.repeat(legal, k, axis=0)
-        token_logp, _, value = self.action_log_probs(params, obs_rep, flat, cands_rep, legal_rep)
+        logits_rest, _, _ = model.forward(flat[:, :-1], attention_mask=jnp.ones_like(flat[:, :-1], bool),
+                                          cache=cache)
+        first = jnp.repeat(logits0[:, -1:], k, axis=0)
+        logits = jnp.concatenate([first, logits_rest], axis=1).astype(jnp.float32)  # [NK, A, V]
+        allowed = jax.vmap(allowed_tokens, in_axes=(0, 0, 0, None))(
+            flat, jnp.repeat(cands, k, axis=0), jnp.repeat(legal, k, axis=0), self.vocab_size)
+        token_logp, _ = jax.vmap(constrained_log_probs)(logits, allowed, flat)
         token_logp = token_logp.reshape(n, k, a)
         cand_logp = jnp.where(legal, jnp.sum(token_logp, axis=-1), NEG_INF)
-        return cand_logp, token_logp, value.reshape(n, k)[:, 0]
+        return cand_logp, token_logp, value.astype(jnp.float32)
 
     def value(self, params, obs):
         """V(x) [N] for observations [N, O]."""

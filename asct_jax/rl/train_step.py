@@ -115,7 +115,7 @@ def make_train_step(config, policy, env, env_params, credit_fn: Callable,
         (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, data, credit)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        m["grad_norm"] = optax.global_norm(grads)
+        m["grad_norm"] = optax.tree.norm(grads)
         return (params, opt_state), m
 
     def update_epoch(carry, key):

@@ -1,0 +1,137 @@
+"""The training driver: builds everything from a config, runs the compiled step, logs,
+evaluates, checkpoints and resumes.
+
+    summary = train(config)
+
+The Python loop only moves host metrics to the logger and saves checkpoints; all the work
+of a step (rollout, credit, update) is one compiled call. The step's key is
+fold_in(key(seed), step), so a resumed run replays exactly the same keys as an
+uninterrupted one.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from asct_jax.envs import make as make_env
+from asct_jax.models import Decoder, get_preset
+from asct_jax.rl.checkpoint import Checkpointer, check_finite
+from asct_jax.rl.credit import CreditContext, make_credit
+from asct_jax.rl.policy import Policy
+from asct_jax.rl.run_logger import RunLogger
+from asct_jax.rl.train_step import TrainState, make_eval, make_mesh, make_optimizer, \
+    make_train_step, to_host
+
+MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                "intermediate_size")
+
+
+def build_env(config):
+    options = dict(config.env.get("options", {}))
+    return make_env(config.env.name, size=config.env.size, **options)
+
+
+def build_policy(config, env):
+    """The decoder (preset + overrides, vocabulary = the environment tokenizer) and Policy."""
+    overrides = {f: config.model[f] for f in MODEL_FIELDS if config.model.get(f)}
+    seq = env.obs_len + env.feedback_len + env.action_len + 2
+    mcfg = get_preset(config.model.preset, vocab_size=len(env.tokenizer),
+                      max_seq_len=max(seq, 16), **overrides)
+    model = Decoder(mcfg, rngs=nnx.Rngs(config.seed))
+    graphdef, params = nnx.split(model)
+    policy = Policy(graphdef, mcfg.vocab_size, env.obs_len, env.action_len, env.feedback_len)
+    return policy, params
+
+
+class Experiment:
+    """Everything a run needs, built once from the config (compiles happen lazily)."""
+
+    def __init__(self, config):
+        self.config = config
+        self.env, self.env_params = build_env(config)
+        self.policy, params = build_policy(config, self.env)
+        self.mesh = make_mesh(config.train.num_devices or None)
+        ctx = CreditContext(policy=self.policy, env=self.env, env_params=self.env_params,
+                            group_size=config.rollout.group_size)
+        self.credit_fn = make_credit(config.method, config, ctx)
+        self.optimizer = make_optimizer(config.ppo)
+        self.init_state = TrainState(params=params, opt_state=self.optimizer.init(params),
+                                     step=jnp.zeros((), jnp.int32))
+        ref = params if config.ppo.kl_coef > 0 else None
+        self.step_fn = make_train_step(config, self.policy, self.env, self.env_params,
+                                       self.credit_fn, self.optimizer, self.mesh, ref)
+        self.eval_fn = make_eval(self.policy, self.env, self.env_params,
+                                 config.train.eval_episodes, self.mesh)
+        self.key = jax.random.key(config.seed)
+        # The held-out tasks do not depend on the training seed: every method and seed is
+        # evaluated on the same episodes.
+        self.eval_key = jax.random.key(config.train.eval_seed)
+
+    def evaluate(self, params) -> Dict[str, float]:
+        return {f"eval/{k}": v for k, v in to_host(self.eval_fn(params, self.eval_key)).items()}
+
+
+def train(config) -> Dict[str, Any]:
+    """Runs config.train.steps steps (resuming if asked); returns the summary dict."""
+    exp = Experiment(config)
+    tc = config.train
+    run_dir = os.path.join(tc.results_dir, tc.experiment, tc.run)
+    ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"), save_every=tc.checkpoint_every,
+                        keep=tc.keep)
+    state, start = exp.init_state, 0
+    latest = ckpt.latest_step()
+    if latest is not None and not tc.resume:
+        raise FileExistsError(
+            f"{run_dir} already has checkpoints (step {latest}); pass "
+            f"--config.train.resume=True to continue it or choose another --config.train.run")
+    if tc.resume and latest is not None:
+        restored = ckpt.restore(state)
+        state, start = restored.state, restored.step
+    logger = RunLogger(tc.results_dir, tc.experiment, tc.run, config, total_steps=tc.steps,
+                       resume_step=start if tc.resume else None, progress=tc.progress,
+                       progress_keys=("rollout/return", "eval/env/score"))
+    t0 = time.time()
+    if start == 0:
+        logger.log(0, exp.evaluate(state.params))
+    totals = {"aux_tokens": 0.0, "env_calls": 0.0, "credit_env_calls": 0.0}
+    for rec in logger.records:
+        totals["aux_tokens"] += rec.get("credit/aux_tokens", 0.0) or 0.0
+        totals["env_calls"] += rec.get("rollout/env_calls", 0.0) or 0.0
+        totals["credit_env_calls"] += rec.get("credit/env_calls", 0.0) or 0.0
+    for step in range(start, tc.steps):
+        state, metrics = exp.step_fn(state, exp.key)
+        m = to_host(metrics)
+        check_finite(step + 1, {k: v for k, v in m.items() if k.startswith("train/")},
+                     ckpt.latest_step())
+        if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
+            m.update(exp.evaluate(state.params))
+        totals["aux_tokens"] += m.get("credit/aux_tokens", 0.0)
+        totals["env_calls"] += m.get("rollout/env_calls", 0.0)
+        totals["credit_env_calls"] += m.get("credit/env_calls", 0.0)
+        logger.log(step + 1, m)
+        ckpt.save(step + 1, state, extra={"step": step + 1})
+    final = {k.replace("eval/", "final/"): v for k, v in logger.records[-1].items()
+             if k.startswith("eval/")}
+    initial = {k: v for k, v in logger.records[0].items() if k.startswith("eval/")}
+    summary = {
+        "method": config.method, "env": config.env.name, "seed": config.seed,
+        "steps": tc.steps,
+        **{k.replace("eval/", "initial/"): v for k, v in initial.items()},
+        **final,
+        "total/aux_tokens": totals["aux_tokens"],
+        "total/env_calls": totals["env_calls"] + totals["credit_env_calls"],
+        "total/rollout_env_calls": totals["env_calls"],
+        "wall_clock_s": time.time() - t0,
+    }
+    logger.write_summary(summary)
+    logger.plot([k for k in ("rollout/return", "eval/env/score", "train/loss",
+                             "credit/aux_tokens", "train/approx_kl")
+                 if any(k in r for r in logger.records)])
+    logger.close()
+    ckpt.close()
+    return summary

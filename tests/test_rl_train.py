@@ -1,0 +1,207 @@
+"""The compiled train step and its driver: determinism, resume after SIGKILL, 8 devices vs
+1, config errors, non-finite losses, constrained decoding."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from asct_jax.rl import credit as credit_lib
+from asct_jax.rl.checkpoint import NonFiniteLossError
+from asct_jax.rl.policy import allowed_tokens, constrained_log_probs, left_align
+from experiments.configs import base as base_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def small_config(tmp_path, **train):
+    c = base_config.get_config()
+    c.env.name = "household"
+    c.model.hidden_size = 32
+    c.model.num_layers = 1
+    c.model.num_heads = 2
+    c.model.num_kv_heads = 1
+    c.model.head_dim = 16
+    c.model.intermediate_size = 64
+    c.rollout.num_groups = 4
+    c.rollout.group_size = 4
+    c.ppo.epochs = 1
+    c.ppo.minibatches = 2
+    c.train.steps = 2
+    c.train.eval_every = 2
+    c.train.eval_episodes = 8
+    c.train.checkpoint_every = 1
+    c.train.results_dir = str(tmp_path)
+    c.train.progress = False
+    for k, v in train.items():
+        c.train[k] = v
+    return c
+
+
+def _cli_args(tmp_path, run, steps, extra=()):
+    return [sys.executable, "-m", "experiments.train",
+            "--config", os.path.join(ROOT, "experiments/configs/base.py"),
+            "--config.model.hidden_size=32", "--config.model.num_layers=1",
+            "--config.model.num_heads=2", "--config.model.num_kv_heads=1",
+            "--config.model.intermediate_size=64", "--config.rollout.num_groups=4",
+            "--config.rollout.group_size=4", "--config.ppo.epochs=1",
+            f"--config.train.steps={steps}", "--config.train.eval_every=2",
+            "--config.train.eval_episodes=8", "--config.train.checkpoint_every=1",
+            f"--config.train.results_dir={tmp_path}", f"--config.train.run={run}",
+            "--config.train.progress=False", *extra]
+
+
+def _env(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _metrics(path):
+    drop = ("wall", "time")
+    with open(path) as f:
+        return [{k: v for k, v in json.loads(line).items() if not any(d in k for d in drop)}
+                for line in f]
+
+
+# -- constrained decoding ------------------------------------------------------------
+
+def test_allowed_tokens_follow_the_candidate_trie():
+    cands = jnp.array([[5, 6, 1, 0], [5, 7, 1, 0], [8, 1, 0, 0]])
+    legal = jnp.array([True, True, False])
+    allowed = allowed_tokens(jnp.array([5, 7, 1, 0]), cands, legal, 10)
+    assert set(np.flatnonzero(allowed[0])) == {5}          # candidate 2 is illegal
+    assert set(np.flatnonzero(allowed[1])) == {6, 7}
+    assert set(np.flatnonzero(allowed[2])) == {1}
+    assert not np.any(allowed[3])                           # after EOS: nothing
+
+
+def test_constrained_log_probs_normalise_over_allowed_tokens():
+    logits = jax.random.normal(jax.random.key(0), (3, 10))
+    allowed = jnp.zeros((3, 10), bool).at[0, [2, 3]].set(True).at[1, 4].set(True)
+    logp, ent = constrained_log_probs(logits, allowed, jnp.array([2, 4, 0]))
+    z = jax.nn.logsumexp(logits[0, jnp.array([2, 3])])
+    np.testing.assert_allclose(logp[0], logits[0, 2] - z, rtol=1e-6)
+    assert logp[1] == 0.0 and ent[1] == 0.0                  # forced token
+    assert logp[2] == 0.0                                    # no allowed token: masked
+
+
+def test_left_align_moves_padding_left():
+    x = jnp.array([[7, 8, 0, 0], [1, 2, 3, 4], [0, 0, 0, 0]])
+    np.testing.assert_array_equal(left_align(x), [[0, 0, 7, 8], [1, 2, 3, 4], [0, 0, 0, 0]])
+
+
+# -- the driver ----------------------------------------------------------------------
+
+def test_same_seed_same_numbers_and_candidate_scores_match_full_pass(tmp_path):
+    from asct_jax.rl.trainer import Experiment
+    from asct_jax.rl.train_step import to_host
+
+    exp = Experiment(small_config(tmp_path))
+    state = exp.init_state
+    s1, m1 = exp.step_fn(jax.tree.map(jnp.copy, state), exp.key)
+    s2, m2 = exp.step_fn(jax.tree.map(jnp.copy, state), exp.key)
+    assert to_host(m1) == to_host(m2)
+    for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
+        np.testing.assert_array_equal(a, b)
+    assert any(float(jnp.max(jnp.abs(a - b))) > 0
+               for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(state.params)))
+
+
+def test_non_finite_loss_stops_with_step_and_last_checkpoint(tmp_path):
+    from asct_jax.rl.trainer import train
+
+    name = "nan_coefficients_for_test"
+    if name not in credit_lib._REGISTRY:
+        @credit_lib.register(name)
+        def _nan(config, ctx):
+            grpo = credit_lib._REGISTRY["grpo"](config, ctx)
+
+            def fn(params, batch, key):
+                c = grpo(params, batch, key)
+                return c.replace(coef=c.coef * jnp.nan)
+            return fn
+    c = small_config(tmp_path, steps=3)
+    c.method = name
+    with pytest.raises(NonFiniteLossError, match=r"step 1: .*loss=nan.*no checkpoint to go back to"):
+        train(c)
+
+
+def test_config_errors_exit_2_with_one_line(tmp_path):
+    for bad, field in [("--config.ppo.aggregation=bogus", "ppo.aggregation"),
+                       ("--config.ppo.nosuchfield=1", "ppo.nosuchfield"),
+                       ("--config.rollout.num_groups=two", "rollout.num_groups"),
+                       ("--config.method=unknown", "method")]:
+        p = subprocess.run(_cli_args(tmp_path, "bad", 1, [bad]), capture_output=True,
+                           text=True, env=_env(tmp_path), cwd=ROOT, timeout=120)
+        lines = [line for line in p.stderr.splitlines() if line.strip()]
+        assert p.returncode == 2, p.stderr
+        assert len(lines) == 1 and field in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
+def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
+    env = _env(tmp_path)
+    steps = 4
+    full = subprocess.run(_cli_args(tmp_path, "full", steps), env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert full.returncode == 0, full.stderr[-2000:]
+    # Interrupted run: SIGKILL as soon as the checkpoint of step 2 is finalised.
+    proc = subprocess.Popen(_cli_args(tmp_path, "killed", steps), env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt2 = tmp_path / "train" / "killed" / "checkpoints" / "2"
+    deadline = time.time() + 600
+    while not ckpt2.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    resumed = subprocess.run(_cli_args(tmp_path, "killed", steps, ["--config.train.resume=True"]),
+                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a = _metrics(tmp_path / "train" / "full" / "metrics.jsonl")
+    b = _metrics(tmp_path / "train" / "killed" / "metrics.jsonl")
+    assert a == b
+    from asct_jax.rl.checkpoint import Checkpointer
+    from asct_jax.rl.trainer import Experiment
+    target = Experiment(small_config(tmp_path)).init_state
+    pa = Checkpointer(str(tmp_path / "train" / "full" / "checkpoints")).restore(target).state
+    pb = Checkpointer(str(tmp_path / "train" / "killed" / "checkpoints")).restore(target).state
+    for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+EIGHT_DEVICES = r"""
+import jax, jax.numpy as jnp, numpy as np, sys
+sys.path.insert(0, ROOT)
+from tests.test_rl_train import small_config
+from asct_jax.rl.trainer import Experiment
+import pathlib
+assert jax.device_count() == 8
+out = []
+for n in (1, 8):
+    c = small_config(pathlib.Path(TMP))
+    c.train.num_devices = n
+    exp = Experiment(c)
+    state, m = exp.step_fn(exp.init_state, exp.key)
+    out.append(jax.tree.map(np.asarray, state.params))
+diff = max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(out[1])))
+print("MAXDIFF", diff)
+"""
+
+
+def test_eight_devices_match_one_device(tmp_path):
+    env = _env(tmp_path)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    code = EIGHT_DEVICES.replace("ROOT", repr(ROOT)).replace("TMP", repr(str(tmp_path)))
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    diff = float(p.stdout.split("MAXDIFF")[1])
+    assert diff < 1e-5, diff
