@@ -1,0 +1,263 @@
+"""`household`: an ALFWorld-like analogue (not ALFWorld): receptacles, objects, text commands.
+
+Task types: pick-and-place ("put the apple in the cabinet"), clean (sink), heat
+(microwave), cool (fridge): "put a hot apple in the cabinet". Objects start hidden in
+storage receptacles; the agent sees only the contents of the receptacle it stands at
+(plus the list of receptacles it has already searched, so x_t alone suffices).
+
+Reward: sparse, 1.0 on the step that completes the task (the episode then ends), else 0.
+score = success. Ruin: heating an object that is already hot burns it; a burnt target
+makes the task unsolvable (the episode runs on to the turn limit). Recoverable mistakes:
+taking the wrong object (put it back anywhere), cooling instead of heating, detours.
+
+Candidates (K = R + N + 4, fixed slots):
+  [0, R)      "go to the {recep}"
+  [R, R+N)    "take the {obj} from the {current recep}"   (object here, hands empty)
+  R+N         "put the {held} in the {current recep}"
+  R+N+1..+3   "carefully clean the {held} with the sink" / heat ... microwave / cool ... fridge
+Filler words ("the", "carefully") are ignored by the parser; names matter.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Tuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from asct_jax.envs import _common as C
+from asct_jax.envs.base import PAD_ID, SEP_ID, Environment, TimeStep
+
+RECEPTACLES = ("counter", "table", "cabinet", "fridge", "microwave", "sink", "drawer", "shelf")
+OBJECTS = ("apple", "mug", "potato", "bread", "egg", "plate")
+TASK_WORDS = ("put the {o} in the {r}", "put a clean {o} in the {r}",
+              "put a hot {o} in the {r}", "put a cool {o} in the {r}")
+STATUS = ("clean", "hot", "cold", "burnt")
+FRIDGE, MICROWAVE, SINK = 3, 4, 5
+STORAGE_SMALL = (0, 1, 2, 3)          # where objects start / targets lie (small)
+STORAGE_HARD = (0, 1, 2, 3, 6, 7)
+
+
+def vocabulary():
+    return C.words_of(*TASK_WORDS, "task :", "at", "hold", "seen", "go to the",
+                      "take the from the", "put the in the", "carefully clean the with the sink",
+                      "heat the with the microwave", "cool the with the fridge",
+                      "you arrive at you see", "you take the", "you put the in the",
+                      "the is now", "task done", *STATUS) | set(RECEPTACLES) | set(OBJECTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class HouseholdConfig:
+    size: str = "small"            # "small" | "hard"
+    max_turns: int = 0             # 0 -> size default (small 10, hard 15)
+
+    def __post_init__(self):
+        C.check_choice("size", self.size, ("small", "hard"))
+
+
+@chex.dataclass(frozen=True)
+class HouseholdParams:
+    task_probs: chex.Array         # [4] probabilities of place/clean/heat/cool
+
+
+@chex.dataclass(frozen=True)
+class HouseholdState:
+    key: chex.PRNGKey
+    turn: chex.Array               # [] int32
+    done: chex.Array               # [] bool
+    loc: chex.Array                # [] int32 receptacle index of the agent
+    obj_loc: chex.Array            # [N] int32 receptacle of each object, -1 = held
+    held: chex.Array               # [] int32 object index or -1
+    status: chex.Array             # [N, 4] bool clean/hot/cold/burnt
+    seen: chex.Array               # [R] bool receptacles visited
+    task: chex.Array               # [] int32 0 place, 1 clean, 2 heat, 3 cool
+    target: chex.Array             # [] int32 object
+    dest: chex.Array               # [] int32 receptacle
+    success: chex.Array            # [] bool
+
+
+class Household(C.TextEnvMixin, Environment):
+    name = "household"
+
+    def __init__(self, config: HouseholdConfig = HouseholdConfig()):
+        self.config = config
+        small = config.size == "small"
+        self.R = 6 if small else 8
+        self.N = 4 if small else 6
+        self.storage = np.asarray(STORAGE_SMALL if small else STORAGE_HARD, np.int32)
+        self.num_actions = self.R + self.N + 4
+        self.action_len = 8
+        self.obs_len = 48
+        self.feedback_len = 12
+        self.max_turns = config.max_turns or (10 if small else 15)
+        self._init_text()
+        R, N, A = self.R, self.N, self.action_len
+        recs, objs = RECEPTACLES[:R], OBJECTS[:N]
+        self.t_go = C.encode_table([f"go to the {r}" for r in recs], A, eos=True)
+        self.t_take = C.encode_table([f"take the {o} from the {r}" for o in objs for r in recs],
+                                     A, eos=True).reshape(N, R, A)
+        self.t_put = C.encode_table([f"put the {o} in the {r}" for o in objs for r in recs],
+                                    A, eos=True).reshape(N, R, A)
+        self.t_apply = np.stack([
+            C.encode_table([f"carefully clean the {o} with the sink" for o in objs], A, eos=True),
+            C.encode_table([f"heat the {o} with the microwave" for o in objs], A, eos=True),
+            C.encode_table([f"cool the {o} with the fridge" for o in objs], A, eos=True)], 1)
+        self.t_task = C.encode_table([t.format(o=o, r=r) for t in TASK_WORDS for o in objs
+                                      for r in recs], 8).reshape(4, N, R, 8)
+        self.t_rec = C.encode_table(recs, 1)[:, 0]
+        self.t_obj = C.encode_table(objs, 1)[:, 0]
+        self.t_status = C.encode_table(STATUS, 1)[:, 0]
+        self.w = {w: int(C.encode(w, 1)[0]) for w in ("task", ":", "at", "hold", "seen")}
+        F = self.feedback_len
+        self.f_arrive = C.encode("you arrive at", F)
+        self.f_see = C.encode("you see", F)
+        self.f_take = C.encode("you take the", F)
+        self.f_put = C.encode("you put the", F)
+        self.f_in = C.encode("in the", F)
+        self.f_now = C.encode("is now", F)
+        self.f_done = C.encode("task done", F)
+        self.f_nothing = C.encode(C.NOTHING_TEXT, F)
+        self._freeze_tables()
+
+    # ------------------------------------------------------------------ protocol
+    def default_params(self) -> HouseholdParams:
+        return HouseholdParams(task_probs=jnp.full((4,), 0.25, jnp.float32))
+
+    def reset(self, key, params) -> Tuple[HouseholdState, TimeStep]:
+        key, k_task, k_obj, k_dest, k_loc, k_shift = jax.random.split(key, 6)
+        N = self.N
+        task = jax.random.choice(k_task, 4, p=params.task_probs).astype(jnp.int32)
+        target = jax.random.randint(k_obj, (), 0, N, jnp.int32)
+        storage = jnp.asarray(self.storage)
+        dest_i = jax.random.randint(k_dest, (), 0, storage.shape[0])
+        dest = storage[dest_i]
+        # Objects start in storage receptacles; the target never starts at its destination.
+        locs = storage[jax.random.randint(k_loc, (N,), 0, storage.shape[0])]
+        shift = storage[(dest_i + 1 + jax.random.randint(k_shift, (), 0, storage.shape[0] - 1))
+                        % storage.shape[0]]
+        locs = locs.at[target].set(jnp.where(locs[target] == dest, shift, locs[target]))
+        state = HouseholdState(
+            key=key, turn=jnp.zeros((), jnp.int32), done=jnp.zeros((), bool),
+            loc=jnp.asarray(1, jnp.int32),  # start at the table
+            obj_loc=locs.astype(jnp.int32), held=jnp.asarray(-1, jnp.int32),
+            status=jnp.zeros((N, 4), bool),
+            seen=jnp.zeros((self.R,), bool).at[1].set(True),
+            task=task, target=target, dest=dest.astype(jnp.int32),
+            success=jnp.zeros((), bool))
+        return state, C.first_timestep(self, state, params, self._observe, self._info)
+
+    def legal_actions(self, state, params):
+        R, N = self.R, self.N
+        held = jnp.maximum(state.held, 0)
+        cands = jnp.concatenate([
+            jnp.asarray(self.t_go),
+            jnp.asarray(self.t_take)[:, state.loc],
+            jnp.asarray(self.t_put)[held, state.loc][None],
+            jnp.asarray(self.t_apply)[held]], 0)
+        return cands.astype(jnp.int32), legal_mask(state)
+
+    def step(self, state, action, params):
+        return C.finish_step(self, state, action, params, self._transition, self._observe,
+                             self._info, self.f_nothing)
+
+    # ------------------------------------------------------------------ dynamics
+    def _transition(self, s: HouseholdState, idx, rng, params):
+        R, N, F = self.R, self.N, self.feedback_len
+        held = jnp.maximum(s.held, 0)
+        kind = jnp.where(idx < R, 0, jnp.where(idx < R + N, 1, idx - R - N + 2))
+        # 0 go
+        go_to = jnp.minimum(idx, R - 1)
+        here = jnp.where(s.obj_loc == go_to, jnp.asarray(self.t_obj), PAD_ID)
+        fb_go = C.render([self.f_arrive, jnp.asarray(self.t_rec)[go_to][None], self.f_see, here], F * 3)[:F]
+        s_go = s.replace(loc=go_to, seen=s.seen.at[go_to].set(True))
+        # 1 take
+        j = jnp.clip(idx - R, 0, N - 1)
+        fb_take = C.render([self.f_take, jnp.asarray(self.t_obj)[j][None]], F * 2)[:F]
+        s_take = s.replace(obj_loc=s.obj_loc.at[j].set(-1), held=j)
+        # 2 put
+        obj_loc = s.obj_loc.at[held].set(s.loc)
+        fb_put = C.render([self.f_put, jnp.asarray(self.t_obj)[held][None], self.f_in,
+                           jnp.asarray(self.t_rec)[s.loc][None]], F * 4)[:F]
+        s_put = s.replace(obj_loc=obj_loc, held=jnp.asarray(-1, jnp.int32))
+        req_ok = jnp.where(s.task == 0, True, s.status[s.target, jnp.maximum(s.task - 1, 0)])
+        success = ((kind == 2) & (held == s.target) & (s.loc == s.dest) & req_ok
+                   & ~s.status[s.target, 3])
+        s_put = s_put.replace(success=success, done=success)
+        fb_put = jnp.where(success, C.render([fb_put[:8], self.f_done[:2]], F * 2)[:F], fb_put)
+        # 3..5 clean / heat / cool the held object
+        st = s.status[held]
+        clean = st.at[0].set(True)
+        heat = st.at[1].set(True).at[2].set(False).at[3].set(st[3] | st[1])
+        cool = st.at[2].set(True).at[1].set(False)
+        new_st = jnp.stack([clean, heat, cool])[jnp.clip(kind - 3, 0, 2)]
+        word = jnp.where(new_st[3], 3, jnp.clip(kind - 3, 0, 2))
+        fb_app = C.render([jnp.asarray(self.t_obj)[held][None], self.f_now[:2],
+                           jnp.asarray(self.t_status)[word][None]], F * 2)[:F]
+        s_app = s.replace(status=s.status.at[held].set(new_st))
+        states = [s_go, s_take, s_put, s_app, s_app, s_app]
+        fbs = [fb_go, fb_take, fb_put, fb_app, fb_app, fb_app]
+        out_s, out_fb = s_go, fb_go
+        for k in range(1, 6):
+            out_s = C.tree_select(kind == k, states[k], out_s)
+            out_fb = jnp.where(kind == k, fbs[k], out_fb)
+        return out_s, out_fb, success.astype(jnp.float32)
+
+    def _observe(self, s: HouseholdState, params):
+        w = self.w
+        here = jnp.where(s.obj_loc == s.loc, jnp.asarray(self.t_obj), PAD_ID)
+        held = jnp.maximum(s.held, 0)
+        has = s.held >= 0
+        hold_obj = jnp.where(has, jnp.asarray(self.t_obj)[held], PAD_ID)
+        hold_st = jnp.where(has & s.status[held], jnp.asarray(self.t_status), PAD_ID)
+        seen = jnp.where(s.seen, jnp.asarray(self.t_rec), PAD_ID)
+        return C.render([
+            [w["task"], w[":"]], jnp.asarray(self.t_task)[s.task, s.target, s.dest], [SEP_ID],
+            [w["at"], jnp.asarray(self.t_rec)[s.loc], w[":"]], here, [SEP_ID],
+            [w["hold"]], hold_st, hold_obj[None], [SEP_ID],
+            [w["seen"]], seen], self.obs_len)
+
+    def _info(self, s: HouseholdState, params):
+        return C.info_dict(success=s.success, score=s.success)
+
+    # ------------------------------------------------------------------ policies
+    def expert_policy(self, state, params, key=None):
+        return expert_policy(state, params, key)
+
+    def random_policy(self, state, params, key):
+        return self.uniform_random_policy(state, params, key)
+
+
+def expert_policy(s: HouseholdState, params, key=None) -> jax.Array:
+    """Privileged scripted expert (knows where the target is): [] int32 slot index.
+
+    Sizes come from the state's shapes (R = seen.shape[0], N = obj_loc.shape[0]).
+    """
+    R, N = s.seen.shape[-1], s.obj_loc.shape[-1]
+    need = s.task > 0
+    have_status = jnp.where(need, s.status[s.target, jnp.maximum(s.task - 1, 0)], True)
+    appliance = jnp.asarray([0, SINK, MICROWAVE, FRIDGE], jnp.int32)[s.task]
+    holding_t = s.held == s.target
+    tl = s.obj_loc[s.target]
+    a_fetch = jnp.where(s.loc == tl, R + s.target, tl)              # walk to it, take it
+    a_status = jnp.where(s.loc == appliance, R + N + s.task, appliance)  # clean/heat/cool
+    a_deliver = jnp.where(s.loc == s.dest, R + N, s.dest)           # walk to dest, put
+    a = jnp.where((s.held >= 0) & ~holding_t, R + N,                # put a wrong object down
+                  jnp.where(~holding_t, a_fetch, jnp.where(~have_status, a_status, a_deliver)))
+    return a.astype(jnp.int32)
+
+
+def legal_mask(state: HouseholdState) -> jax.Array:
+    """[K] bool legality of the fixed candidate slots."""
+    R = state.seen.shape[-1]
+    has = state.held >= 0
+    return jnp.concatenate([
+        jnp.arange(R) != state.loc, (state.obj_loc == state.loc) & ~has, has[None],
+        jnp.stack([has & (state.loc == SINK), has & (state.loc == MICROWAVE),
+                   has & (state.loc == FRIDGE)])])
+
+
+def random_policy(state: HouseholdState, params, key) -> jax.Array:
+    """Uniform random index among the legal candidates: [] int32."""
+    return C.uniform_policy(legal_mask(state), key)

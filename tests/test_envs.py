@@ -1,0 +1,302 @@
+"""Tests of the JAX-native text environments (small configs), the registry and tokenizer.
+
+Compiles are kept few: per environment one module fixture jits reset, an agent step
+(policy + step) single and vmapped, and a raw step on given tokens.
+"""
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from asct_jax.envs import EOS_ID, PAD_ID, SPECIAL_TOKENS, list_envs, make, module_of
+from asct_jax.envs import _common as C
+from asct_jax.envs.tokenizer import decode, encode_fixed, get_tokenizer, save_tokenizer
+
+ENVS = ("rag_workflow", "household", "shop", "science")
+
+
+def tree_equal(a, b):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(la) == len(lb) and all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
+
+
+def key_data(k):
+    return np.asarray(jax.random.key_data(k)) if jnp.issubdtype(k.dtype, jax.dtypes.prng_key) \
+        else np.asarray(k)
+
+
+class Harness:
+    def __init__(self, name):
+        self.name = name
+        self.env, self.params = make(name, size="small")
+        self.mod = module_of(name)
+        env, params, mod = self.env, self.params, self.mod
+
+        def agent_step(state, key, use_expert):
+            cands, legal = env.legal_actions(state, params)
+            a = jnp.where(use_expert, mod.expert_policy(state, params, key),
+                          mod.random_policy(state, params, key))
+            s2, ts = env.step(state, cands[a], params)
+            return a, cands[a], legal[a], s2, ts
+
+        self.reset = jax.jit(lambda k: env.reset(k, params))
+        self.vreset = jax.jit(jax.vmap(lambda k: env.reset(k, params)))
+        self.agent_step = jax.jit(agent_step)
+        self.vagent_step = jax.jit(jax.vmap(agent_step, in_axes=(0, 0, None)))
+        self.raw_step = jax.jit(lambda s, a: env.step(s, a, params))
+        self.legal = jax.jit(lambda s: env.legal_actions(s, params))
+
+    def run(self, state, keys, use_expert=False):
+        out = []
+        for k in keys:
+            a, tok, _, state, ts = self.agent_step(state, k, use_expert)
+            out.append((a, state, ts))
+        return out
+
+
+@pytest.fixture(scope="module", params=ENVS)
+def h(request):
+    return Harness(request.param)
+
+
+# ---------------------------------------------------------------------------- tokenizer
+def test_tokenizer_vocab_and_roundtrip(tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = get_tokenizer()
+    vocab = tok.get_vocab()
+    assert [vocab[s] for s in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+    words = sorted(vocab, key=vocab.get)[len(SPECIAL_TOKENS):]
+    assert words == sorted(words) and len(vocab) < 1024
+    save_tokenizer(str(tmp_path))
+    tok2 = PreTrainedTokenizerFast.from_pretrained(str(tmp_path))
+    text = "now call the deep_retrieve tool take the apple from the fridge : 42"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok2(text, add_special_tokens=False)["input_ids"] == ids
+    assert UNK_not_in(ids)
+    assert tok2.pad_token_id == PAD_ID and tok2.eos_token_id == EOS_ID
+    fixed = encode_fixed(text, 16)
+    assert fixed.dtype == np.int32 and fixed.shape == (16,)
+    assert list(fixed[: len(ids)]) == ids and np.all(fixed[len(ids):] == PAD_ID)
+    assert decode(fixed) == text
+    with pytest.raises(ValueError):
+        encode_fixed(text, 4)
+    with pytest.raises(ValueError):
+        encode_fixed("xylophone", 4)
+
+
+def UNK_not_in(ids):
+    return 2 not in ids
+
+
+# ---------------------------------------------------------------------------- registry
+def test_registry_errors_and_overrides():
+    assert set(ENVS) | {"toy_tree"} <= set(list_envs())
+    with pytest.raises(ValueError, match="allowed names"):
+        make("nope")
+    with pytest.raises(ValueError, match="allowed fields"):
+        make("shop", colour="red")
+    with pytest.raises(ValueError, match="size"):
+        make("household", size="huge")
+    with pytest.raises(ValueError, match="component_set"):
+        make("rag_workflow", component_set="other")
+    env, _ = make("science", size="hard")
+    assert env.num_actions == 16 and env.max_turns == 14
+    env, _ = make("household", max_turns=7)
+    assert env.max_turns == 7
+
+
+def test_toy_tree_registered_lazily():
+    code = ("import sys, asct_jax.envs as e; assert 'asct_jax.envs.toy_tree' not in sys.modules;"
+            "assert 'toy_tree' in e.list_envs()")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    env, _ = make("toy_tree", size="small")          # loaded on request
+    assert env.num_actions >= 2
+    with pytest.raises(ValueError, match="allowed fields"):
+        make("toy_tree", colour=1)
+
+
+def test_rag_component_sets_and_descriptions():
+    env, p = make("rag_workflow")
+    env_t, p_t = make("rag_workflow", component_set="transfer")
+    env_n, p_n = make("rag_workflow", describe_components=False)
+    costs = np.asarray(env.action_costs(None, p))
+    assert costs.max() / costs.min() >= 5
+    assert not np.array_equal(np.asarray(env_t.action_costs(None, p_t)), costs)
+    assert sorted(np.asarray(p_t.ctype)) == sorted(np.asarray(p.ctype))
+    c0, c1 = decode(env.t_cand[0]), decode(env_t.t_cand[1])   # both "retrieve"-type
+    assert "retrieve" in c0 and "search" in c1
+    k = jax.random.PRNGKey(0)
+    _, ts = env.reset(k, p)
+    _, ts_n = env_n.reset(k, p_n)
+    n, n_n = int(np.sum(ts.observation != PAD_ID)), int(np.sum(ts_n.observation != PAD_ID))
+    assert n - n_n == 4 * env.num_actions + 1
+    assert "costly thorough search" in decode(ts.observation)
+    assert "costly" not in decode(ts_n.observation)
+
+
+# ---------------------------------------------------------------------------- protocol
+def test_sizes_and_types(h):
+    env = h.env
+    assert env.num_actions <= 16 and env.action_len <= 8 and env.obs_len <= 64
+    assert env.feedback_len <= 12 and env.max_turns <= 10
+    s, ts = h.reset(jax.random.PRNGKey(0))
+    assert ts.observation.shape == (env.obs_len,) and ts.observation.dtype == jnp.int32
+    assert ts.feedback.shape == (env.feedback_len,) and np.all(ts.feedback == PAD_ID)
+    assert ts.reward.dtype == jnp.float32 and ts.done.dtype == jnp.bool_
+    cands, legal = h.legal(s)
+    assert cands.shape == (env.num_actions, env.action_len) and cands.dtype == jnp.int32
+    assert legal.shape == (env.num_actions,) and bool(jnp.any(legal))
+    legal_rows = np.asarray(cands)[np.asarray(legal)]
+    assert np.all(np.sum(legal_rows == EOS_ID, axis=1) == 1)   # tokens, EOS, PAD
+    assert env.action_costs(s, h.params).shape == (env.num_actions,)
+    assert "success" in ts.info and "score" in ts.info
+    _, _, _, _, ts2 = h.agent_step(s, jax.random.PRNGKey(1), False)
+    assert set(ts2.info) == set(ts.info)
+    assert env.tokenizer is get_tokenizer()
+
+
+def test_determinism(h):
+    keys = jax.random.split(jax.random.PRNGKey(3), h.env.max_turns)
+    s0, _ = h.reset(jax.random.PRNGKey(7))
+    s0b, _ = h.reset(jax.random.PRNGKey(7))
+    assert tree_equal(s0, s0b)
+    a = h.run(s0, keys)
+    b = h.run(s0b, keys)
+    assert all(tree_equal(x, y) for x, y in zip(a, b))
+
+
+def test_recoverability(h):
+    """Keep the state at turn k, continue with the same keys: the same rest of the episode."""
+    T = h.env.max_turns
+    keys = jax.random.split(jax.random.PRNGKey(11), T)
+    s0, _ = h.reset(jax.random.PRNGKey(5))
+    full = h.run(s0, keys)
+    k = 2
+    kept = jax.tree.map(jnp.copy, full[k - 1][1])  # state after k steps
+    rest = h.run(kept, keys[k:])
+    assert all(tree_equal(x, y) for x, y in zip(full[k:], rest))
+
+
+BATCH = 24   # one batch size for the vmapped tests: one compile of the vmapped step
+
+
+def test_vmap_equals_loop(h):
+    B = BATCH
+    rkeys = jax.random.split(jax.random.PRNGKey(21), B)
+    skeys = jax.random.split(jax.random.PRNGKey(22), (4, B))
+    bs, bts = h.vreset(rkeys)
+    singles = [h.reset(k) for k in rkeys]
+    assert tree_equal(bts, jax.tree.map(lambda *x: jnp.stack(x), *[t for _, t in singles]))
+    states = [s for s, _ in singles]
+    for t in range(4):
+        out = h.vagent_step(bs, skeys[t], t % 2 == 0)
+        bs = out[3]
+        loop = [h.agent_step(states[i], skeys[t, i], t % 2 == 0) for i in range(B)]
+        states = [o[3] for o in loop]
+        stacked = jax.tree.map(lambda *x: jnp.stack(x), *loop)
+        assert tree_equal(out, stacked)
+
+
+def _nothing_happened(h, s, s2, ts):
+    fb = np.asarray(C.encode(C.NOTHING_TEXT, h.env.feedback_len))
+    assert np.array_equal(np.asarray(ts.feedback), fb)
+    assert float(ts.reward) == 0.0
+    assert int(s2.turn) == int(s.turn) + 1
+    same = s2.replace(key=s.key, turn=s.turn, done=s.done)
+    assert tree_equal(same, s)
+
+
+@given(tokens=st.lists(st.integers(0, 400), min_size=1, max_size=8))
+def test_garbage_actions_are_nothing_steps(h, tokens):
+    env = h.env
+    s, _ = h.reset(jax.random.PRNGKey(1))
+    cands, legal = h.legal(s)
+    action = np.full((env.action_len,), PAD_ID, np.int32)
+    action[: min(len(tokens), env.action_len)] = tokens[: env.action_len]
+    idx = C.parse_action(cands, legal, jnp.asarray(action), env._fillers)
+    s2, ts = h.raw_step(s, jnp.asarray(action))
+    if int(idx) < 0:
+        _nothing_happened(h, s, s2, ts)
+    else:  # garbage that happens to spell a legal action acts like it
+        s3, ts3 = h.raw_step(s, cands[int(idx)])
+        assert tree_equal((s2, ts), (s3, ts3))
+
+
+def test_illegal_candidate_is_nothing_step(h):
+    """An illegal candidate (or, where every candidate is legal, a candidate's content
+    word swapped for another environment word) is an ordinary nothing-happens step."""
+    s, _ = h.reset(jax.random.PRNGKey(2))
+    cands, legal = h.legal(s)
+    legal = np.asarray(legal)
+    if not legal.all():
+        action = cands[int(np.argmin(legal))]
+    else:
+        action = np.asarray(cands[0]).copy()
+        action[: np.argmax(action == EOS_ID)] = get_tokenizer().get_vocab()["dollars"]
+    s2, ts = h.raw_step(s, jnp.asarray(action))
+    _nothing_happened(h, s, s2, ts)
+
+
+def test_filler_tokens_do_not_matter(h):
+    """Dropping the filler words of a candidate, or adding some, gives the same step;
+    dropping a content word does not."""
+    s, _ = h.reset(jax.random.PRNGKey(4))
+    cands, legal = h.legal(s)
+    i = int(np.argmax(np.asarray(legal)))
+    cand = np.asarray(cands[i])
+    fill = set(np.asarray(h.env._fillers).tolist())
+    content = [t for t in cand if t not in fill and t not in (PAD_ID, EOS_ID)]
+    vocab = get_tokenizer().get_vocab()
+    variant = np.full_like(cand, PAD_ID)
+    v = [vocab["please"]] + content[:1] + [vocab["now"]] + content[1:] + [EOS_ID]
+    v = v[: len(cand)]
+    variant[: len(v)] = v
+    ref = h.raw_step(s, cands[i])
+    assert tree_equal(h.raw_step(s, jnp.asarray(variant)), ref)
+    stripped = np.full_like(cand, PAD_ID)
+    stripped[: len(content)] = content
+    assert tree_equal(h.raw_step(s, jnp.asarray(stripped)), ref)
+    if len(content) > 1:
+        broken = np.full_like(cand, PAD_ID)
+        broken[: len(content) - 1] = content[1:]
+        s2, ts = h.raw_step(s, jnp.asarray(broken))
+        assert not tree_equal((s2, ts), ref) or int(
+            C.parse_action(cands, legal, jnp.asarray(broken), h.env._fillers)) >= 0
+
+
+def test_episode_limit_and_absorbing(h):
+    env = h.env
+    s, _ = h.reset(jax.random.PRNGKey(9))
+    garbage = jnp.full((env.action_len,), 3, jnp.int32)   # BOS tokens: never an action
+    for t in range(env.max_turns):
+        assert not bool(s.done)
+        s, ts = h.raw_step(s, garbage)
+    assert bool(ts.done) and int(s.turn) == env.max_turns
+    # absorbing: any action, even the expert's, changes nothing
+    a, _, _, s2, ts2 = h.agent_step(s, jax.random.PRNGKey(0), True)
+    assert tree_equal(s2, s) and float(ts2.reward) == 0.0 and bool(ts2.done)
+    assert np.all(np.asarray(ts2.feedback) == PAD_ID)
+
+
+def test_expert_beats_random(h):
+    B = BATCH
+    results = {}
+    for use_expert in (True, False):
+        s, _ = h.vreset(jax.random.split(jax.random.PRNGKey(100), B))
+        ret = np.zeros(B)
+        for t, k in enumerate(jax.random.split(jax.random.PRNGKey(200), h.env.max_turns)):
+            a, _, leg, s, ts = h.vagent_step(s, jax.random.split(k, B), use_expert)
+            assert np.all(np.asarray(leg) | np.asarray(s.done))
+            ret += np.asarray(ts.reward)
+        assert np.all(np.asarray(ts.done))
+        results[use_expert] = (ret.mean(), np.asarray(ts.info["success"]).mean(),
+                               np.asarray(ts.info["score"]).mean())
+    (e_ret, e_succ, e_score), (r_ret, r_succ, r_score) = results[True], results[False]
+    assert e_succ >= 0.85 and r_succ <= 0.3
+    assert e_ret > r_ret + 0.3 and e_score > r_score
