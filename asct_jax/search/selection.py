@@ -1,0 +1,142 @@
+"""Selection rules: which candidate a simulation takes at one node.
+
+Each rule is one small function on the statistics of ONE node (unbatched; the search vmaps
+it over trees) and returns the chosen candidate index (int32 []). Illegal candidates (mask
+False: illegal or not restorable) are never chosen; the caller never asks a node with no
+selectable candidate. Ties are broken deterministically: the lowest index among the best.
+
+Notation: n(a) visits of edge a, N_node = sum_a n(a) the number of selections made at the
+node, Qbar(a) = mean backed-up return through a (the node's critic value V(s) for an
+unvisited a, "first-play value"), pi_old(a|s) the frozen actor's prior.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import chex
+import jax
+import jax.numpy as jnp
+
+_BIG = 3.0e38
+
+
+@chex.dataclass(frozen=True)
+class NodeStats:
+    """Statistics of one node, all [K] except `value` [].
+
+    Attributes:
+      child_visits: [K] int32, n(a).
+      child_value_sum: [K] float32, sum of returns through a.
+      prior_logp: [K] float32, log pi_old(a|s) (-inf allowed where illegal).
+      mask: [K] bool, selectable (legal and restorable).
+      costs: [K] float32, auxiliary-token cost of a.
+      value: [] float32, critic V(s): the first-play value of unvisited actions.
+    """
+
+    child_visits: chex.Array
+    child_value_sum: chex.Array
+    prior_logp: chex.Array
+    mask: chex.Array
+    costs: chex.Array
+    value: chex.Array
+
+
+def masked_argmax(x: chex.Array, mask: chex.Array) -> chex.Array:
+    """argmax of x over mask; any finite or infinite value of a masked-in entry beats a
+    masked-out one, NaN counts as the lowest; ties -> lowest index."""
+    x = jnp.nan_to_num(x.astype(jnp.float32), nan=-_BIG, posinf=_BIG, neginf=-_BIG)
+    return jnp.argmax(jnp.where(mask, x, -jnp.inf)).astype(jnp.int32)
+
+
+def _qbar(node: NodeStats) -> chex.Array:
+    n = node.child_visits
+    return jnp.where(n > 0, node.child_value_sum / jnp.maximum(n, 1), node.value)
+
+
+def _n_node(node: NodeStats) -> chex.Array:
+    return jnp.sum(node.child_visits).astype(jnp.float32)
+
+
+def _unvisited_first(order: chex.Array, score: chex.Array, node: NodeStats) -> chex.Array:
+    """Any unvisited selectable action first (the one with the highest `order`), else the
+    argmax of `score`."""
+    unvisited = node.mask & (node.child_visits == 0)
+    return jnp.where(
+        jnp.any(unvisited), masked_argmax(order, unvisited), masked_argmax(score, node.mask)
+    ).astype(jnp.int32)
+
+
+def cost_hat(costs: chex.Array, mask: chex.Array) -> chex.Array:
+    """cost_hat(a) = cost(a) / mean_{b selectable} cost(b)  (0 if every cost is 0)."""
+    m = jnp.sum(jnp.where(mask, costs, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
+    return jnp.where(m > 0, costs / jnp.where(m > 0, m, 1.0), 0.0)
+
+
+def uniform(key: chex.PRNGKey, node: NodeStats, **unused) -> chex.Array:
+    """Uniform: a ~ Uniform({a : mask(a)}). Monte-Carlo baseline with no prior."""
+    del unused
+    u = jax.random.uniform(key, node.mask.shape)
+    return masked_argmax(u, node.mask)
+
+
+def uct(key, node: NodeStats, c=1.0, eps=1e-6, unvisited_first=True, **unused) -> chex.Array:
+    """UCT (UCB1 informed by the actor).
+
+    score(a) = Qbar(a) + c * sqrt(ln(N_node + 1) / (n(a) + eps));
+    with unvisited_first, unvisited actions are taken first, in decreasing pi_old(a|s).
+    """
+    del key, unused
+    n = node.child_visits.astype(jnp.float32)
+    score = _qbar(node) + c * jnp.sqrt(jnp.log(_n_node(node) + 1.0) / (n + eps))  # UCB1
+    if not unvisited_first:
+        return masked_argmax(score, node.mask)
+    return _unvisited_first(node.prior_logp, score, node)
+
+
+def puct(key, node: NodeStats, c=1.0, **unused) -> chex.Array:
+    """PUCT (prior in the bonus, AlphaZero form).
+
+    score(a) = Qbar(a) + c * pi_old(a|s) * sqrt(N_node + 1) / (1 + n(a)).
+    (+1 under the root so that the prior orders the very first selection.)
+    """
+    del key, unused
+    n = node.child_visits.astype(jnp.float32)
+    prior = jnp.exp(jnp.where(node.mask, node.prior_logp, -jnp.inf))
+    score = _qbar(node) + c * prior * jnp.sqrt(_n_node(node) + 1.0) / (1.0 + n)  # PUCT
+    return masked_argmax(score, node.mask)
+
+
+def agentuct(
+    key, node: NodeStats, c=1.0, beta=1.0, eps=1e-6, unvisited_first=True, **unused
+) -> chex.Array:
+    """AgentUCT (cost-aware UCT): the token cost shrinks the exploration bonus.
+
+    score(a) = Qbar(a) + c * sqrt(ln(N_node + 1) / (n(a) + eps)) / (1 + beta * cost_hat(a)),
+    cost_hat(a) = cost(a) / mean cost of the selectable actions.
+    With unvisited_first, unvisited actions are taken first, in decreasing
+    pi_old(a|s) / (1 + beta * cost_hat(a)) (the prior shrunk by the same cost factor).
+    """
+    del key, unused
+    n = node.child_visits.astype(jnp.float32)
+    shrink = 1.0 + beta * cost_hat(node.costs, node.mask)
+    bonus = c * jnp.sqrt(jnp.log(_n_node(node) + 1.0) / (n + eps)) / shrink  # AgentUCT bonus
+    score = _qbar(node) + bonus
+    if not unvisited_first:
+        return masked_argmax(score, node.mask)
+    return _unvisited_first(node.prior_logp - jnp.log(shrink), score, node)
+
+
+RULES: Dict[str, Callable[..., chex.Array]] = {
+    "uniform": uniform,
+    "uct": uct,
+    "puct": puct,
+    "agentuct": agentuct,
+}
+
+
+def linear_schedule(step, start: float, end: float, num_steps: int) -> chex.Array:
+    """beta(step) = start + (end - start) * min(step / num_steps, 1): e.g. a cost weight
+    that is small early and larger later. Pass the result as `search(..., beta=...)`
+    (a traced value: changing it does not recompile the search)."""
+    frac = jnp.clip(jnp.asarray(step, jnp.float32) / max(num_steps, 1), 0.0, 1.0)
+    return start + (end - start) * frac

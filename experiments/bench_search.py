@@ -1,0 +1,218 @@
+"""Tree-search throughput: asct_jax.search vs mctx on the same environment.
+
+Not a test: a script that measures, side by side in one process, for every batch size B
+and simulation count N:
+  * ours_puct_critic: asct_jax.search with the PUCT rule and critic leaves (what mctx does:
+    one environment step + one policy/value evaluation per simulation);
+  * ours_agentuct_rollout: ASCT's configuration (AgentUCT, pi_old rollouts to the end);
+  * mctx_muzero: mctx.muzero_policy;
+  * mctx_gumbel: mctx.gumbel_muzero_policy (max_num_considered_actions = K);
+each mctx policy with a recurrent_fn that steps the same environment (the embedding is
+the environment state; reward and discount = 1 - done come from the step; prior logits
+and value from the same policy_fn). The search depth is the episode length (env.max_turns)
+for every method. Compile time (lower + compile) is reported apart from steady-state time
+(median of repeated calls after one warm-up, each blocked until ready); throughput is
+simulations per second = B * N / steady-state seconds.
+
+The policy: on toy_tree a fixed random logits table; on other environments pi_old is
+uniform over the legal candidates with value 0 (the benchmark measures the search, not a
+network).
+
+Usage:
+  python experiments/bench_search.py [--env toy_tree] [--batch_sizes 256,1024]
+      [--num_simulations 16,64] [--methods ours_puct_critic,...] [--min_time 0.5]
+      [--out results/bench/search.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+
+from asct_jax import search as S  # noqa: E402
+
+METHODS = ("ours_puct_critic", "ours_agentuct_rollout", "mctx_muzero", "mctx_gumbel")
+NEG = -1e9  # finite "illegal" logit for mctx
+
+
+def make_env(name: str):
+    """(env, params, policy_fn) for the benchmark."""
+    if name == "toy_tree":
+        from asct_jax.envs.toy_tree import ToyTree
+
+        env = ToyTree(num_actions=4, depth=3)
+        params = env.make_params(seed=0)
+        logits = np.random.default_rng(0).normal(size=(env.num_nodes, env.num_actions))
+        return env, params, env.policy_fn(params, logits)
+    from asct_jax import envs
+
+    env, params = envs.make(name)
+
+    def uniform_policy(state):
+        _, legal = env.legal_actions(state, params)
+        n = jnp.maximum(jnp.sum(legal), 1)
+        return jnp.where(legal, -jnp.log(n.astype(jnp.float32)), -jnp.inf), jnp.float32(0.0)
+
+    return env, params, uniform_policy
+
+
+def _mctx_fns(env, params, policy_fn, batch, num_sims, kind):
+    import mctx
+
+    def node(states):
+        _, legal = jax.vmap(env.legal_actions, in_axes=(0, None))(states, params)
+        logp, value = jax.vmap(policy_fn)(states)
+        logits = jnp.where(legal, jnp.nan_to_num(logp, neginf=NEG), NEG)
+        logits = jnp.where(jnp.any(legal, -1, keepdims=True), logits, 0.0)
+        return logits, value.astype(jnp.float32), legal
+
+    def recurrent_fn(p, rng_key, action, states):
+        del p, rng_key
+        cands, _ = jax.vmap(env.legal_actions, in_axes=(0, None))(states, params)
+        act = jnp.take_along_axis(cands, action[:, None, None], axis=1)[:, 0]
+        new, ts = jax.vmap(env.step, in_axes=(0, 0, None))(states, act, params)
+        logits, value, _ = node(new)
+        done = jnp.asarray(ts.done, bool)
+        out = mctx.RecurrentFnOutput(
+            reward=ts.reward.astype(jnp.float32),
+            discount=jnp.where(done, 0.0, 1.0).astype(jnp.float32),
+            prior_logits=logits,
+            value=jnp.where(done, 0.0, value),
+        )
+        return out, new
+
+    def run(root_states, key):
+        logits, value, legal = node(root_states)
+        root = mctx.RootFnOutput(prior_logits=logits, value=value, embedding=root_states)
+        kw = dict(num_simulations=num_sims, invalid_actions=~legal, max_depth=env.max_turns)
+        if kind == "mctx_muzero":
+            out = mctx.muzero_policy(None, key, root, recurrent_fn, **kw)
+        else:
+            out = mctx.gumbel_muzero_policy(
+                None, key, root, recurrent_fn, max_num_considered_actions=env.num_actions, **kw)
+        return out.action_weights, out.search_tree.summary().qvalues
+
+    return run
+
+
+def _ours_fn(env, params, policy_fn, num_sims, kind):
+    if kind == "ours_puct_critic":
+        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=env.max_turns, rule="puct",
+                             c=1.25, leaf_eval="critic")
+    else:
+        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=env.max_turns, rule="agentuct",
+                             c=1.0, beta=1.0, leaf_eval="rollout")
+
+    def run(root_states, key):
+        out = S.search(env, params, root_states, policy_fn, key, cfg)
+        return out.q, out.visits, out.aux_tokens, out.env_calls
+
+    return run
+
+
+def time_fn(fn: Callable, args, min_time: float, min_reps: int = 3) -> Dict[str, float]:
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+    out = jax.block_until_ready(compiled(*args))  # warm-up
+    times: List[float] = []
+    start = time.perf_counter()
+    while len(times) < min_reps or time.perf_counter() - start < min_time:
+        t = time.perf_counter()
+        out = jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - t)
+    return {"compile_s": compile_s, "step_s": statistics.median(times), "step_s_min": min(times),
+            "reps": len(times)}, out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--env", default="toy_tree")
+    ap.add_argument("--batch_sizes", default="256,1024")
+    ap.add_argument("--num_simulations", default="16,64")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--min_time", type=float, default=0.5)
+    ap.add_argument("--out", default="results/bench/search.json")
+    a = ap.parse_args(argv)
+    methods = [m for m in a.methods.split(",") if m]
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise ValueError(f"--methods: unknown {bad}; allowed: {list(METHODS)}")
+    batches = [int(x) for x in a.batch_sizes.split(",")]
+    sims = [int(x) for x in a.num_simulations.split(",")]
+
+    env, params, policy_fn = make_env(a.env)
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        def tqdm(x, **_):
+            return x
+
+    rows = []
+    grid = [(b, n, m) for b in batches for n in sims for m in methods]
+    for b, n, m in tqdm(grid, desc="bench_search"):
+        keys = jax.random.split(jax.random.PRNGKey(0), b)
+        roots, _ = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+        if m.startswith("ours"):
+            fn = _ours_fn(env, params, policy_fn, n, m)
+        else:
+            fn = _mctx_fns(env, params, policy_fn, b, n, m)
+        timing, out = time_fn(fn, (roots, jax.random.PRNGKey(1)), a.min_time)
+        row = {"env": a.env, "method": m, "batch": b, "num_simulations": n, **timing,
+               "sims_per_s": b * n / timing["step_s"],
+               "sims_per_s_best": b * n / timing["step_s_min"]}
+        if m.startswith("ours"):
+            row["aux_tokens_mean"] = float(np.mean(out[2]))
+            row["env_calls_mean"] = float(np.mean(out[3]))
+        rows.append(row)
+
+    # Ratios: ours vs each mctx policy at the same (B, N).
+    ratios = []
+    for b in batches:
+        for n in sims:
+            cell = {r["method"]: r for r in rows if r["batch"] == b and r["num_simulations"] == n}
+            for ours in ("ours_puct_critic", "ours_agentuct_rollout"):
+                for ref in ("mctx_muzero", "mctx_gumbel"):
+                    if ours in cell and ref in cell:
+                        ratios.append({"batch": b, "num_simulations": n, "ours": ours, "ref": ref,
+                                       "speed_ratio": cell[ours]["sims_per_s"] / cell[ref]["sims_per_s"],
+                                       "speed_ratio_best": cell[ours]["sims_per_s_best"]
+                                       / cell[ref]["sims_per_s_best"]})
+    result = {
+        "env": a.env, "num_actions": env.num_actions, "max_turns": env.max_turns,
+        "jax": jax.__version__, "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
+        "platform": platform.platform(), "rows": rows, "ratios": ratios,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=2)
+
+    print(f"\nenv={a.env} K={env.num_actions} T={env.max_turns} backend={jax.default_backend()}")
+    print(f"| {'method':22s} | {'B':>5s} | {'N':>3s} | {'compile s':>9s} | {'step ms':>9s} "
+          f"| {'min ms':>9s} | {'sims/s':>10s} |")
+    print("|" + "|".join("-" * w for w in (24, 7, 5, 11, 11, 11, 12)) + "|")
+    for r in rows:
+        print(f"| {r['method']:22s} | {r['batch']:5d} | {r['num_simulations']:3d} | "
+              f"{r['compile_s']:9.2f} | {1e3 * r['step_s']:9.2f} | {1e3 * r['step_s_min']:9.2f} "
+              f"| {r['sims_per_s']:10.0f} |")
+    for r in ratios:
+        print(f"B={r['batch']} N={r['num_simulations']}: {r['ours']} / {r['ref']} = "
+              f"{r['speed_ratio']:.2f}x (median), {r['speed_ratio_best']:.2f}x (min)")
+    print(f"wrote {a.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""Tests of asct_jax.search (tree, selection, search, mc_return) on ToyTree.
+
+ToyTree's values are enumerable exactly (ToyTree.exact_q), so the search's Q table is
+compared with exact values at a tolerance set by the number of visits: 4 standard errors
+of the pooled mean, the per-sample std from the exact second moment.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from asct_jax import search as S
+from asct_jax.envs.base import EOS_ID, PAD_ID, Environment
+from asct_jax.envs.toy_tree import ToyTree
+
+ENV = ToyTree(num_actions=4, depth=3)
+K = ENV.num_actions
+
+
+def _logits(seed=0):
+    return np.random.default_rng(seed).normal(size=(ENV.num_nodes, K)).astype(np.float32)
+
+
+def _roots(params, b, seed=0):
+    keys = jax.random.split(jax.random.PRNGKey(seed), b)
+    states, _ = jax.vmap(ENV.reset, in_axes=(0, None))(keys, params)
+    return states
+
+
+@functools.lru_cache(maxsize=None)
+def _jit_search(config):
+    """One compiled search per config; policy logits and params are traced inputs."""
+
+    def fn(params, logits, values, states, key):
+        pi = ENV.policy_fn(params, logits, values)
+        return S.search(ENV, params, states, pi, key, config)
+
+    return jax.jit(fn)
+
+
+def _run(config, params, b, logits=None, values=None, seed=0):
+    logits = _logits() if logits is None else logits
+    values = np.zeros(ENV.num_nodes, np.float32) if values is None else values
+    out = _jit_search(config)(params, logits, values, _roots(params, b, seed), jax.random.PRNGKey(seed + 1))
+    return jax.device_get(out)
+
+
+# --------------------------------------------------------------------------- ToyTree
+def test_toy_tree_protocol():
+    params = ENV.make_params(seed=3)
+    assert isinstance(ENV, Environment)
+    state, ts = ENV.reset(jax.random.PRNGKey(0), params)
+    assert ts.observation.shape == (ENV.obs_len,) and ts.feedback.shape == (ENV.feedback_len,)
+    assert set(ts.info) >= {"success", "score"}
+    cands, legal = ENV.legal_actions(state, params)
+    assert cands.shape == (K, ENV.action_len) and legal.shape == (K,)
+    assert np.all(np.asarray(cands[:, 1]) == EOS_ID) and np.all(np.asarray(cands[:, 2:]) == PAD_ID)
+    k_legal = int(np.argmax(np.asarray(legal)))
+    # An unparseable action: nothing happens but the turn advances.
+    s2, ts2 = ENV.step(state, jnp.array([99, EOS_ID, PAD_ID], jnp.int32), params)
+    assert int(s2.node) == 0 and int(s2.turn) == 1 and float(ts2.reward) == 0.0
+    s3, ts3 = ENV.step(state, cands[k_legal], params)
+    assert int(s3.node) == k_legal + 1
+    assert float(ts3.reward) == pytest.approx(float(params.rewards[0, k_legal]))
+    # Absorbing after done.
+    s = state
+    for _ in range(ENV.max_turns):
+        c, lg = ENV.legal_actions(s, params)
+        s, ts = ENV.step(s, c[int(np.argmax(np.asarray(lg)))], params)
+    assert bool(ts.done)
+    s_after, ts_after = ENV.step(s, cands[0], params)
+    assert float(ts_after.reward) == 0.0 and bool(ts_after.done)
+    assert not np.any(np.asarray(ENV.legal_actions(s, params)[1]))
+    assert int(s_after.node) == int(s.node) and float(s_after.ret) == float(s.ret)
+
+
+def test_mc_return_matches_exact_value_stochastic():
+    params = ENV.make_params(seed=2, reward_noise=0.3)
+    logits = _logits(1)
+    pi = ENV.policy_fn(params, logits)
+    m = 4000
+    state, _ = ENV.reset(jax.random.PRNGKey(0), params)
+    fn = jax.jit(lambda s, k, r: jax.lax.cond(
+        r, lambda: S.mc_return(ENV, params, s, pi, k, m, rekey=True),
+        lambda: S.mc_return(ENV, params, s, pi, k, m, rekey=False)))
+    mean, rets, tok, calls = fn(state, jax.random.PRNGKey(5), True)
+    ex = ENV.exact_q(params, ENV.policy_probs(params, logits))
+    std = np.sqrt(ex["v2"][0] - ex["v"][0] ** 2)
+    assert rets.shape == (m,)
+    assert abs(float(mean) - ex["v"][0]) < 4 * std / np.sqrt(m)
+    assert 1 <= int(calls) / m <= ENV.max_turns and float(tok) > 0
+    # Without rekey the rollouts share the state's environment randomness: a rollout's
+    # return is a function of its action path alone.
+    _, rets2, _, _ = fn(state, jax.random.PRNGKey(6), False)
+    assert len(np.unique(np.round(np.asarray(rets2), 5))) <= int((np.asarray(params.legal).sum()))
+
+
+# ---------------------------------------------------------------------- convergence
+def _pooled(out, a):
+    n = out.visits[:, a].astype(np.float64)
+    return float(np.sum(out.q[:, a] * n) / np.sum(n)), float(np.sum(n)), int(np.sum(n > 0))
+
+
+def test_q_converges_depth1_rollout():
+    """max_depth=1: every simulation through a is r(a) + one pi_old rollout, an
+    unbiased sample of Q^pi(root, a). (Uniform selection: an adaptive rule such as UCT
+    samples an action more when its running mean is high, which biases sample means
+    slightly downward.)"""
+    params = ENV.make_params(seed=4)
+    logits = _logits(2)
+    cfg = S.SearchConfig(num_simulations=48, max_depth=1, rule="uniform", leaf_eval="rollout")
+    out = _run(cfg, params, b=128, logits=logits)
+    ex = ENV.exact_q(params, ENV.policy_probs(params, logits))
+    legal = np.asarray(params.legal[0])
+    assert np.all(out.q_mask[:, ~legal] == 0) and np.all(out.q_mask[:, legal])
+    for a in np.flatnonzero(legal):
+        est, n, _ = _pooled(out, a)
+        std = np.sqrt(max(ex["q2"][0, a] - ex["q"][0, a] ** 2, 0.0))
+        assert abs(est - ex["q"][0, a]) <= 4 * std / np.sqrt(n) + 1e-5, (a, est, ex["q"][0, a], n)
+
+
+DEPTH2_UNIFORM = S.SearchConfig(num_simulations=64, max_depth=2, rule="uniform", leaf_eval="rollout")
+
+
+def test_q_converges_depth2_uniform_mixture():
+    """max_depth=2, uniform rule: the first simulation through a ends at the new child
+    (r(a) + rollout of pi_old: Q^pi), every later one takes a uniform b at the child then a
+    rollout (Q^mix, mix = uniform at depth 1, pi_old elsewhere). Exact expectation of the
+    pooled estimate: (B_a Q^pi + (N_a - B_a) Q^mix) / N_a."""
+    params = ENV.make_params(seed=5)
+    logits = _logits(3)
+    out = _run(DEPTH2_UNIFORM, params, b=128, logits=logits)
+    probs = ENV.policy_probs(params, logits)
+    mix = probs.copy()
+    lv1 = ENV.levels == 1
+    legal = np.asarray(params.legal)
+    mix[lv1] = legal[lv1] / np.maximum(legal[lv1].sum(1, keepdims=True), 1)
+    ex_pi, ex_mix = ENV.exact_q(params, probs), ENV.exact_q(params, mix)
+    for a in np.flatnonzero(legal[0]):
+        est, n, trees = _pooled(out, a)
+        expect = (trees * ex_pi["q"][0, a] + (n - trees) * ex_mix["q"][0, a]) / n
+        var = max(ex_pi["q2"][0, a] - ex_pi["q"][0, a] ** 2, ex_mix["q2"][0, a] - ex_mix["q"][0, a] ** 2, 0)
+        assert abs(est - expect) <= 4 * np.sqrt(var / n) + 1e-5, (a, est, expect, n)
+
+
+def test_critic_leaf_eval_is_exact_and_compiled_once():
+    """Deterministic rewards, critic = exact V^pi: Q(root, a) = r(a) + V^pi(child) exactly.
+    The search compiles once for every (traced) beta; done roots are not searched."""
+    params = ENV.make_params(seed=6)
+    logits = _logits(4)
+    ex = ENV.exact_q(params, ENV.policy_probs(params, logits))
+    cfg = S.SearchConfig(num_simulations=8, max_depth=1, rule="agentuct", leaf_eval="critic", charge="expansion")
+    fn = S.make_search_fn(ENV, ENV.policy_fn(params, logits, ex["v"]), cfg)
+    roots = _roots(params, 4)
+    out = jax.device_get(fn(params, roots, jax.random.PRNGKey(0), jnp.float32(1.0)))
+    legal = np.asarray(params.legal[0])
+    np.testing.assert_allclose(out.q[:, legal], np.broadcast_to(ex["q"][0, legal], (4, legal.sum())), atol=1e-5)
+    np.testing.assert_allclose(out.root_value, ex["v"][0], atol=1e-5)
+    assert np.all(out.env_calls == np.minimum(8, legal.sum()))  # critic: only the expansions
+    costs = np.asarray(params.costs)
+    assert np.all(out.aux_tokens == costs[legal].sum())  # each legal root edge expanded once
+    done = roots.replace(done=jnp.array([False, True, False, True]))
+    out2 = jax.device_get(fn(params, done, jax.random.PRNGKey(1), jnp.float32(3.0)))
+    assert fn._cache_size() == 1  # one compilation for every beta value
+    assert np.all(out2.visits[[1, 3]] == 0) and np.all(out2.env_calls[[1, 3]] == 0)
+    assert np.all(out2.aux_tokens[[1, 3]] == 0) and np.all(out2.visits[[0, 2]].sum(1) == 8)
+
+
+# ------------------------------------------------------------- tree invariants, costs
+RULE_CFGS = {
+    "uct": S.SearchConfig(num_simulations=64, max_depth=3, rule="uct", c=1.0),
+    "agentuct": S.SearchConfig(num_simulations=64, max_depth=3, rule="agentuct", c=1.0, beta=2.0),
+    "puct": S.SearchConfig(num_simulations=64, max_depth=3, rule="puct", leaf_eval="critic"),
+    "uniform": DEPTH2_UNIFORM,
+}
+
+
+@pytest.fixture(scope="module")
+def rule_runs():
+    params = ENV.make_params(seed=0)  # costs 1, 3, 9, 27; all 4 root actions legal
+    return params, {r: _run(cfg, params, b=32, seed=11) for r, cfg in RULE_CFGS.items()}
+
+
+@pytest.mark.parametrize("rule", list(RULE_CFGS))
+def test_visit_counts_add_up(rule_runs, rule):
+    params, runs = rule_runs
+    out, t = runs[rule], runs[rule].tree
+    cfg = RULE_CFGS[rule]
+    assert np.all(out.visits.sum(1) == cfg.num_simulations)
+    assert np.all(t.node_visits[:, 0] == cfg.num_simulations)
+    used = t.node_visits > 0
+    used[:, 0] = False
+    child_sum = t.children_visits.sum(-1)
+    stop = t.terminal | ~t.searchable.any(-1)
+    inner = used & (t.depth < cfg.max_depth) & ~stop
+    assert np.all(t.node_visits[inner] == 1 + child_sum[inner])
+    assert np.all(t.node_visits[used] >= 1 + child_sum[used])
+    assert np.all(child_sum[stop] == 0) and np.all(t.depth <= cfg.max_depth)
+    # Edge visits equal the child's node visits; the parent / child links agree.
+    b, n, a = np.nonzero(t.children_index >= 0)
+    c = t.children_index[b, n, a]
+    assert np.all(t.children_visits[b, n, a] == t.node_visits[b, c])
+    assert np.all(t.parents[b, c] == n) and np.all(t.action_from_parent[b, c] == a)
+    assert np.all(t.depth[b, c] == t.depth[b, n] + 1)
+    assert np.all(t.searchable[b, n, a])  # only legal, restorable edges were taken
+    # Root Q is the visit-weighted mean of edge values.
+    np.testing.assert_allclose(out.search_value, (out.q * out.visits).sum(1) / cfg.num_simulations, atol=1e-5)
+
+
+def test_agentuct_spends_fewer_tokens_than_uct(rule_runs):
+    params, runs = rule_runs
+    uct_tok, agent_tok = runs["uct"].aux_tokens.mean(), runs["agentuct"].aux_tokens.mean()
+    # (Over ToyTree seeds 0-11 the ratio is 0.22-0.78, 0.42 for this one.)
+    assert agent_tok < 0.7 * uct_tok, (agent_tok, uct_tok)
+    # Root visits lean to cheaper actions: a lower visit-weighted mean root-action cost.
+    costs = np.asarray(params.costs)
+    mean_cost = {r: (runs[r].visits * costs).sum(1).mean() / RULE_CFGS[r].num_simulations for r in ("uct", "agentuct")}
+    assert mean_cost["agentuct"] < mean_cost["uct"], mean_cost
+
+
+@given(seed=st.integers(0, 10_000), p=st.floats(0.2, 0.9))
+def test_illegal_and_unrestorable_never_searched(seed, p):
+    env_params = ENV.make_params(seed=seed, legal_prob=p)
+    rng = np.random.default_rng(seed)
+    restorable = rng.random(K) < 0.7
+    restorable[rng.integers(K)] = True
+    env_params = env_params.replace(restorable=jnp.asarray(restorable))
+    cfg = S.SearchConfig(num_simulations=16, max_depth=3, rule="uct", leaf_eval="critic")
+    out = _run(cfg, env_params, b=2)
+    t = out.tree
+    ok = np.asarray(env_params.legal[0]) & restorable
+    assert np.all(out.visits[:, ~ok] == 0) and np.all(~out.q_mask[:, ~ok])
+    b, n, a = np.nonzero(t.children_index >= 0)
+    assert np.all(t.legal[b, n, a]) and np.all(restorable[a])
+    if ok.any():
+        assert np.all(out.visits.sum(1) == 16)
+    # Traversal charging with critic leaves: every simulation pays every edge of its path.
+    np.testing.assert_allclose(out.aux_tokens, (t.children_visits * t.costs).sum((1, 2)), rtol=1e-6)
+    np.testing.assert_array_equal(out.env_calls, t.children_visits.sum((1, 2)))
+
+
+# ------------------------------------------------------------------------ selection
+def _stats(visits, vsum, logp, mask, costs, value=0.0):
+    return S.NodeStats(
+        child_visits=jnp.asarray(visits, jnp.int32), child_value_sum=jnp.asarray(vsum, jnp.float32),
+        prior_logp=jnp.asarray(logp, jnp.float32), mask=jnp.asarray(mask, bool),
+        costs=jnp.asarray(costs, jnp.float32), value=jnp.float32(value))
+
+
+_RULES_JIT = {r: jax.jit(functools.partial(fn, c=1.0, beta=1.0, eps=1e-6)) for r, fn in S.RULES.items()}
+
+
+@given(
+    mask=st.lists(st.booleans(), min_size=5, max_size=5).filter(any),
+    visits=st.lists(st.integers(0, 5), min_size=5, max_size=5),
+    seed=st.integers(0, 2**16),
+)
+def test_rules_never_pick_illegal(mask, visits, seed):
+    rng = np.random.default_rng(seed)
+    logp = np.where(rng.random(5) < 0.2, -np.inf, rng.normal(size=5))
+    node = _stats(visits, rng.normal(size=5) * np.array(visits), logp, mask, rng.random(5) * 10)
+    for rule, fn in _RULES_JIT.items():
+        a = int(fn(jax.random.PRNGKey(seed), node))
+        assert mask[a], (rule, a, mask)
+
+
+def test_rule_formulas():
+    mask = [True, True, True, False]
+    # Unvisited first, by the prior (UCT) / by prior / (1 + beta cost_hat) (AgentUCT).
+    node = _stats([1, 0, 0, 0], [0.5, 0, 0, 0], np.log([0.1, 0.2, 0.6, 0.1]), mask, [1, 1, 20, 1])
+    assert int(_RULES_JIT["uct"](None, node)) == 2
+    assert int(_RULES_JIT["agentuct"](None, node)) == 1  # 0.6/(1+2.73) < 0.2/(1+0.14)
+    # All visited: explicit UCB1 / AgentUCT scores.
+    n = np.array([4, 1, 2, 0.0]); qs = np.array([0.5, 0.1, 0.3, 9.0]) * n
+    node = _stats(n, qs, np.log([0.3, 0.3, 0.3, 0.1]), mask, [1.0, 2.0, 6.0, 1.0])
+    ln = np.log(7 + 1)
+    ucb = qs[:3] / n[:3] + np.sqrt(ln / (n[:3] + 1e-6))
+    assert int(_RULES_JIT["uct"](None, node)) == int(np.argmax(ucb))
+    ch = np.array([1.0, 2.0, 6.0]) / 3.0
+    agent = qs[:3] / n[:3] + np.sqrt(ln / (n[:3] + 1e-6)) / (1 + ch)
+    assert int(_RULES_JIT["agentuct"](None, node)) == int(np.argmax(agent))
+    np.testing.assert_allclose(S.cost_hat(jnp.array([1.0, 2.0, 6.0, 100.0]), jnp.array(mask)), [1 / 3, 2 / 3, 2, 100 / 3], rtol=1e-6)
+    pu = qs[:3] / n[:3] + 0.3 * np.sqrt(7 + 1) / (1 + n[:3])
+    assert int(_RULES_JIT["puct"](None, node)) == int(np.argmax(pu))
+
+
+# --------------------------------------------------------------------------- config
+@pytest.mark.parametrize("field,value", [
+    ("rule", "ucb"), ("leaf_eval", "mc"), ("num_simulations", 0), ("max_depth", 0),
+    ("c", -1.0), ("eps", 0.0), ("num_leaf_rollouts", 0),
+])
+def test_config_errors_name_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        S.make_search_config({field: value})
+    with pytest.raises(ValueError, match="unknown"):
+        S.make_search_config({"num_sims": 4})
