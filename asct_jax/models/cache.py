@@ -1,0 +1,58 @@
+"""Preallocated key/value cache for incremental decoding (a pytree, passed in and returned)."""
+from __future__ import annotations
+
+from typing import Tuple
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from asct_jax.models.config import ModelConfig
+
+
+@struct.dataclass
+class KVCache:
+    """Keys and values of the tokens seen so far, one buffer per layer.
+
+    Slots are filled left to right, in lockstep for the whole batch; a slot whose
+    token was padding has `mask` False and is never attended to.
+
+    Attributes:
+      k, v:    per layer, [B, T, K, D] (T = max_len, K = num_kv_heads, D = head_dim).
+      mask:    [B, T] bool, slot holds a real (non-padding) token.
+      lengths: [B] int32, real tokens so far = rotary position of the next real token.
+      index:   [] int32, next slot to write.
+    """
+
+    k: Tuple[jax.Array, ...]
+    v: Tuple[jax.Array, ...]
+    mask: jax.Array
+    lengths: jax.Array
+    index: jax.Array
+
+    @property
+    def max_len(self) -> int:
+        return self.mask.shape[1]
+
+
+def init_cache(config: ModelConfig, batch: int, max_len: int) -> KVCache:
+    """An empty cache for `batch` sequences of up to `max_len` tokens (prompt + generated)."""
+    if max_len > config.max_seq_len:
+        raise ValueError(f"init_cache: max_len={max_len} exceeds config.max_seq_len={config.max_seq_len}")
+    shape = (batch, max_len, config.num_kv_heads, config.head_dim)
+    zeros = lambda: jnp.zeros(shape, config.jnp_dtype)
+    return KVCache(
+        k=tuple(zeros() for _ in range(config.num_layers)),
+        v=tuple(zeros() for _ in range(config.num_layers)),
+        mask=jnp.zeros((batch, max_len), bool),
+        lengths=jnp.zeros((batch,), jnp.int32),
+        index=jnp.zeros((), jnp.int32),
+    )
+
+
+def write(buf: jax.Array, new: jax.Array, index: jax.Array) -> jax.Array:
+    """Writes new [B, S, ...] into buf [B, T, ...] at slots [index, index + S)."""
+    chex.assert_rank(index, 0)
+    start = (0, index) + (0,) * (buf.ndim - 2)
+    return jax.lax.dynamic_update_slice(buf, new.astype(buf.dtype), start)

@@ -1,0 +1,111 @@
+"""Llama / Qwen2 decoder-only transformer (Flax NNX) with a value head.
+
+The module holds parameters only; the KV cache is passed in and returned, so
+`nnx.merge(graphdef, state)(...)` works inside `jax.jit`.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from asct_jax.models import cache as cache_lib
+from asct_jax.models import layers
+from asct_jax.models.config import ModelConfig
+
+
+def default_positions(mask: jax.Array, start: Optional[jax.Array] = None) -> jax.Array:
+    """Rotary positions [B, S]: start + cumsum(mask) - 1, clipped at 0 (left padding works)."""
+    pos = jnp.cumsum(mask.astype(jnp.int32), axis=1) - 1
+    if start is not None:
+        pos = pos + start[:, None]
+    return jnp.maximum(pos, 0)
+
+
+class Decoder(nnx.Module):
+    """Token embedding -> L x Block -> RMSNorm -> (tied or untied) LM head, plus a value head."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.embed_tokens = nnx.Embed(
+            config.vocab_size, config.hidden_size, dtype=config.jnp_dtype,
+            param_dtype=config.jnp_param_dtype,
+            embedding_init=nnx.initializers.normal(layers.INIT_STD), rngs=rngs)
+        self.layers = nnx.List([layers.Block(config, rngs=rngs) for _ in range(config.num_layers)])
+        self.norm = layers.rms_norm(config, rngs=rngs)
+        self.lm_head = (None if config.tie_embeddings else
+                        layers.dense(config, config.hidden_size, config.vocab_size, bias=False, rngs=rngs))
+        self.value_head = nnx.Linear(config.hidden_size, 1, dtype=jnp.float32, param_dtype=jnp.float32,
+                                     kernel_init=nnx.initializers.zeros, rngs=rngs)
+
+    def hidden_states(
+        self,
+        input_ids: jax.Array,
+        attention_mask: Optional[jax.Array] = None,
+        positions: Optional[jax.Array] = None,
+        cache: Optional[cache_lib.KVCache] = None,
+    ) -> Tuple[jax.Array, Optional[cache_lib.KVCache]]:
+        """Final-norm hidden states [B, S, H] (compute dtype) and the updated cache (or None).
+
+        input_ids [B, S] int; attention_mask [B, S] bool (False = padding, never attended to);
+        positions [B, S] int, default `default_positions(mask, cache.lengths)`.
+        With a cache, the S tokens go to slots [cache.index, cache.index + S), which must fit.
+        """
+        chex.assert_rank(input_ids, 2)
+        b, s = input_ids.shape
+        mask = jnp.ones((b, s), bool) if attention_mask is None else attention_mask.astype(bool)
+        chex.assert_shape(mask, (b, s))
+        if cache is None:
+            key_mask = mask
+            query_slot = jnp.arange(s)
+            if positions is None:
+                positions = default_positions(mask)
+        else:
+            chex.assert_shape(cache.mask, (b, None))
+            key_mask = cache_lib.write(cache.mask, mask, cache.index)
+            query_slot = cache.index + jnp.arange(s)
+            if positions is None:
+                positions = default_positions(mask, cache.lengths)
+        chex.assert_shape(positions, (b, s))
+        causal = jnp.arange(key_mask.shape[1])[None, :] <= query_slot[:, None]  # [S, T]
+        attn_mask = causal[None] & key_mask[:, None, :]                          # [B, S, T]
+        cos, sin = layers.rope_tables(positions, self.config.head_dim, self.config.rope_theta)
+
+        x = self.embed_tokens(input_ids)
+        new_k, new_v = [], []
+        for i, block in enumerate(self.layers):
+            kv = None if cache is None else (cache.k[i], cache.v[i])
+            x, (k, v) = block(x, cos, sin, attn_mask, kv, None if cache is None else cache.index)
+            new_k.append(k)
+            new_v.append(v)
+        hidden = self.norm(x)
+        if cache is None:
+            return hidden, None
+        new_cache = cache.replace(
+            k=tuple(new_k), v=tuple(new_v), mask=key_mask,
+            lengths=cache.lengths + mask.sum(axis=1, dtype=jnp.int32), index=cache.index + s)
+        return hidden, new_cache
+
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        """LM head: hidden [..., H] -> logits [..., V] float32."""
+        if self.lm_head is None:
+            out = self.embed_tokens.attend(hidden.astype(self.config.jnp_dtype))
+        else:
+            out = self.lm_head(hidden)
+        return out.astype(jnp.float32)
+
+    def value(self, hidden: jax.Array) -> jax.Array:
+        """Value head: hidden [B, S, H] -> [B, S] float32."""
+        return self.value_head(hidden.astype(jnp.float32))[..., 0]
+
+    def forward(self, input_ids, attention_mask=None, positions=None, cache=None):
+        """-> (logits [B, S, V] float32, hidden [B, S, H], new_cache or None)."""
+        hidden, new_cache = self.hidden_states(input_ids, attention_mask, positions, cache)
+        return self.logits(hidden), hidden, new_cache
+
+    def __call__(self, input_ids, attention_mask=None, positions=None, cache=None) -> jax.Array:
+        """-> logits [B, S, V] float32."""
+        return self.forward(input_ids, attention_mask, positions, cache)[0]

@@ -1,0 +1,124 @@
+"""Batched generation with a KV cache, and scoring of given continuations.
+
+Both take the model as an NNX module, split it, and run one jitted function per
+input shape (the graph definition and the static options are the cache key), so
+they also work when called inside the caller's own `jax.jit`.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from asct_jax.models import cache as cache_lib
+from asct_jax.models import sampling
+
+PAD_ID = 0  # written into `tokens` after a row has stopped (its mask is False there).
+
+
+class GenerateOutput(NamedTuple):
+    """tokens [B, N] int32; logp [B, N] float32; mask [B, N] bool (True up to and incl. a stop token)."""
+
+    tokens: jax.Array
+    logp: jax.Array
+    mask: jax.Array
+
+
+def last_valid_index(mask: jax.Array) -> jax.Array:
+    """[B, S] bool -> [B] int32 index of the last True (S - 1 for an all-False row)."""
+    s = mask.shape[1]
+    return (s - 1 - jnp.argmax(mask[:, ::-1], axis=1)).astype(jnp.int32)
+
+
+def generate(model, prompt_ids, prompt_mask, key, *, max_new_tokens: int, temperature: float = 1.0,
+             top_p: float = 1.0, greedy: bool = False, stop_tokens: Sequence[int] = ()) -> GenerateOutput:
+    """Samples up to `max_new_tokens` tokens after left- or right-padded prompts.
+
+    Args:
+      model: a `Decoder`.
+      prompt_ids: [B, P] int; prompt_mask: [B, P] bool (False = padding).
+      key: PRNG key. temperature, top_p: floats (traced: changing them does not recompile).
+      greedy, stop_tokens, max_new_tokens: static.
+    Returns:
+      GenerateOutput; logp is the model's log-probability of each token at temperature 1
+      (the same quantity `score` returns), 0 where mask is False. A row stops after
+      emitting a stop token (kept, mask True); the loop exits early once all rows stopped.
+    """
+    graphdef, state = nnx.split(model)
+    return _generate(graphdef, state, jnp.asarray(prompt_ids, jnp.int32), jnp.asarray(prompt_mask, bool), key,
+                     jnp.float32(temperature), jnp.float32(top_p), max_new_tokens=int(max_new_tokens),
+                     greedy=bool(greedy), stop_tokens=tuple(int(t) for t in stop_tokens))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "greedy", "stop_tokens"))
+def _generate(graphdef, state, prompt_ids, prompt_mask, key, temperature, top_p, *, max_new_tokens,
+              greedy, stop_tokens):
+    model = nnx.merge(graphdef, state)
+    chex.assert_rank([prompt_ids, prompt_mask], 2)
+    chex.assert_equal_shape([prompt_ids, prompt_mask])
+    b, p = prompt_ids.shape
+    n = max_new_tokens
+    cache = cache_lib.init_cache(model.config, b, p + n)
+    hidden, cache = model.hidden_states(prompt_ids, prompt_mask, cache=cache)
+    last = jnp.take_along_axis(hidden, last_valid_index(prompt_mask)[:, None, None], axis=1)[:, 0]
+    stops = jnp.asarray(stop_tokens, jnp.int32)
+
+    def cond(carry):
+        i, _, _, done, _, _ = carry
+        return (i < n) & ~jnp.all(done)
+
+    def body(carry):
+        i, cache, logits, done, key, out = carry
+        key, sub = jax.random.split(key)
+        tok = sampling.sample_tokens(sub, logits, temperature, top_p, greedy)
+        lp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[:, None], axis=-1)[:, 0]
+        valid = ~done
+        tok = jnp.where(valid, tok, PAD_ID)
+        out = GenerateOutput(out.tokens.at[:, i].set(tok), out.logp.at[:, i].set(jnp.where(valid, lp, 0.0)),
+                             out.mask.at[:, i].set(valid))
+        if stop_tokens:
+            done = done | (valid & jnp.isin(tok, stops))
+        hidden, cache = model.hidden_states(tok[:, None], valid[:, None], cache=cache)
+        return i + 1, cache, model.logits(hidden[:, 0]), done, key, out
+
+    out = GenerateOutput(jnp.full((b, n), PAD_ID, jnp.int32), jnp.zeros((b, n), jnp.float32),
+                         jnp.zeros((b, n), bool))
+    init = (jnp.int32(0), cache, model.logits(last), jnp.zeros((b,), bool), key, out)
+    return jax.lax.while_loop(cond, body, init)[-1]
+
+
+def score(model, prefix_ids, prefix_mask, cont_ids, cont_mask) -> jax.Array:
+    """log pi(cont_t | prefix, cont_<t) for each continuation token, batched.
+
+    Args:
+      prefix_ids, prefix_mask: [B, P] (left- or right-padded; mask False = padding).
+      cont_ids, cont_mask: [B, C]; masked-out continuation tokens are ignored by attention.
+    Returns:
+      logp [B, C] float32, 0 where cont_mask is False. Differentiable w.r.t. the parameters.
+    """
+    graphdef, state = nnx.split(model)
+    return _score(graphdef, state, jnp.asarray(prefix_ids, jnp.int32), jnp.asarray(prefix_mask, bool),
+                  jnp.asarray(cont_ids, jnp.int32), jnp.asarray(cont_mask, bool))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _score(graphdef, state, prefix_ids, prefix_mask, cont_ids, cont_mask):
+    model = nnx.merge(graphdef, state)
+    chex.assert_equal_shape([prefix_ids, prefix_mask])
+    chex.assert_equal_shape([cont_ids, cont_mask])
+    chex.assert_equal_shape_prefix([prefix_ids, cont_ids], 1)
+    p = prefix_ids.shape[1]
+    ids = jnp.concatenate([prefix_ids, cont_ids], axis=1)
+    mask = jnp.concatenate([prefix_mask, cont_mask], axis=1)
+    hidden, _ = model.hidden_states(ids, mask)
+    # The prediction of token j comes from the last real token before j.
+    slot = jnp.where(mask, jnp.arange(ids.shape[1]), -1)
+    prev = jax.lax.cummax(slot, axis=1)[:, p - 1:-1]                                # [B, C]
+    h = jnp.take_along_axis(hidden, jnp.maximum(prev, 0)[..., None], axis=1)        # [B, C, H]
+    logp = jax.nn.log_softmax(model.logits(h), axis=-1)
+    logp = jnp.take_along_axis(logp, cont_ids[..., None], axis=-1)[..., 0]
+    return jnp.where(cont_mask & (prev >= 0), logp, 0.0)

@@ -1,0 +1,104 @@
+"""Decoder building blocks: rotary embeddings, grouped-query attention, SwiGLU MLP, block."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from asct_jax.models import cache as cache_lib
+from asct_jax.models.config import ModelConfig
+
+INIT_STD = 0.02  # transformers' initializer_range default for Llama / Qwen2.
+
+
+def dense(cfg: ModelConfig, d_in: int, d_out: int, *, bias: bool, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(d_in, d_out, use_bias=bias, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
+                      kernel_init=nnx.initializers.normal(INIT_STD), rngs=rngs)
+
+
+def rope_tables(positions: jax.Array, head_dim: int, theta: float) -> Tuple[jax.Array, jax.Array]:
+    """cos, sin [B, S, D] float32 for integer positions [B, S] (Llama's half-split layout).
+
+      inv_freq_i = theta^(-2i / D),  angle = pos * inv_freq,  tables = [angle, angle]
+    """
+    chex.assert_rank(positions, 2)
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    angle = positions.astype(jnp.float32)[..., None] * inv_freq
+    angle = jnp.concatenate([angle, angle], axis=-1)
+    return jnp.cos(angle), jnp.sin(angle)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """x [B, S, N, D] rotated: x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]."""
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    rotated = jnp.concatenate([-x2, x1], axis=-1)
+    out = x.astype(jnp.float32) * cos[:, :, None] + rotated * sin[:, :, None]
+    return out.astype(x.dtype)
+
+
+class Attention(nnx.Module):
+    """Grouped-query self-attention with optional QKV bias (Qwen2) and a KV cache."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        h, q_dim, kv_dim = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.q_proj = dense(cfg, h, q_dim, bias=cfg.qkv_bias, rngs=rngs)
+        self.k_proj = dense(cfg, h, kv_dim, bias=cfg.qkv_bias, rngs=rngs)
+        self.v_proj = dense(cfg, h, kv_dim, bias=cfg.qkv_bias, rngs=rngs)
+        self.o_proj = dense(cfg, q_dim, h, bias=False, rngs=rngs)
+
+    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
+                 kv: Optional[Tuple[jax.Array, jax.Array]] = None, index: Optional[jax.Array] = None):
+        """x [B, S, H]; cos, sin [B, S, D]; mask [B, S, T] bool (query s may attend key t).
+
+        Without `kv` the keys are the S new tokens (T = S). With `kv` = (k, v) [B, T, K, D]
+        the new keys/values are written at slots [index, index + S) and all T slots are keys.
+        Returns (out [B, S, H], (k, v)) where (k, v) are the updated buffers (or the new keys).
+        """
+        b, s, _ = x.shape
+        q = self.q_proj(x).reshape(b, s, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(b, s, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(b, s, self.num_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if kv is not None:
+            k = cache_lib.write(kv[0], k, index)
+            v = cache_lib.write(kv[1], v, index)
+        chex.assert_shape(mask, (b, s, k.shape[1]))
+        out = jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask=mask[:, None])
+        return self.o_proj(out.reshape(b, s, self.num_heads * self.head_dim)), (k, v)
+
+
+class MLP(nnx.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.gate_proj = dense(cfg, cfg.hidden_size, cfg.intermediate_size, bias=False, rngs=rngs)
+        self.up_proj = dense(cfg, cfg.hidden_size, cfg.intermediate_size, bias=False, rngs=rngs)
+        self.down_proj = dense(cfg, cfg.intermediate_size, cfg.hidden_size, bias=False, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def rms_norm(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.RMSNorm:
+    return nnx.RMSNorm(cfg.hidden_size, epsilon=cfg.rms_norm_eps, dtype=cfg.jnp_dtype,
+                       param_dtype=cfg.jnp_param_dtype, rngs=rngs)
+
+
+class Block(nnx.Module):
+    """Pre-norm decoder layer: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.input_layernorm = rms_norm(cfg, rngs=rngs)
+        self.self_attn = Attention(cfg, rngs=rngs)
+        self.post_attention_layernorm = rms_norm(cfg, rngs=rngs)
+        self.mlp = MLP(cfg, rngs=rngs)
+
+    def __call__(self, x, cos, sin, mask, kv=None, index=None):
+        """x [B, S, H] -> ([B, S, H], (k, v)); see `Attention`."""
+        attn, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv, index)
+        x = x + attn
+        return x + self.mlp(self.post_attention_layernorm(x)), kv

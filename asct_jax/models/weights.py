@@ -1,0 +1,88 @@
+"""Putting transformers-named weights ("model.layers.0.self_attn.q_proj.weight") into a `Decoder`.
+
+Our module attribute names follow transformers', so a name maps to a module by
+walking attributes; Linear weights [out, in] are transposed to NNX kernels [in, out].
+"""
+from __future__ import annotations
+
+from typing import Any, List
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from asct_jax.models.config import ModelConfig
+from asct_jax.models.decoder import Decoder
+
+# Buffers some checkpoints carry that the model recomputes.
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def hf_param_names(config: ModelConfig) -> List[str]:
+    """The transformers tensor names a checkpoint of this config must provide."""
+    names = ["model.embed_tokens.weight", "model.norm.weight"]
+    if not config.tie_embeddings:
+        names.append("lm_head.weight")
+    for i in range(config.num_layers):
+        pre = f"model.layers.{i}."
+        names += [pre + "input_layernorm.weight", pre + "post_attention_layernorm.weight"]
+        names += [pre + f"mlp.{p}_proj.weight" for p in ("gate", "up", "down")]
+        names += [pre + f"self_attn.{p}_proj.weight" for p in ("q", "k", "v", "o")]
+        if config.qkv_bias:
+            names += [pre + f"self_attn.{p}_proj.bias" for p in ("q", "k", "v")]
+    return names
+
+
+def abstract_decoder(config: ModelConfig) -> Decoder:
+    """A `Decoder` whose parameters are shape placeholders (no memory, no random init)."""
+    return nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
+
+
+def is_ignorable(name: str, config: ModelConfig) -> bool:
+    return name.endswith(_IGNORED_SUFFIXES) or (name == "lm_head.weight" and config.tie_embeddings)
+
+
+def _variable(model: Decoder, name: str, source: str) -> tuple[nnx.Variable, bool]:
+    """The NNX variable for a transformers tensor name, and whether to transpose into it."""
+    parts = name.split(".")
+    if parts[0] == "model":
+        parts = parts[1:]
+    node: Any = model
+    try:
+        for part in parts[:-1]:
+            node = node[int(part)] if part.isdigit() else getattr(node, part)
+        leaf = parts[-1]
+        if leaf == "bias":
+            return node.bias, False
+        if leaf == "weight" and isinstance(node, nnx.Linear):
+            return node.kernel, True
+        if leaf == "weight" and isinstance(node, nnx.Embed):
+            return node.embedding, False
+        if leaf == "weight" and isinstance(node, nnx.RMSNorm):
+            return node.scale, False
+    except (AttributeError, IndexError, TypeError):
+        pass
+    raise ValueError(f"{source}: tensor {name!r} has no place in this architecture "
+                     f"(wrong model_type or config?)")
+
+
+def assign(model: Decoder, name: str, tensor: Any, source: str) -> None:
+    """Writes one transformers-layout tensor into the model, checking its shape."""
+    var, transpose = _variable(model, name, source)
+    value = jnp.asarray(tensor)
+    if transpose:
+        value = value.T
+    if value.shape != tuple(var.shape):
+        raise ValueError(f"{source}: tensor {name!r} has shape {tuple(np.shape(tensor))}, expected "
+                         f"{tuple(var.shape)[::-1] if transpose else tuple(var.shape)}")
+    var.set_value(value.astype(var.dtype))
+
+
+def finish(model: Decoder, assigned: set, source: str) -> Decoder:
+    """Checks every required tensor was assigned; zero-initialises the value head."""
+    missing = [n for n in hf_param_names(model.config) if n not in assigned]
+    if missing:
+        raise ValueError(f"{source}: missing tensor(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+    model.value_head.kernel.set_value(jnp.zeros(model.value_head.kernel.shape, jnp.float32))
+    model.value_head.bias.set_value(jnp.zeros(model.value_head.bias.shape, jnp.float32))
+    return model

@@ -1,0 +1,139 @@
+"""Decoder: presets, parity with transformers' PyTorch models, padding, KV cache, value head."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+
+from asct_jax import models
+from asct_jax.models import testing
+
+KINDS = ("qwen2", "llama")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """kind -> (our Decoder, torch model), from a tiny random checkpoint saved with safetensors."""
+    out = {}
+    for kind in KINDS:
+        path = tmp_path_factory.mktemp(kind)
+        torch_model = testing.tiny_hf_checkpoint(str(path), kind)
+        model, tokenizer = models.load_pretrained(str(path))
+        assert tokenizer is None  # no tokenizer files were saved
+        out[kind] = (model, torch_model, str(path))
+    return out
+
+
+def _ids(seed, b, s, vocab=160):
+    return np.random.default_rng(seed).integers(0, vocab, (b, s)).astype(np.int32)
+
+
+def test_get_preset_and_overrides():
+    cfg = models.get_preset("smollm2-135m", dtype="bfloat16")
+    assert (cfg.num_layers, cfg.num_kv_heads, cfg.dtype) == (30, 3, "bfloat16")
+    assert models.get_preset("qwen2.5-7b").qkv_bias and not models.get_preset("qwen2.5-7b").tie_embeddings
+    with pytest.raises(ValueError, match="allowed: tiny, smollm2-135m, qwen2.5-0.5b"):
+        models.get_preset("gpt5")
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        models.get_preset("tiny", num_kv_heads=3)
+
+
+def test_config_read_from_hf(tiny):
+    q, l = tiny["qwen2"][0].config, tiny["llama"][0].config
+    assert (q.qkv_bias, q.tie_embeddings, q.rope_theta, q.head_dim) == (True, False, 12_345.0, 16)
+    assert (l.qkv_bias, l.tie_embeddings, l.rope_theta, l.head_dim, l.num_kv_heads) == (False, True, 5e5, 32, 1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_logits_match_pytorch(tiny, kind):
+    model, torch_model, _ = tiny[kind]
+    ids = _ids(0, 2, 12)
+    ours = np.asarray(testing.jit_call(model, "__call__", jnp.asarray(ids)))
+    with torch.no_grad():
+        ref = torch_model(torch.as_tensor(ids, dtype=torch.long)).logits.numpy()
+    assert ours.shape == (2, 12, 160) and ours.dtype == np.float32
+    err = np.abs(ours - ref).max()
+    print(f"{kind}: max |logit diff| = {err:.2e} (max |logit| {np.abs(ref).max():.1f})")
+    assert err < 1e-4
+
+
+def test_padding_left_and_right_match_unpadded(tiny):
+    model = tiny["qwen2"][0]
+    ids = _ids(1, 1, 7)
+    ref = np.asarray(testing.jit_call(model, "__call__", jnp.asarray(ids)))[0]
+    pad = np.zeros((1, 3), np.int32) + 5
+    left = np.concatenate([pad, ids], 1)
+    right = np.concatenate([ids, pad], 1)
+    batch = np.concatenate([left, right])
+    mask = np.concatenate([np.r_[[False] * 3, [True] * 7][None], np.r_[[True] * 7, [False] * 3][None]])
+    out = np.asarray(testing.jit_call(model, "__call__", jnp.asarray(batch), jnp.asarray(mask)))
+    np.testing.assert_allclose(out[0, 3:], ref, atol=1e-5)
+    np.testing.assert_allclose(out[1, :7], ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_kv_cache_decoding_matches_full_forward(tiny, kind):
+    """Prefill a left-padded prompt, then decode token by token: same logits as one full pass."""
+    model = tiny[kind][0]
+    b, p, n = 2, 6, 4
+    ids = _ids(2, b, p + n)
+    mask = np.ones((b, p + n), bool)
+    mask[1, :2] = False  # row 1 is left-padded
+    full = np.asarray(testing.jit_call(model, "__call__", jnp.asarray(ids), jnp.asarray(mask)))
+
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def step(state, cache, tok, tok_mask):
+        logits, _, cache = nnx.merge(graphdef, state).forward(tok, tok_mask, cache=cache)
+        return logits, cache
+
+    cache = models.init_cache(model.config, b, p + n)
+    logits, cache = step(state, cache, jnp.asarray(ids[:, :p]), jnp.asarray(mask[:, :p]))
+    got = [np.asarray(logits)]
+    for t in range(p, p + n):
+        logits, cache = step(state, cache, jnp.asarray(ids[:, t:t + 1]), jnp.asarray(mask[:, t:t + 1]))
+        got.append(np.asarray(logits))
+    got = np.concatenate(got, axis=1)
+    assert step._cache_size() == 2  # prefill shape + decode shape
+    np.testing.assert_allclose(got[mask], full[mask], atol=1e-4)
+    np.testing.assert_array_equal(np.asarray(cache.lengths), mask.sum(1))
+
+
+def test_value_head_is_a_parameter_and_trains(tiny):
+    model = tiny["llama"][0]
+    graphdef, state = nnx.split(model)
+    params = nnx.state(model, nnx.Param)
+    assert params["value_head"]["kernel"].shape == (64, 1)
+    ids = jnp.asarray(_ids(3, 2, 5))
+
+    @jax.jit
+    def loss(state):
+        m = nnx.merge(graphdef, state)
+        _, hidden, _ = m.forward(ids)
+        v = m.value(hidden)
+        assert v.shape == (2, 5)
+        return jnp.sum((v - 1.0) ** 2)
+
+    grads = jax.grad(loss)(state)
+    assert float(jnp.abs(grads["value_head"]["kernel"][...]).sum()) > 0
+    assert float(loss(state)) == pytest.approx(10.0)  # zero-initialised head: v = 0
+
+
+def test_bfloat16(tiny):
+    model32 = tiny["qwen2"][0]
+    model16, _ = models.load_pretrained(tiny["qwen2"][2], dtype="bfloat16")
+    assert model16.layers[0].self_attn.q_proj.kernel.dtype == jnp.bfloat16
+    ids = jnp.asarray(_ids(4, 2, 8))
+    l16 = np.asarray(testing.jit_call(model16, "__call__", ids))
+    l32 = np.asarray(testing.jit_call(model32, "__call__", ids))
+    assert l16.dtype == np.float32 and np.isfinite(l16).all()
+    assert np.abs(l16 - l32).max() < 0.05 * np.abs(l32).max()
+
+
+def test_tiny_preset_random_init():
+    cfg = models.get_preset("tiny", vocab_size=64)
+    model = models.Decoder(cfg, rngs=nnx.Rngs(0))
+    logits = testing.jit_call(model, "__call__", jnp.zeros((2, 3), jnp.int32))
+    assert logits.shape == (2, 3, 64)
