@@ -284,6 +284,35 @@ def test_episode_limit_and_absorbing(h):
     assert np.all(np.asarray(ts2.feedback) == PAD_ID)
 
 
+@pytest.mark.parametrize("name", ENVS + ("toy_tree",))
+def test_observe_matches_timestep_observation(name):
+    """observe(state) is exactly the observation of the timestep the state belongs to:
+    after reset and after every step of an episode that mixes legal, illegal and
+    garbage actions (and runs past done)."""
+    env, params = make(name, size="small")
+    observe = jax.jit(lambda s: env.observe(s, params))
+    step = jax.jit(lambda s, a: env.step(s, a, params))
+    legal_fn = jax.jit(lambda s: env.legal_actions(s, params))
+    for seed in range(2):
+        s, ts = env.reset(jax.random.PRNGKey(seed), params)
+        obs = observe(s)
+        assert obs.shape == (env.obs_len,) and obs.dtype == jnp.int32
+        assert np.array_equal(np.asarray(obs), np.asarray(ts.observation))
+        rng = np.random.default_rng(seed)
+        for t in range(env.max_turns + 2):
+            cands, legal = legal_fn(s)
+            legal = np.asarray(legal)
+            if t % 3 == 1 and not legal.all():        # an illegal candidate
+                action = cands[int(rng.choice(np.flatnonzero(~legal)))]
+            elif t % 3 == 2:                          # garbage tokens
+                action = jnp.full((env.action_len,), 3, jnp.int32)
+            else:                                     # a legal candidate
+                action = cands[int(rng.choice(np.flatnonzero(legal)))] if legal.any() \
+                    else cands[0]
+            s, ts = step(s, action)
+            assert np.array_equal(np.asarray(observe(s)), np.asarray(ts.observation)), t
+
+
 def test_expert_beats_random(h):
     B = BATCH
     results = {}

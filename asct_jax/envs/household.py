@@ -35,9 +35,21 @@ OBJECTS = ("apple", "mug", "potato", "bread", "egg", "plate")
 TASK_WORDS = ("put the {o} in the {r}", "put a clean {o} in the {r}",
               "put a hot {o} in the {r}", "put a cool {o} in the {r}")
 STATUS = ("clean", "hot", "cold", "burnt")
-FRIDGE, MICROWAVE, SINK = 3, 4, 5
-STORAGE_SMALL = (0, 1, 2, 3)          # where objects start / targets lie (small)
-STORAGE_HARD = (0, 1, 2, 3, 6, 7)
+APPLIANCES = ("sink", "microwave", "fridge")      # used by clean / heat / cool
+# Per-size settings: the receptacles (in slot order; R = len), where the agent starts,
+# objects N, storage
+# receptacles (where objects start and destinations lie), turn budget T, probabilities of
+# the place/clean/heat/cool tasks.
+SETTINGS = {
+    # small: a three-receptacle kitchen (no fridge: no cool tasks), one distractor object,
+    # place-heavy task mix, so a uniform random policy succeeds ~8% of the time.
+    "small": dict(rooms=("counter", "microwave", "sink"), start="counter", N=2,
+                  storage=("counter", "microwave", "sink"), max_turns=10,
+                  task_probs=(0.7, 0.15, 0.15, 0.0)),
+    "hard": dict(rooms=RECEPTACLES, start="table", N=6,
+                 storage=("counter", "table", "cabinet", "fridge", "drawer", "shelf"),
+                 max_turns=15, task_probs=(0.25, 0.25, 0.25, 0.25)),
+}
 
 
 def vocabulary():
@@ -60,6 +72,7 @@ class HouseholdConfig:
 @chex.dataclass(frozen=True)
 class HouseholdParams:
     task_probs: chex.Array         # [4] probabilities of place/clean/heat/cool
+    appliances: chex.Array         # [3] int32 receptacle slot of the sink, microwave, fridge
 
 
 @chex.dataclass(frozen=True)
@@ -83,18 +96,23 @@ class Household(C.TextEnvMixin, Environment):
 
     def __init__(self, config: HouseholdConfig = HouseholdConfig()):
         self.config = config
-        small = config.size == "small"
-        self.R = 6 if small else 8
-        self.N = 4 if small else 6
-        self.storage = np.asarray(STORAGE_SMALL if small else STORAGE_HARD, np.int32)
+        sz = SETTINGS[config.size]
+        recs = tuple(sz["rooms"])
+        self.R, self.N = len(recs), sz["N"]
+        self.storage = np.asarray([recs.index(r) for r in sz["storage"]], np.int32)
+        # An appliance missing from the rooms gets slot -1 (its action is never legal).
+        self.appliances = np.asarray([recs.index(r) if r in recs else -1 for r in APPLIANCES],
+                                     np.int32)
+        self.start = recs.index(sz["start"])
+        self.task_probs = np.asarray(sz["task_probs"], np.float32)
         self.num_actions = self.R + self.N + 4
         self.action_len = 8
         self.obs_len = 48
         self.feedback_len = 12
-        self.max_turns = config.max_turns or (10 if small else 15)
+        self.max_turns = config.max_turns or sz["max_turns"]
         self._init_text()
         R, N, A = self.R, self.N, self.action_len
-        recs, objs = RECEPTACLES[:R], OBJECTS[:N]
+        objs = OBJECTS[:N]
         self.t_go = C.encode_table([f"go to the {r}" for r in recs], A, eos=True)
         self.t_take = C.encode_table([f"take the {o} from the {r}" for o in objs for r in recs],
                                      A, eos=True).reshape(N, R, A)
@@ -123,7 +141,8 @@ class Household(C.TextEnvMixin, Environment):
 
     # ------------------------------------------------------------------ protocol
     def default_params(self) -> HouseholdParams:
-        return HouseholdParams(task_probs=jnp.full((4,), 0.25, jnp.float32))
+        return HouseholdParams(task_probs=jnp.asarray(self.task_probs),
+                               appliances=jnp.asarray(self.appliances))
 
     def reset(self, key, params) -> Tuple[HouseholdState, TimeStep]:
         key, k_task, k_obj, k_dest, k_loc, k_shift = jax.random.split(key, 6)
@@ -140,13 +159,13 @@ class Household(C.TextEnvMixin, Environment):
         locs = locs.at[target].set(jnp.where(locs[target] == dest, shift, locs[target]))
         state = HouseholdState(
             key=key, turn=jnp.zeros((), jnp.int32), done=jnp.zeros((), bool),
-            loc=jnp.asarray(1, jnp.int32),  # start at the table
+            loc=jnp.asarray(self.start, jnp.int32),
             obj_loc=locs.astype(jnp.int32), held=jnp.asarray(-1, jnp.int32),
             status=jnp.zeros((N, 4), bool),
-            seen=jnp.zeros((self.R,), bool).at[1].set(True),
+            seen=jnp.zeros((self.R,), bool).at[self.start].set(True),
             task=task, target=target, dest=dest.astype(jnp.int32),
             success=jnp.zeros((), bool))
-        return state, C.first_timestep(self, state, params, self._observe, self._info)
+        return state, C.first_timestep(self, state, params, self.observe, self._info)
 
     def legal_actions(self, state, params):
         R, N = self.R, self.N
@@ -156,10 +175,10 @@ class Household(C.TextEnvMixin, Environment):
             jnp.asarray(self.t_take)[:, state.loc],
             jnp.asarray(self.t_put)[held, state.loc][None],
             jnp.asarray(self.t_apply)[held]], 0)
-        return cands.astype(jnp.int32), legal_mask(state)
+        return cands.astype(jnp.int32), legal_mask(state, params)
 
     def step(self, state, action, params):
-        return C.finish_step(self, state, action, params, self._transition, self._observe,
+        return C.finish_step(self, state, action, params, self._transition, self.observe,
                              self._info, self.f_nothing)
 
     # ------------------------------------------------------------------ dynamics
@@ -204,7 +223,8 @@ class Household(C.TextEnvMixin, Environment):
             out_fb = jnp.where(kind == k, fbs[k], out_fb)
         return out_s, out_fb, success.astype(jnp.float32)
 
-    def _observe(self, s: HouseholdState, params):
+    def observe(self, s: HouseholdState, params) -> jax.Array:
+        """[O] int32: the observation tokens of state `s` (what reset/step return)."""
         w = self.w
         here = jnp.where(s.obj_loc == s.loc, jnp.asarray(self.t_obj), PAD_ID)
         held = jnp.maximum(s.held, 0)
@@ -237,7 +257,7 @@ def expert_policy(s: HouseholdState, params, key=None) -> jax.Array:
     R, N = s.seen.shape[-1], s.obj_loc.shape[-1]
     need = s.task > 0
     have_status = jnp.where(need, s.status[s.target, jnp.maximum(s.task - 1, 0)], True)
-    appliance = jnp.asarray([0, SINK, MICROWAVE, FRIDGE], jnp.int32)[s.task]
+    appliance = params.appliances[jnp.maximum(s.task - 1, 0)]
     holding_t = s.held == s.target
     tl = s.obj_loc[s.target]
     a_fetch = jnp.where(s.loc == tl, R + s.target, tl)              # walk to it, take it
@@ -248,16 +268,15 @@ def expert_policy(s: HouseholdState, params, key=None) -> jax.Array:
     return a.astype(jnp.int32)
 
 
-def legal_mask(state: HouseholdState) -> jax.Array:
+def legal_mask(state: HouseholdState, params: HouseholdParams) -> jax.Array:
     """[K] bool legality of the fixed candidate slots."""
     R = state.seen.shape[-1]
     has = state.held >= 0
     return jnp.concatenate([
         jnp.arange(R) != state.loc, (state.obj_loc == state.loc) & ~has, has[None],
-        jnp.stack([has & (state.loc == SINK), has & (state.loc == MICROWAVE),
-                   has & (state.loc == FRIDGE)])])
+        has & (state.loc == params.appliances)])
 
 
 def random_policy(state: HouseholdState, params, key) -> jax.Array:
     """Uniform random index among the legal candidates: [] int32."""
-    return C.uniform_policy(legal_mask(state), key)
+    return C.uniform_policy(legal_mask(state, params), key)

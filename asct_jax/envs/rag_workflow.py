@@ -204,7 +204,7 @@ class RagWorkflow(C.TextEnvMixin, Environment):
             answered=jnp.zeros((), bool), f1=jnp.zeros((), jnp.float32),
             cost=jnp.zeros((), jnp.float32), hist=jnp.full((3,), -1, jnp.int32),
             hist_out=jnp.zeros((3,), jnp.int32))
-        return state, C.first_timestep(self, state, params, self._observe, self._info)
+        return state, C.first_timestep(self, state, params, self.observe, self._info)
 
     def legal_actions(self, state, params):
         return jnp.asarray(self.t_cand), jnp.ones((self.num_actions,), bool)
@@ -214,7 +214,7 @@ class RagWorkflow(C.TextEnvMixin, Environment):
         return params.costs
 
     def step(self, state, action, params):
-        return C.finish_step(self, state, action, params, self._transition, self._observe,
+        return C.finish_step(self, state, action, params, self._transition, self.observe,
                              self._info, self.f_nothing, on_timeout=self._on_timeout)
 
     # ------------------------------------------------------------------ dynamics
@@ -303,7 +303,8 @@ class RagWorkflow(C.TextEnvMixin, Environment):
         """Turn limit without an answer: F1 = 0, the last reward is -lam * tokens / 1000."""
         return s, -params.lam * s.cost / 1000.0
 
-    def _observe(self, s: RagWorkflowState, params):
+    def observe(self, s: RagWorkflowState, params) -> jax.Array:
+        """[O] int32: the observation tokens of state `s` (what reset/step return)."""
         w, H = self.w, self.H
         ar = jnp.arange(H)
         in_q = ar < s.hops

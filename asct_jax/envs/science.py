@@ -35,6 +35,7 @@ SEEDS = ("bean", "pea", "corn")
 CONDUCT_OBJS = ("fork", "nail", "eraser", "coin", "pencil", "spoon")
 DISTRACT_SMALL = ("look around", "read the thermometer", "open the door")
 DISTRACT_HARD = ("close the door", "check the inventory")
+N_DISTRACT_SMALL = 0        # distractor actions of the small config (hard: all of them)
 
 
 def _act(text, req=(), set_=None, clear=(), ruin_if=(), ruin=False, need=-1, stoch=False):
@@ -58,7 +59,7 @@ def _procedures(hard: bool):
                 _act("wait for a while", (3,), 4, stoch=True),
                 _act(f"focus on the {prod}", (4,), 5), _act("focus on the water", ruin=True),
                 _act(place(other), (1,)), _act("pour out the water", (1,), clear=(1, 2, 3, 4))]
-        acts += [_act(t) for t in DISTRACT_SMALL]
+        acts += [_act(t) for t in DISTRACT_SMALL[: None if hard else N_DISTRACT_SMALL]]
         if hard:
             acts += [_act("focus on the pot", ruin=True), _act(f"activate the {other}")]
             acts += [_act(t) for t in DISTRACT_HARD]
@@ -77,7 +78,7 @@ def _procedures(hard: bool):
                 _act("focus on the flower pot", ruin=True),
                 _act("put the seed in the freezer", (0,), ruin=True),
                 _act("activate the stove")]
-        acts += [_act(t) for t in DISTRACT_SMALL]
+        acts += [_act(t) for t in DISTRACT_SMALL[: None if hard else N_DISTRACT_SMALL]]
         if hard:
             acts += [_act("focus on the window", ruin=True), _act("pour out the water")]
             acts += [_act(t) for t in DISTRACT_HARD]
@@ -95,7 +96,7 @@ def _procedures(hard: bool):
                 _act(f"put the {obj} in the red box", (0,), 5, need=0),
                 _act("focus on the battery", ruin=True), _act("wait for a while"),
                 _act("activate the stove")]
-        acts += [_act(t) for t in DISTRACT_SMALL]
+        acts += [_act(t) for t in DISTRACT_SMALL[: None if hard else N_DISTRACT_SMALL]]
         if hard:
             acts += [_act("focus on the wire", ruin=True), _act("pour out the water")]
             acts += [_act(t) for t in DISTRACT_HARD]
@@ -217,14 +218,14 @@ class Science(C.TextEnvMixin, Environment):
             hidden=jax.random.bernoulli(k3).astype(jnp.int32),
             bits=jnp.zeros((NB,), bool), ruined=jnp.zeros((), bool),
             score=jnp.zeros((), jnp.float32))
-        return state, C.first_timestep(self, state, params, self._observe, self._info)
+        return state, C.first_timestep(self, state, params, self.observe, self._info)
 
     def legal_actions(self, state, params):
         cands = jnp.asarray(self.t_act)[state.variant, state.perm]
         return cands.astype(jnp.int32), jnp.ones((self.num_actions,), bool)
 
     def step(self, state, action, params):
-        return C.finish_step(self, state, action, params, self._transition, self._observe,
+        return C.finish_step(self, state, action, params, self._transition, self.observe,
                              self._info, self.f_nothing)
 
     # ------------------------------------------------------------------ dynamics
@@ -255,7 +256,8 @@ class Science(C.TextEnvMixin, Environment):
         s2 = s.replace(bits=bits, ruined=s.ruined | ruin, score=score, done=ruin | final)
         return s2, fb, (score - s.score) / 100.0
 
-    def _observe(self, s: ScienceState, params):
+    def observe(self, s: ScienceState, params) -> jax.Array:
+        """[O] int32: the observation tokens of state `s` (what reset/step return)."""
         phrases = jnp.asarray(self.t_phrase)[s.variant, s.hidden]         # [NB, 2]
         shown = jnp.where(s.bits[:, None], phrases, PAD_ID).reshape(-1)
         score_w = jnp.asarray(self.w_num)[jnp.clip(s.score.astype(jnp.int32), 0, 100)]

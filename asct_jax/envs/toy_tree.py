@@ -143,6 +143,10 @@ class ToyTree(Environment):
             [BOS_ID, NODE_TOKEN_OFFSET + node, TURN_TOKEN_OFFSET + turn, EOS_ID], jnp.int32
         )
 
+    def observe(self, state: ToyTreeState, params: ToyTreeParams) -> chex.Array:
+        """[O] int32: the observation tokens of a state (what reset/step return)."""
+        return self._observation(state.node, state.turn)
+
     def _info(self, state: ToyTreeState, params: ToyTreeParams) -> Dict[str, chex.Array]:
         success = state.done & (state.ret >= params.success_threshold)
         return {"success": success.astype(jnp.float32), "score": state.ret.astype(jnp.float32)}
@@ -156,7 +160,7 @@ class ToyTree(Environment):
             key=key,
         )
         ts = TimeStep(
-            observation=self._observation(state.node, state.turn),
+            observation=self.observe(state, params),
             feedback=jnp.full((self.feedback_len,), PAD_ID, jnp.int32),
             reward=jnp.float32(0.0),
             done=state.done,
@@ -196,7 +200,7 @@ class ToyTree(Environment):
         feedback = jnp.full((self.feedback_len,), PAD_ID, jnp.int32)
         feedback = feedback.at[0].set(fb_tok).at[1].set(EOS_ID)
         ts = TimeStep(
-            observation=self._observation(new.node, new.turn),
+            observation=self.observe(new, params),
             feedback=feedback,
             reward=reward,
             done=new.done,
