@@ -125,8 +125,8 @@ def test_non_finite_loss_stops_with_step_and_last_checkpoint(tmp_path):
         def _nan(config, ctx):
             grpo = credit_lib._REGISTRY["grpo"](config, ctx)
 
-            def fn(params, batch, key):
-                c = grpo(params, batch, key)
+            def fn(params, batch, key, step):
+                c = grpo(params, batch, key, step)
                 return c.replace(coef=c.coef * jnp.nan)
             return fn
     c = small_config(tmp_path, steps=3)

@@ -3,9 +3,10 @@
 A credit method turns a rollout batch into per-token coefficients C [B, T, A] for the
 clipped policy loss, value targets for the critic, and its own cost metrics:
 
-    make_credit(name, config, ctx) -> credit_fn(params, batch, key) -> Credit
+    make_credit(name, config, ctx) -> credit_fn(params, batch, key, step) -> Credit
 
-`params` are the behaviour parameters (pi_old, frozen for the update), `ctx` carries the
+`params` are the behaviour parameters (pi_old, frozen for the update), `step` the train
+step (a traced int32, for schedules), `ctx` carries the
 static pieces a method may need (policy, environment, group size). The train step calls
 credit_fn without knowing which method it runs. Methods live next to their kernels and
 register themselves with @register("name"); `asct_jax.rl.methods` imports them all.
@@ -15,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict
 
+import jax
 import jax.numpy as jnp
 
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.types import Credit, Rollout
 
-CreditFn = Callable[[Any, Rollout, Any], Credit]
+CreditFn = Callable[[Any, Rollout, Any, Any], Credit]
 _REGISTRY: Dict[str, Callable[..., CreditFn]] = {}
 
 
@@ -28,7 +30,7 @@ _REGISTRY: Dict[str, Callable[..., CreditFn]] = {}
 class CreditContext:
     """Static things a credit method may need."""
 
-    policy: Any
+    policy: Any  # asct_jax.rl.policy.Policy
     env: Any
     env_params: Any
     group_size: int
@@ -78,7 +80,7 @@ def _ppo_return(config, ctx: CreditContext) -> CreditFn:
     `config.ppo.return_baseline = "none"` uses the raw return-to-go)."""
     use_critic = config.ppo.return_baseline == "critic"
 
-    def credit(params, batch: Rollout, key) -> Credit:
+    def credit(params, batch: Rollout, key, step) -> Credit:
         g = adv.returns_to_go(batch.rewards, batch.turn_mask)
         a = g - batch.values if use_critic else g
         return from_turn_advantages(batch, a, g)
@@ -89,7 +91,7 @@ def _ppo_return(config, ctx: CreditContext) -> CreditFn:
 def _ppo_gae(config, ctx: CreditContext) -> CreditFn:
     """PPO with GAE(gamma, lambda) over turns and the critic."""
 
-    def credit(params, batch: Rollout, key) -> Credit:
+    def credit(params, batch: Rollout, key, step) -> Credit:
         a, targets = adv.gae(batch.rewards, batch.values, batch.turn_mask,
                              config.ppo.gamma, config.ppo.gae_lambda)
         return from_turn_advantages(batch, a, targets)
@@ -100,9 +102,32 @@ def _ppo_gae(config, ctx: CreditContext) -> CreditFn:
 def _grpo(config, ctx: CreditContext) -> CreditFn:
     """GRPO: A_i = (G_i - mean_group G) / (std_group G + eps) on every token of episode i."""
 
-    def credit(params, batch: Rollout, key) -> Credit:
+    def credit(params, batch: Rollout, key, step) -> Credit:
         g = adv.episode_returns(batch.rewards, batch.turn_mask)
         a = adv.grpo_advantages(g, ctx.group_size)
         per_turn = jnp.broadcast_to(a[:, None], batch.turn_mask.shape)
         return from_turn_advantages(batch, per_turn, value_targets_mc(batch))
     return credit
+
+
+def state_policy_fn(ctx: CreditContext, params):
+    """pi_old and the critic at ONE environment state: state -> (logp [K], value []).
+
+    The form the search, VinePPO and value calibration consume (vmapped by them).
+    """
+    env, env_params, policy = ctx.env, ctx.env_params, ctx.policy
+
+    def fn(state):
+        obs = env.observe(state, env_params)
+        cands, legal = env.legal_actions(state, env_params)
+        cand_logp, _, value = policy.candidate_log_probs(params, obs[None], cands[None],
+                                                         legal[None])
+        return cand_logp[0], value[0]
+    return fn
+
+
+def turn_states(batch: Rollout, turns):
+    """The stored env states at chosen turns: turns [B, S] int -> pytree [B, S, ...]."""
+    return jax.tree.map(
+        lambda x: jnp.take_along_axis(
+            x, turns.reshape(turns.shape + (1,) * (x.ndim - 2)), axis=1), batch.states)

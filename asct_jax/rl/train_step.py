@@ -136,7 +136,7 @@ def make_train_step(config, policy, env, env_params, credit_fn: Callable,
         k_roll, k_credit, k_update = jax.random.split(key, 3)
         data = rollout(policy, state.params, env, env_params, k_roll, num_groups, group_size)
         data = shard_episodes(data, episode_sharding)
-        credit = credit_fn(state.params, data, k_credit)
+        credit = credit_fn(state.params, data, k_credit, state.step)
         credit = shard_episodes(credit, episode_sharding)
         # The update needs the per-episode arrays only: drop states, scalars and infos.
         shuffled = data.replace(states=None, final_info={}, env_calls=None)

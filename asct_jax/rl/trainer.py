@@ -17,6 +17,7 @@ from typing import Any, Dict
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from asct_jax.envs import make as make_env
 from asct_jax.models import Decoder, get_preset
@@ -56,28 +57,32 @@ class Experiment:
         self.env, self.env_params = build_env(config)
         self.policy, params = build_policy(config, self.env)
         self.mesh = make_mesh(config.train.num_devices or None)
+        self.replicated = NamedSharding(self.mesh, P())
         ctx = CreditContext(policy=self.policy, env=self.env, env_params=self.env_params,
                             group_size=config.rollout.group_size)
         self.credit_fn = make_credit(config.method, config, ctx)
         self.optimizer = make_optimizer(config.ppo)
-        self.init_state = TrainState(params=params, opt_state=self.optimizer.init(params),
-                                     step=jnp.zeros((), jnp.int32))
+        # Placed replicated up front, like the step's outputs: the step compiles once.
+        self.init_state = jax.device_put(
+            TrainState(params=params, opt_state=self.optimizer.init(params),
+                       step=jnp.zeros((), jnp.int32)), self.replicated)
         ref = params if config.ppo.kl_coef > 0 else None
         self.step_fn = make_train_step(config, self.policy, self.env, self.env_params,
                                        self.credit_fn, self.optimizer, self.mesh, ref)
         self.eval_fn = make_eval(self.policy, self.env, self.env_params,
                                  config.train.eval_episodes, self.mesh)
-        self.key = jax.random.key(config.seed)
+        self.key = jax.device_put(jax.random.key(config.seed), self.replicated)
         # The held-out tasks do not depend on the training seed: every method and seed is
         # evaluated on the same episodes.
-        self.eval_key = jax.random.key(config.train.eval_seed)
+        self.eval_key = jax.device_put(jax.random.key(config.train.eval_seed), self.replicated)
 
     def evaluate(self, params) -> Dict[str, float]:
         return {f"eval/{k}": v for k, v in to_host(self.eval_fn(params, self.eval_key)).items()}
 
 
-def train(config) -> Dict[str, Any]:
-    """Runs config.train.steps steps (resuming if asked); returns the summary dict."""
+def train(config, return_params: bool = False):
+    """Runs config.train.steps steps (resuming if asked); returns the summary dict
+    (and the final parameters if `return_params`)."""
     exp = Experiment(config)
     tc = config.train
     run_dir = os.path.join(tc.results_dir, tc.experiment, tc.run)
@@ -134,4 +139,4 @@ def train(config) -> Dict[str, Any]:
                  if any(k in r for r in logger.records)])
     logger.close()
     ckpt.close()
-    return summary
+    return (summary, state.params) if return_params else summary

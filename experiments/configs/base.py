@@ -52,6 +52,37 @@ def get_config():
     c.ppo.gae_lambda = 0.95
     c.ppo.return_baseline = "critic"
 
+    # ASCT (asct_jax/search/methods.py); the selection rule comes from the method name.
+    c.asct = ml_collections.ConfigDict()
+    c.asct.states_per_episode = 2   # visited states searched per episode
+    c.asct.centring = "logpi"       # logpi | policy_mean | none
+    c.asct.alpha = 1.0
+    c.asct.beta_start = 1.0         # AgentUCT cost weight schedule: beta_start -> search.beta
+    c.asct.beta_steps = 1
+    c.asct.search = ml_collections.ConfigDict()
+    c.asct.search.num_simulations = 16
+    c.asct.search.max_depth = 2
+    c.asct.search.c = 1.0
+    c.asct.search.beta = 1.0
+    c.asct.search.leaf_eval = "rollout"
+    c.asct.search.num_leaf_rollouts = 1
+    c.asct.search.charge = "traversal"
+    c.vineppo = ml_collections.ConfigDict()
+    c.vineppo.k = 9                 # Monte-Carlo rollouts per visited state
+
+    # FACTOR (factor_jax/methods.py) and SERL.
+    c.factor = ml_collections.ConfigDict()
+    c.factor.calib_turns = 2        # intermediate turns calibrated per episode
+    c.factor.calib_rollouts = 2     # M rollouts of pi_old from each restored state
+    c.factor.tac_values = "calibrated"
+    c.factor.tau = 1.0
+    c.factor.transform = "exp"
+    c.factor.clip = ()              # e.g. (0.2, 5.0): clip omega, then renormalise
+    c.factor.distill_coef = 0.05
+    c.serl = ml_collections.ConfigDict()
+    c.serl.lam0 = 0.5
+    c.serl.decay_steps = 50
+
     c.train = ml_collections.ConfigDict()
     c.train.steps = 60
     c.train.eval_every = 20
@@ -76,6 +107,20 @@ def get_constraints():
         "model.preset": ("tiny", "smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"),
         "ppo.aggregation": ("token_mean", "sequence_mean", "action_mean"),
         "ppo.return_baseline": ("critic", "none"),
+        "asct.centring": ("logpi", "policy_mean", "none"),
+        "asct.search.leaf_eval": ("rollout", "critic"),
+        "asct.search.charge": ("traversal", "expansion"),
+        "asct.search.num_simulations": Range(1, None, integer=True),
+        "asct.search.max_depth": Range(1, None, integer=True),
+        "asct.search.c": Range(0.0, None),
+        "asct.search.beta": Range(0.0, None),
+        "asct.states_per_episode": Range(1, None, integer=True),
+        "vineppo.k": Range(1, None, integer=True),
+        "factor.tac_values": ("calibrated", "critic"),
+        "factor.transform": ("exp", "softplus"),
+        "factor.calib_turns": Range(0, None, integer=True),
+        "factor.calib_rollouts": Range(0, None, integer=True),
+        "factor.tau": Range(0.0, None, lo_open=True),
         "ppo.clip_eps": Range(0.0, 1.0, lo_open=True),
         "ppo.lr": Range(0.0, 1.0, lo_open=True),
         "ppo.epochs": Range(1, None, integer=True),

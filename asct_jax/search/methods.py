@@ -1,0 +1,137 @@
+"""ASCT and VinePPO as registered credit methods (see asct_jax.rl.credit).
+
+asct_uniform / asct_uct / asct_agentuct (METHODS.md 1), per training iteration:
+  1. the rollout of pi_old is the batch (every visited state s_t is stored);
+  2. `asct.states_per_episode` visited turns per episode (all real turns if larger than
+     the episode) are chosen uniformly; a tree of `asct.num_simulations` simulations is
+     searched from each with the variant's selection rule;
+  3. Q(s_t, a) = mean backed-up return through root action a (masked where unvisited);
+  4. Q'(s, a) = centre_q(Q, mode=asct.centring)   (default Q - alpha log pi_old(a|s));
+  5. A_t = Q'(s_t, a_t) - V_phi(s_t); unsearched turns, unvisited or non-restorable taken
+     actions fall back to the trajectory-return advantage G_t - V_phi(s_t) (counted).
+  The critic keeps its own target, the return-to-go. Auxiliary tokens: every action
+  executed inside the search (tree steps and leaf rollouts), summed over the batch.
+  The search sees returns from s_t on: Q(s_t, a) estimates r_t + future rewards.
+
+vineppo (workflow-adapted VinePPO): V_hat(s_t) = mean return of `vineppo.k` rollouts of
+pi_old from every visited state s_t, V_hat(terminal) = 0,
+A_t = r_t + V_hat(s_{t+1}) - V_hat(s_t). Its auxiliary tokens are those rollouts' tokens.
+
+asct_factor: ASCT's searched credit as "how much" (A_t above), HTA + APM as "where";
+mean_j C_{t,j} = A_t per action, as in FACTOR.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from asct_jax.rl import advantages as adv
+from asct_jax.rl.credit import (CreditContext, from_turn_advantages, register,
+                                state_policy_fn, turn_states, value_targets_mc)
+from asct_jax.rl.types import Rollout
+from asct_jax.search.credit import asct_advantage, centre_q
+from asct_jax.search.rollout_value import mc_return
+from asct_jax.search.search import make_search_config, search
+from asct_jax.search.selection import linear_schedule
+
+
+def _flat(x):
+    return x.reshape((-1,) + x.shape[2:])
+
+
+def choose_turns(turn_mask, key, num: int):
+    """`num` distinct real turns per episode, uniformly (Gumbel top-k): ([B, S], [B, S])."""
+    t = turn_mask.shape[1]
+    num = min(num, t)
+    g = jax.random.gumbel(key, turn_mask.shape)
+    score = jnp.where(turn_mask, g, -jnp.inf)
+    _, idx = jax.lax.top_k(score, num)
+    valid = jnp.take_along_axis(turn_mask, idx, axis=1)
+    return idx, valid
+
+
+def searched_advantages(config, ctx: CreditContext, params, batch: Rollout, key, step,
+                        rule: str):
+    """A_t [B, T] from searches rooted at chosen visited states, plus cost metrics."""
+    ac = config.asct
+    b, t = batch.turn_mask.shape
+    k_turns, k_search = jax.random.split(key)
+    idx, valid = choose_turns(batch.turn_mask, k_turns, ac.states_per_episode)  # [B, S]
+    s = idx.shape[1]
+    roots = jax.tree.map(_flat, turn_states(batch, idx))
+    scfg = make_search_config(ac.search, rule=rule)
+    beta = linear_schedule(step, ac.beta_start, ac.search.beta, ac.beta_steps)
+    out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), k_search,
+                 scfg, beta=beta)
+    q_c = centre_q(out.q, out.q_mask, out.prior_logp, ac.centring, ac.alpha)
+    # Scatter the S searched rows back to their turns: [B, S, K] -> [B, T, K].
+    onehot = jax.nn.one_hot(idx, t, dtype=jnp.float32) * valid[..., None]  # [B, S, T]
+    kk = q_c.shape[-1]
+    q_bt = jnp.einsum("bst,bsk->btk", onehot, q_c.reshape(b, s, kk))
+    mask_bt = jnp.einsum("bst,bsk->btk", onehot, out.q_mask.reshape(b, s, kk)
+                         .astype(jnp.float32)) > 0
+    searched = jnp.einsum("bst->bt", onehot) > 0
+    g = adv.returns_to_go(batch.rewards, batch.turn_mask)
+    fallback = g - batch.values
+    a, used_fallback = asct_advantage(q_bt, mask_bt, batch.action_index, batch.values,
+                                      fallback, searched, batch.turn_mask)
+    vflat = valid.reshape(-1)
+    metrics = {
+        "aux_tokens": jnp.sum(jnp.where(vflat, out.aux_tokens, 0.0)),
+        "env_calls": jnp.sum(jnp.where(vflat, out.env_calls, 0)).astype(jnp.float32),
+        "asct/fallback_frac": jnp.sum(used_fallback) / jnp.maximum(jnp.sum(batch.turn_mask), 1),
+        "asct/searched_states": jnp.sum(valid).astype(jnp.float32),
+        "asct/beta": jnp.asarray(beta, jnp.float32),
+    }
+    return a, metrics
+
+
+def _asct_factory(rule: str):
+    def factory(config, ctx: CreditContext):
+        def credit(params, batch: Rollout, key, step):
+            a, metrics = searched_advantages(config, ctx, params, batch, key, step, rule)
+            return from_turn_advantages(batch, a, value_targets_mc(batch), metrics)
+        return credit
+    return factory
+
+
+for _rule in ("uniform", "uct", "agentuct"):
+    register(f"asct_{_rule}")(_asct_factory(_rule))
+
+
+@register("vineppo")
+def _vineppo(config, ctx: CreditContext):
+    k = config.vineppo.k
+
+    def credit(params, batch: Rollout, key, step):
+        b, t = batch.turn_mask.shape
+        states = jax.tree.map(_flat, batch.states)
+        keys = jax.random.split(key, b * t)
+        v_hat, _, aux, calls = jax.vmap(
+            lambda st, kk: mc_return(ctx.env, ctx.env_params, st, state_policy_fn(ctx, params),
+                                     kk, k))(states, keys)
+        live = batch.turn_mask.reshape(-1)
+        v_hat = jnp.where(batch.turn_mask, v_hat.reshape(b, t), 0.0)
+        a = adv.vineppo_advantages(batch.rewards, v_hat, batch.turn_mask)
+        metrics = {"aux_tokens": jnp.sum(jnp.where(live, aux, 0.0)),
+                   "env_calls": jnp.sum(jnp.where(live, calls, 0)).astype(jnp.float32)}
+        return from_turn_advantages(batch, a, value_targets_mc(batch), metrics)
+    return credit
+
+
+@register("asct_factor")
+def _asct_factor(config, ctx: CreditContext):
+    """ASCT-AgentUCT's A_t as the action credit, HTA + APM as the token allocation."""
+    import factor_jax as fj  # via the registry only: asct_jax does not import it otherwise
+    from factor_jax.methods import teacher_log_probs
+    fc = config.factor
+
+    def credit(params, batch: Rollout, key, step):
+        a, metrics = searched_advantages(config, ctx, params, batch, key, step, "agentuct")
+        teacher = teacher_log_probs(ctx, params, batch)
+        scores = fj.hta_scores(teacher, batch.logp_old, a, batch.token_mask)
+        w = fj.apm_weights(scores, batch.token_mask, tau=fc.tau, transform=fc.transform)
+        coef = fj.token_coefficients(a, w, batch.token_mask)
+        return from_turn_advantages(batch, a, value_targets_mc(batch), metrics,
+                                    teacher_logp=teacher).replace(coef=coef)
+    return credit

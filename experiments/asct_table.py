@@ -1,0 +1,87 @@
+"""The ASCT table (METHODS.md 1) on the rag_workflow analogue of HotpotQA agentic RAG.
+
+For every method and seed: train, then evaluate the final actor on held-out episodes
+(utility = answer F1 - lambda * execution tokens, F1, execution cost) and, if
+config.table.transfer, on the changed component set. Auxiliary tokens are the tokens the
+credit method spent in training (search or VinePPO rollouts). Writes
+results/asct_table/{table,transfer,descriptions,sweep}.{md,json} and utility_vs_aux.png.
+"""
+import os
+
+from asct_jax.rl import config_cli
+from asct_jax.rl.tables import scatter_with_errorbars
+from experiments.configs.asct_table import METHODS  # noqa: F401  (documented default)
+from experiments.runner import enable_compilation_cache, run_grid, write_table
+
+MAIN_METRICS = {
+    "final/env/utility": "utility",
+    "final/env/f1": "answer F1",
+    "final/env/exec_cost": "exec cost (tokens)",
+    "total/aux_tokens": "aux tokens (train)",
+}
+TRANSFER_METRICS = {"final/env/utility": "utility (default set)",
+                    "transfer/env/utility": "utility (transfer set)",
+                    "transfer/env/f1": "F1 (transfer set)"}
+
+
+def transfer_eval(config, summary, params):
+    """Held-out episodes of the trained actor on the changed component set."""
+    import copy
+
+    from asct_jax.rl.trainer import build_env, build_policy
+    from asct_jax.rl.train_step import make_eval, make_mesh, to_host
+    import jax
+
+    c = copy.deepcopy(config)
+    c.env.options.component_set = "transfer"
+    env, env_params = build_env(c)
+    policy, _ = build_policy(c, env)
+    mesh = make_mesh(c.train.num_devices or None)
+    evaluate = make_eval(policy, env, env_params, c.train.eval_episodes, mesh)
+    m = to_host(evaluate(params, jax.random.key(c.train.eval_seed)))
+    return {f"transfer/{k}": v for k, v in m.items()}
+
+
+def main(config):
+    enable_compilation_cache()
+    out_dir = os.path.join(config.train.results_dir, config.train.experiment)
+    seeds = tuple(config.table.seeds)
+    variants = [(m, {"method": m}) for m in config.table.methods]
+    results = run_grid(config, variants, seeds, config.train.experiment,
+                       after_run=transfer_eval if config.table.transfer else None)
+    print(write_table(results, MAIN_METRICS, os.path.join(out_dir, "table")))
+    scatter_with_errorbars(
+        os.path.join(out_dir, "utility_vs_aux.png"),
+        {m: {"aux tokens": [r["total/aux_tokens"] for r in runs],
+             "utility": [r["final/env/utility"] for r in runs]} for m, runs in results.items()},
+        "aux tokens", "utility", title="rag_workflow: held-out utility vs auxiliary tokens")
+    if config.table.transfer:
+        print(write_table(results, TRANSFER_METRICS, os.path.join(out_dir, "transfer")))
+    if config.table.descriptions:
+        desc = [(f"{m}_nodesc", {"method": m, "env.options.describe_components": False})
+                for m in ("ppo_return", "asct_agentuct")]
+        nodesc = run_grid(config, desc, seeds, config.train.experiment)
+        both = {f"{m} (with descriptions)": results[m] for m in ("ppo_return", "asct_agentuct")
+                if m in results}
+        both.update({f"{m[:-7]} (no descriptions)": r for m, r in nodesc.items()})
+        print(write_table(both, MAIN_METRICS, os.path.join(out_dir, "descriptions")))
+    if config.table.sweep:
+        sweep = [("agentuct_c0.5", {"method": "asct_agentuct", "asct.search.c": 0.5}),
+                 ("agentuct_c2", {"method": "asct_agentuct", "asct.search.c": 2.0}),
+                 ("agentuct_beta0", {"method": "asct_agentuct", "asct.search.beta": 0.0,
+                                     "asct.beta_start": 0.0}),
+                 ("agentuct_beta4", {"method": "asct_agentuct", "asct.search.beta": 4.0,
+                                     "asct.beta_start": 4.0}),
+                 ("agentuct_beta_sched", {"method": "asct_agentuct", "asct.beta_start": 0.0,
+                                          "asct.search.beta": 4.0, "asct.beta_steps": 40}),
+                 ("agentuct_policy_mean", {"method": "asct_agentuct",
+                                           "asct.centring": "policy_mean"}),
+                 ("agentuct_none", {"method": "asct_agentuct", "asct.centring": "none"}),
+                 ("agentuct_sims32", {"method": "asct_agentuct",
+                                      "asct.search.num_simulations": 32})]
+        res = run_grid(config, sweep, tuple(config.table.sweep_seeds), config.train.experiment)
+        print(write_table(res, MAIN_METRICS, os.path.join(out_dir, "sweep")))
+
+
+if __name__ == "__main__":
+    config_cli.run_main(main)

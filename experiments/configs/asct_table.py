@@ -1,0 +1,57 @@
+"""ASCT table: trajectory PPO, VinePPO and the three ASCT variants on rag_workflow.
+
+    python -m experiments.asct_table --config experiments/configs/asct_table.py        # full
+    python -m experiments.asct_table --config experiments/configs/asct_table.py:quick  # reduced
+
+Ablations by override, e.g. --config.asct.search.c=2.0, --config.asct.search.beta=4.0,
+--config.asct.beta_start=0.0 --config.asct.beta_steps=40 (beta schedule),
+--config.asct.centring=policy_mean, --config.asct.search.num_simulations=32.
+"""
+import ml_collections
+
+from experiments.configs import base
+
+METHODS = ("ppo_return", "vineppo", "asct_uniform", "asct_uct", "asct_agentuct")
+
+
+def get_config(arg: str = "full"):
+    c = base.get_config()
+    c.method = "asct_agentuct"
+    c.env.name = "rag_workflow"
+    c.env.options = ml_collections.ConfigDict(
+        {"component_set": "default", "describe_components": True})
+    c.train.experiment = "asct_table"
+    c.train.steps = 60
+    c.train.eval_every = 20
+    c.train.eval_episodes = 512
+    c.rollout.num_groups = 16
+    c.rollout.group_size = 4
+    c.asct.states_per_episode = 2
+    c.asct.search.num_simulations = 16
+    c.vineppo.k = 9
+
+    c.table = ml_collections.ConfigDict()
+    c.table.methods = METHODS
+    c.table.seeds = (42, 43, 1337)
+    c.table.transfer = True          # evaluate every trained actor on component_set=transfer
+    c.table.descriptions = True      # retrain ASCT-AgentUCT and PPO without descriptions
+    c.table.sweep = True             # AgentUCT c / beta / centring / budget sweep
+    c.table.sweep_seeds = (7,)       # sweeps run on seeds other than the table's
+    if arg == "quick":
+        c.train.steps = 25
+        c.train.eval_every = 25
+        c.train.eval_episodes = 256
+        c.rollout.num_groups = 8
+        c.asct.states_per_episode = 1
+        c.asct.search.num_simulations = 8
+        c.vineppo.k = 3
+        c.table.seeds = (42, 43)
+        c.table.descriptions = False
+        c.table.sweep = False
+    elif arg != "full":
+        raise ValueError(f"asct_table config arg must be 'full' or 'quick', got {arg!r}")
+    return c
+
+
+def get_constraints():
+    return dict(base.get_constraints(), **{"table.methods": base.METHODS})

@@ -1,0 +1,86 @@
+"""Runs a grid of (variant, seed) training runs and turns their summaries into tables.
+
+A variant is a name plus config overrides (dotted field names). Each run lives in
+results/<experiment>/<variant>_s<seed>/; a run whose summary.json exists is not run
+again, so an interrupted table script picks up where it stopped. Compiled programs are
+shared between seeds through JAX's persistent compilation cache.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import jax
+
+from asct_jax.rl.run_logger import atomic_write_json, atomic_write_text
+from asct_jax.rl.tables import seed_table
+
+Variant = Tuple[str, Mapping[str, Any]]
+
+
+def enable_compilation_cache(path: str = "~/.cache/asct_jax/jax") -> None:
+    jax.config.update("jax_compilation_cache_dir", os.path.expanduser(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def apply_overrides(config, overrides: Mapping[str, Any]):
+    """A copy of `config` with dotted fields set; an unknown field is a one-line error."""
+    c = copy.deepcopy(config)
+    for dotted, value in overrides.items():
+        node = c
+        *path, last = dotted.split(".")
+        for p in path:
+            node = node[p]
+        if last not in node:
+            raise ValueError(f"override {dotted}: unknown field; allowed: {sorted(node.keys())}")
+        node[last] = value
+    return c
+
+
+def run_grid(base, variants: Sequence[Variant], seeds: Sequence[int], experiment: str,
+             after_run: Optional[Callable[[Any, Dict[str, Any], Any], Dict[str, Any]]] = None
+             ) -> Dict[str, List[Dict[str, Any]]]:
+    """Trains every variant with every seed; returns {variant: [summary per seed]}.
+
+    after_run(config, summary, params) may add entries to a run's summary (e.g. a transfer
+    evaluation); it runs once, before summary.json is written.
+    """
+    from asct_jax.rl.trainer import train
+
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    for name, overrides in variants:
+        out[name] = []
+        for seed in seeds:
+            c = apply_overrides(base, dict(overrides, seed=seed))
+            c.train.experiment = experiment
+            c.train.run = f"{name}_s{seed}"
+            run_dir = os.path.join(c.train.results_dir, experiment, c.train.run)
+            done = os.path.join(run_dir, "summary.json")
+            if os.path.exists(done):
+                with open(done) as f:
+                    summary = json.load(f)
+            else:
+                summary, params = train(c, return_params=True)
+                if after_run is not None:
+                    summary.update(after_run(c, summary, params))
+                atomic_write_json(done, summary)
+            out[name].append(summary)
+    return out
+
+
+def write_table(results: Dict[str, List[Dict[str, Any]]], metrics: Mapping[str, str],
+                path_stem: str, fmt="{:.3f}") -> str:
+    """Markdown (mean ± sample std over seeds) and JSON (per-seed values) side by side.
+
+    metrics: {summary key: column title}.
+    """
+    per_metric = {name: {title: [r[key] for r in runs if r.get(key) is not None]
+                         for key, title in metrics.items()}
+                  for name, runs in results.items()}
+    table = seed_table(per_metric, list(metrics.values()), fmt)
+    atomic_write_text(path_stem + ".md", table + "\n")
+    atomic_write_json(path_stem + ".json", per_metric)
+    return table

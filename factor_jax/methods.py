@@ -1,0 +1,149 @@
+"""FACTOR, its ablations and SERL as registered credit methods (see asct_jax.rl.credit).
+
+factor            TAC ("how much") -> HTA + APM ("where"), calibrated values, action-mean
+factor_no_tac     GRPO action credit + HTA/APM
+factor_no_hta     TAC with omega = 1
+factor_no_apm     TAC + HTA with softmax weights (sum to 1: credit shrunk by 1/L_t)
+serl              GRPO advantage with clipped hindsight token weights, lambda 0.5 -> 0
+grpo_extended     GRPO; the experiment gives it FACTOR's environment-call budget by
+                  scaling rollout.num_groups (experiments/factor_table.py)
+
+Value calibration (METHODS.md 2): for each episode, `factor.calib_turns` intermediate
+turns are chosen (factor_jax.calibration_turns), the stored environment state of each is
+restored and pi_old is rolled out `factor.calib_rollouts` = M times to the end. The mean
+return-to-go is the Monte-Carlo target of the value head at that turn, and (with
+`factor.tac_values = "calibrated"`) replaces V_psi(x_t) inside TAC there:
+
+    V~(x_t) = MC_t if t was calibrated, else V_psi(x_t);  V~(x_0) = b;  V~(x_T) = 0.
+
+Elsewhere the value head regresses on the episode's own return-to-go. Every calibration
+step is counted in metrics["env_calls"] and its action tokens in metrics["aux_tokens"].
+
+The hindsight teacher is pi_old (the behaviour parameters, frozen for the update) reading
+[x_t | SEP o_{t+1} | y_t]; the student log-probs are logp_old.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+import factor_jax as fj
+from asct_jax.rl import advantages as adv
+from asct_jax.rl.credit import (CreditContext, register, state_policy_fn, turn_states,
+                                value_targets_mc)
+from asct_jax.rl.types import Credit, Rollout
+from asct_jax.search.rollout_value import mc_return
+
+
+def _flat(x):
+    return x.reshape((-1,) + x.shape[2:])
+
+
+def teacher_log_probs(ctx: CreditContext, params, batch: Rollout):
+    """Hindsight teacher log-probs [B, T, A] (0 on padding)."""
+    b, t = batch.turn_mask.shape
+    logp = ctx.policy.teacher_log_probs(params, _flat(batch.obs), _flat(batch.feedback),
+                                        _flat(batch.actions), _flat(batch.cand_tokens),
+                                        _flat(batch.cand_mask))
+    return jnp.where(batch.token_mask, logp.reshape(b, t, -1), 0.0)
+
+
+def calibrate(ctx: CreditContext, params, batch: Rollout, key, num_turns: int,
+              num_rollouts: int):
+    """Monte-Carlo values at chosen intermediate turns.
+
+    Returns (targets [B, T], target_mask [B, T], aux_tokens [], env_calls []).
+    """
+    b, t = batch.turn_mask.shape
+    k_turns, k_roll = jax.random.split(key)
+    idx, valid = fj.calibration_turns(batch.turn_mask, k_turns, num_turns)  # [B, S]
+    states = jax.tree.map(_flat, turn_states(batch, idx))
+    policy_fn = state_policy_fn(ctx, params)
+    keys = jax.random.split(k_roll, b * idx.shape[1])
+    mean, returns, aux, calls = jax.vmap(
+        lambda s, k: mc_return(ctx.env, ctx.env_params, s, policy_fn, k, num_rollouts))(
+        states, keys)
+    valid_f = valid.reshape(-1)
+    returns = returns.reshape(b, idx.shape[1], num_rollouts)
+    targets, mask = fj.calibration_targets(idx, valid, returns, t)
+    aux = jnp.sum(jnp.where(valid_f, aux, 0.0))
+    calls = jnp.sum(jnp.where(valid_f, calls, 0)).astype(jnp.float32)
+    return targets, mask, aux, calls
+
+
+def _factor_factory(use_tac=True, use_hta=True, normalisation="apm"):
+    def factory(config, ctx: CreditContext):
+        fc = config.factor
+        clip = tuple(fc.clip) if fc.clip else None
+
+        def credit(params, batch: Rollout, key, step) -> Credit:
+            g = adv.episode_returns(batch.rewards, batch.turn_mask)
+            b = adv.group_baseline(g, ctx.group_size)
+            mc_g = value_targets_mc(batch)
+            values, targets = batch.values, mc_g
+            aux = calls = jnp.float32(0.0)
+            if fc.calib_turns > 0 and fc.calib_rollouts > 0:
+                cal, cal_mask, aux, calls = calibrate(ctx, params, batch, key,
+                                                      fc.calib_turns, fc.calib_rollouts)
+                targets = jnp.where(cal_mask, cal, mc_g)
+                if fc.tac_values == "calibrated":
+                    values = jnp.where(cal_mask, cal, values)
+            teacher = teacher_log_probs(ctx, params, batch)
+            grpo_credit = None
+            if not use_tac:
+                a = adv.grpo_advantages(g, ctx.group_size)
+                grpo_credit = jnp.broadcast_to(a[:, None], batch.turn_mask.shape)
+            coef, m = fj.factor_coefficients(
+                batch.rewards, values, b, batch.turn_mask, teacher, batch.logp_old,
+                batch.token_mask, tau=fc.tau, transform=fc.transform, clip=clip,
+                normalisation=normalisation, use_tac=use_tac, use_hta=use_hta,
+                action_credit=grpo_credit)
+            real = jnp.any(batch.token_mask, axis=-1)
+            cons = jnp.where(real, fj.conservation_error(m["weights"], batch.token_mask), 0.0)
+            metrics = {
+                "aux_tokens": aux, "env_calls": calls,
+                "factor/conservation_err_max": jnp.max(cons),
+                "factor/credit_abs_mean": jnp.sum(jnp.abs(m["credit"]) * real)
+                / jnp.maximum(jnp.sum(real), 1),
+            }
+            return Credit(coef=coef, value_targets=targets, teacher_logp=teacher,
+                          metrics=metrics)
+
+        def aux_loss(logp, mb, credit):
+            loss, m = fj.distillation_loss(logp, credit.teacher_logp, mb.token_mask)
+            return fc.distill_coef * loss, m
+
+        if fc.distill_coef > 0:
+            credit.aux_loss = aux_loss
+        return credit
+    return factory
+
+
+register("factor")(_factor_factory())
+register("factor_no_tac")(_factor_factory(use_tac=False))
+register("factor_no_hta")(_factor_factory(use_hta=False))
+register("factor_no_apm")(_factor_factory(normalisation="softmax"))
+
+
+@register("serl")
+def _serl(config, ctx: CreditContext):
+    """SERL: C = A_i ((1 - lam) + lam w), w = clip(exp(clamp(sign(A) delta, -20, 20)), .8, 1.2)."""
+    sc = config.serl
+
+    def credit(params, batch: Rollout, key, step) -> Credit:
+        g = adv.episode_returns(batch.rewards, batch.turn_mask)
+        a = adv.grpo_advantages(g, ctx.group_size)
+        teacher = teacher_log_probs(ctx, params, batch)
+        delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
+        lam = fj.serl_lambda(step, sc.lam0, sc.decay_steps)
+        coef = fj.serl_coefficients(a, delta, batch.token_mask, lam)
+        return Credit(coef=coef, value_targets=value_targets_mc(batch), teacher_logp=teacher,
+                      metrics={"aux_tokens": jnp.float32(0.0), "env_calls": jnp.float32(0.0),
+                               "serl/lambda": jnp.asarray(lam, jnp.float32)})
+    return credit
+
+
+@register("grpo_extended")
+def _grpo_extended(config, ctx: CreditContext):
+    from asct_jax.rl.credit import _REGISTRY
+    return _REGISTRY["grpo"](config, ctx)
