@@ -99,22 +99,52 @@ for _rule in ("uniform", "uct", "agentuct"):
     register(f"asct_{_rule}")(_asct_factory(_rule))
 
 
+def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollouts: int,
+                      chunk: int):
+    """V_hat(s_t) = mean return of `num_rollouts` pi_old rollouts from every real turn.
+
+    The B*T stored states are sorted live-first and processed in chunks of `chunk` states
+    (lax.map); a chunk with no live state is skipped by lax.cond, so the cost follows the
+    number of real turns, not B * T.
+    Returns (v_hat [B, T] (0 on padding), aux_tokens [], env_calls []).
+    """
+    b, t = batch.turn_mask.shape
+    n = b * t
+    n_chunks = -(-n // chunk)
+    pad = n_chunks * chunk - n
+    live = jnp.concatenate([batch.turn_mask.reshape(-1), jnp.zeros((pad,), bool)])
+    order = jnp.argsort(~live, stable=True)  # live states first
+    states = jax.tree.map(lambda x: jnp.concatenate(
+        [_flat(x), jnp.repeat(_flat(x)[:1], pad, axis=0)])[order], batch.states)
+    keys = jax.random.split(key, n_chunks * chunk)[order]  # key i stays with state i
+    policy_fn = state_policy_fn(ctx, params)
+    per_state = jax.vmap(lambda st, kk: mc_return(ctx.env, ctx.env_params, st, policy_fn, kk,
+                                                  num_rollouts))
+
+    def one_chunk(xs):
+        st, kk, lv = xs
+        zeros = (jnp.zeros((chunk,)), jnp.zeros((chunk, num_rollouts)), jnp.zeros((chunk,)),
+                 jnp.zeros((chunk,), jnp.int32))
+        out = jax.lax.cond(jnp.any(lv), lambda: per_state(st, kk), lambda: zeros)
+        return out[0], jnp.where(lv, out[2], 0.0), jnp.where(lv, out[3], 0)
+
+    split = lambda x: x.reshape((n_chunks, chunk) + x.shape[1:])  # noqa: E731
+    v, aux, calls = jax.lax.map(one_chunk, (jax.tree.map(split, states), split(keys),
+                                            split(live[order])))
+    v = jnp.zeros((n_chunks * chunk,)).at[order].set(v.reshape(-1))[:n].reshape(b, t)
+    return (jnp.where(batch.turn_mask, v, 0.0), jnp.sum(aux),
+            jnp.sum(calls).astype(jnp.float32))
+
+
 @register("vineppo")
 def _vineppo(config, ctx: CreditContext):
     k = config.vineppo.k
 
     def credit(params, batch: Rollout, key, step):
-        b, t = batch.turn_mask.shape
-        states = jax.tree.map(_flat, batch.states)
-        keys = jax.random.split(key, b * t)
-        v_hat, _, aux, calls = jax.vmap(
-            lambda st, kk: mc_return(ctx.env, ctx.env_params, st, state_policy_fn(ctx, params),
-                                     kk, k))(states, keys)
-        live = batch.turn_mask.reshape(-1)
-        v_hat = jnp.where(batch.turn_mask, v_hat.reshape(b, t), 0.0)
+        v_hat, aux, calls = live_state_values(ctx, params, batch, key, k,
+                                              chunk=batch.turn_mask.shape[0])
         a = adv.vineppo_advantages(batch.rewards, v_hat, batch.turn_mask)
-        metrics = {"aux_tokens": jnp.sum(jnp.where(live, aux, 0.0)),
-                   "env_calls": jnp.sum(jnp.where(live, calls, 0)).astype(jnp.float32)}
+        metrics = {"aux_tokens": aux, "env_calls": calls}
         return from_turn_advantages(batch, a, value_targets_mc(batch), metrics)
     return credit
 

@@ -1,0 +1,66 @@
+"""FACTOR diagnostics, the paper's Figure 5 (experiments/factor_fig5.py).
+
+    python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py
+    python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py:quick
+
+The base config (experiments/configs/base.py) with method "factor" on `shop`, plus a
+`fig5` block for the diagnostic batch sizes. Training goes to
+results/factor_fig5/<train.run>/ and is resumed (reused) when that run already holds the
+final checkpoint: delete the run directory, or pass another --config.train.run, to retrain.
+"""
+import ml_collections
+
+from asct_jax.rl.config_cli import Range
+from experiments.configs import base
+
+PERTURB_MODES = ("delete", "swap", "unk")
+
+
+def get_config(arg: str = ""):
+    if arg not in ("", "full", "quick"):
+        raise ValueError(f"factor_fig5 config arg must be '', 'full' or 'quick', got {arg!r}")
+    quick = arg == "quick"
+    c = base.get_config()
+    c.method = "factor"
+    c.env.name = "shop"
+    c.env.size = "small"
+    c.train.experiment = "factor_fig5"
+    c.train.run = "train_quick" if quick else "train_full"
+    c.train.resume = True          # reuse a finished run of the same name (see above)
+    c.train.steps = 4 if quick else 60
+    c.train.eval_every = c.train.steps
+    c.train.eval_episodes = 32 if quick else 256
+    c.train.checkpoint_every = c.train.steps
+    c.train.keep = 1
+    if quick:
+        c.rollout.num_groups = 4
+        c.rollout.group_size = 8
+        c.ppo.epochs = 1
+
+    c.fig5 = ml_collections.ConfigDict()
+    c.fig5.name = "fig5_quick" if quick else "fig5"   # results/factor_fig5/<name>.{png,json}
+    c.fig5.seed = 7                # diagnostic keys: fold_in(key(seed + fig5.seed), ...)
+    c.fig5.num_groups = 4 if quick else 8            # diagnostic batch (G = group_size)
+    c.fig5.group_size = 8
+    c.fig5.mc_rollouts = 8 if quick else 32          # V_MC rollouts per stored state
+    c.fig5.perturb_actions = 12 if quick else 48     # actions per credit sign (at most)
+    c.fig5.perturb_rollouts = 4 if quick else 16     # rollouts per action and variant
+    c.fig5.perturb_modes = PERTURB_MODES             # token replacements, see the script
+    c.fig5.min_abs_credit = 1e-3   # |A*_t| below this counts as neither sign
+    c.fig5.chunk = 512             # lanes per lax.map chunk for the MC rollouts (memory)
+    return c
+
+
+def get_constraints():
+    cons = dict(base.get_constraints())
+    cons.update({
+        "fig5.num_groups": Range(1, None, integer=True),
+        "fig5.group_size": Range(1, None, integer=True),
+        "fig5.mc_rollouts": Range(1, None, integer=True),
+        "fig5.perturb_actions": Range(1, None, integer=True),
+        "fig5.perturb_rollouts": Range(1, None, integer=True),
+        "fig5.perturb_modes": PERTURB_MODES,
+        "fig5.min_abs_credit": Range(0.0, None),
+        "fig5.chunk": Range(1, None, integer=True),
+    })
+    return cons

@@ -1,0 +1,46 @@
+"""FACTOR table: GRPO, SERL, extended-compute GRPO, FACTOR and its ablations on the
+household / shop / science analogues (ALFWorld / WebShop / ScienceWorld).
+
+    python -m experiments.factor_table --config experiments/configs/factor_table.py        # full
+    python -m experiments.factor_table --config experiments/configs/factor_table.py:quick  # reduced
+"""
+import ml_collections
+
+from experiments.configs import base
+
+METHODS = ("grpo", "serl", "grpo_extended", "factor", "factor_no_tac", "factor_no_hta",
+           "factor_no_apm")
+ENVS = ("household", "shop", "science")
+
+
+def get_config(arg: str = "full"):
+    c = base.get_config()
+    c.method = "factor"
+    c.ppo.aggregation = "action_mean"   # FACTOR's action-mean loss, for every method here
+    c.train.experiment = "factor_table"
+    c.train.steps = 60
+    c.train.eval_every = 20
+    c.train.eval_episodes = 512
+    c.rollout.num_groups = 8
+    c.rollout.group_size = 8            # G = 8 as in the paper
+
+    c.table = ml_collections.ConfigDict()
+    c.table.methods = METHODS
+    c.table.envs = ENVS
+    c.table.seeds = (42, 43, 1337)
+    if arg == "quick":
+        c.train.steps = 25
+        c.train.eval_every = 25
+        c.train.eval_episodes = 256
+        c.rollout.num_groups = 4
+        c.table.methods = ("grpo", "serl", "factor")
+        c.table.envs = ("shop",)
+        c.table.seeds = (42, 43)
+    elif arg != "full":
+        raise ValueError(f"factor_table config arg must be 'full' or 'quick', got {arg!r}")
+    return c
+
+
+def get_constraints():
+    return dict(base.get_constraints(), **{"table.methods": base.METHODS,
+                                           "table.envs": ("household", "shop", "science")})

@@ -1,0 +1,515 @@
+"""FACTOR diagnostics, the paper's Figure 5 (METHODS.md section 2, "Diagnostics").
+
+    python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py
+    python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py:quick
+
+Trains FACTOR (method "factor") on one environment (default `shop`, small) with the
+trainer, keeping the initial parameters ("early") and the final ones ("late"), then draws
+three panels on fresh diagnostic batches (`config.fig5.*`):
+
+(a) Conservation. On a batch rolled out with the late parameters, FACTOR's token weights
+    omega are computed exactly as the `factor` credit computes them (value calibration ->
+    TAC -> HTA -> APM, same calls, same key use as factor_jax/methods.py), and the
+    distribution of |mean_j omega_{t,j} - 1| over all real actions is plotted; the no-APM
+    softmax variant (normalisation="softmax", weights summing to 1, error 1 - 1/L_t) is
+    overlaid for contrast.
+
+(b) Calibration. For the early and the late parameters, each on its own batch: the TAC
+    credit A*_t as the method computes it (critic values, replaced by the method's own
+    M = factor.calib_rollouts Monte-Carlo values at its factor.calib_turns calibrated
+    turns) against an independent high-sample Monte-Carlo credit for the same step,
+
+        A^MC_t = r_t + V_MC(x_{t+1}) - V_MC(x_t),
+
+    V_MC(x_t) the mean return of `fig5.mc_rollouts` rollouts of pi_old (the parameters
+    that collected the batch) from the stored state x_t, with the same boundaries
+    V(x_0) = b (group mean return) and V(x_T) = 0. Independent: fresh policy keys, no
+    value head. The environment's own randomness travels with the stored state (common
+    random numbers, see asct_jax/search/rollout_value.py), for both estimates. Pearson r,
+    RMSE, MAE and bias over all real actions (factor_jax.calibration_metrics).
+
+(c) Perturbation. Among the late batch's actions with positive and with negative TAC
+    credit (|A*_t| >= fig5.min_abs_credit, at least two real tokens and distinct
+    highest- and lowest-weighted tokens), up to `fig5.perturb_actions` of each sign are
+    drawn at random. For each, the highest-allocated (argmax_j omega_{t,j}) and,
+    separately, the lowest-allocated token is perturbed; the stored state x_t is restored,
+    the perturbed action is stepped and pi_old is rolled to the end. The unperturbed
+    action is replayed from the same state with the same policy keys (common random
+    numbers), and the return change  Delta = (r_t + G_{>t})_perturbed - (...)_original  is
+    averaged over `fig5.perturb_rollouts` rollouts per action; the table reports the mean
+    over actions and its standard error (actions are the unit), per
+    {high, low} x {positive, negative credit} and per perturbation mode:
+
+      "delete": the token is replaced by the filler word "the", which
+               every text environment's parser drops, i.e. the token is deleted from the
+               action. Deleting an object/verb token makes the action unparseable (the
+               turn becomes "nothing happens") or turns it into another action; deleting
+               a filler word or EOS leaves the action unchanged (Delta = 0 exactly). So
+               the high-vs-low contrast asks whether HTA put the weight on the tokens the
+               environment actually reads.
+      "swap":  the token is replaced by the token another legal candidate at x_t has at
+               that position, that candidate being equal to the action everywhere else
+               (e.g. "select color red" -> "select color blue", "click on the p3 item" ->
+               "... p1 ..."): a one-token counterfactual action. Where no such candidate
+               exists (fillers, EOS, tokens shared by all candidates) it falls back to
+               "delete".
+      "unk":   the token is replaced by UNK_ID. Every such replacement makes the action
+               unparseable (UNK is not a filler), whichever token it hits, so high and low
+               should agree: a control for what "the action is lost" costs.
+
+    `changed_frac` is the fraction of perturbed actions whose immediate outcome (feedback
+    or reward) differs from the original's; `forced_token_frac` the fraction whose perturbed
+    token was forced by constrained decoding (log pi_old = 0: structure words shared by
+    every candidate, EOS), whose hindsight score is 0. Ties in omega go to the first
+    position (factor_jax.extreme_tokens). This is a local diagnostic, not a causal
+    proof: it perturbs one token of one action from one stored state, with the policy and
+    the environment's parser as they are; it says how the return responds to that edit,
+    not that the weights identify the tokens that caused the return.
+
+Outputs: results/factor_fig5/<fig5.name>.png (three panels) and .json (the numbers),
+written atomically, and a printed summary. The Monte-Carlo rollouts (panels b, c) are
+jitted and vmapped over states, rollouts and variants (jax.lax.map in chunks of
+`fig5.chunk` rollouts to bound memory); only the choice of which states/actions to use is
+made on the host (so the compiled shapes are padded to whole chunks).
+
+Runtime on 2 shared CPU cores: quick ~2.5 min (4 training steps; most of it is
+compilation); the full default (60 steps, 8 x 8 diagnostic batch, 32 MC rollouts) see the
+report in the JSON ("runtime_s").
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Dict
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import factor_jax as fj
+from asct_jax.envs.base import UNK_ID
+from asct_jax.rl import advantages as adv
+from asct_jax.rl import config_cli
+from asct_jax.rl.credit import state_policy_fn
+from asct_jax.rl.rollout import rollout
+from asct_jax.search.rollout_value import mc_return, rollout_return
+from factor_jax.methods import calibrate, teacher_log_probs
+
+
+def _patch_flat_for_empty_leaves() -> bool:
+    """Work-around, to remove once factor_jax/methods.py is fixed: its `_flat` reshapes
+    [B, T, ...] to (-1,) + rest, which raises ZeroDivisionError for a zero-size leaf (the
+    `shop` small state has sizes [n, NS = 0]), so the `factor` credit's calibration
+    crashes on `shop` small. The replacement computes the same reshape with an explicit
+    B * T. Applied only when the bug is present; returns whether it was applied."""
+    import factor_jax.methods as fm
+
+    try:
+        fm._flat(jnp.zeros((2, 2, 1, 0)))
+        return False
+    except ZeroDivisionError:
+        fm._flat = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
+        return True
+
+
+FLAT_PATCHED = _patch_flat_for_empty_leaves()
+
+
+def filler_id() -> int:
+    """Token id of a filler word the environments' parsers drop ("the")."""
+    from asct_jax.envs._common import FILLER_WORDS
+    from asct_jax.envs.tokenizer import get_tokenizer
+
+    return int(get_tokenizer().get_vocab()[FILLER_WORDS[0]])
+
+
+# ----------------------------------------------------------------------------- kernels
+
+def factor_parts(ctx, config, params, batch, key) -> Dict[str, Any]:
+    """The `factor` credit's pieces, as factor_jax/methods.py computes them, plus the
+    softmax (no-APM) weights. Jittable (ctx, config static)."""
+    fc = config.factor
+    clip = tuple(fc.clip) if fc.clip else None
+    g = adv.episode_returns(batch.rewards, batch.turn_mask)
+    b = adv.group_baseline(g, ctx.group_size)
+    values = batch.values
+    cal_mask = jnp.zeros_like(batch.turn_mask)
+    if fc.calib_turns > 0 and fc.calib_rollouts > 0:
+        cal, cal_mask, _, _ = calibrate(ctx, params, batch, key, fc.calib_turns,
+                                        fc.calib_rollouts)
+        if fc.tac_values == "calibrated":
+            values = jnp.where(cal_mask, cal, values)
+    teacher = teacher_log_probs(ctx, params, batch)
+    args = (batch.rewards, values, b, batch.turn_mask, teacher, batch.logp_old,
+            batch.token_mask)
+    coef, m = fj.factor_coefficients(*args, tau=fc.tau, transform=fc.transform, clip=clip,
+                                     normalisation="apm")
+    _, m_soft = fj.factor_coefficients(*args, tau=fc.tau, transform=fc.transform,
+                                       normalisation="softmax")
+    real = jnp.any(batch.token_mask, axis=-1)
+    cons = lambda w: jnp.where(real, fj.conservation_error(w, batch.token_mask), 0.0)
+    return dict(coef=coef, credit=m["credit"], weights=m["weights"],
+                weights_softmax=m_soft["weights"], cons_apm=cons(m["weights"]),
+                cons_softmax=cons(m_soft["weights"]), real=real, baseline=b, returns=g,
+                calibrated=cal_mask,
+                tac_sum_err=fj.credit_conservation_error(m["credit"], batch.rewards, b,
+                                                         batch.turn_mask))
+
+
+def _take(tree, *idx):
+    return jax.tree.map(lambda x: x[idx], tree)
+
+
+def _pad_idx(n: int, multiple: int) -> int:
+    return max(multiple, -(-n // multiple) * multiple)
+
+
+class Diagnostics:
+    """The jitted pieces for one experiment (env, policy, credit context, config)."""
+
+    def __init__(self, config, env, env_params, policy, ctx):
+        self.config, self.env, self.env_params, self.ctx = config, env, env_params, ctx
+        self.policy = policy
+        f5 = config.fig5
+        self.M, self.R = int(f5.mc_rollouts), int(f5.perturb_rollouts)
+        self.modes = tuple(f5.perturb_modes)
+        self.mc_states_per_chunk = max(1, int(f5.chunk) // self.M)
+        self.filler = filler_id()
+        ng, gs = int(f5.num_groups), int(f5.group_size)
+        if gs != ctx.group_size:
+            raise config_cli.ConfigError(
+                "fig5.group_size", f"{gs} differs from rollout.group_size "
+                f"{ctx.group_size} (the credit's group baseline uses the latter)",
+                str(ctx.group_size))
+        self.collect = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, ng, gs))
+        self.parts = jax.jit(lambda p, batch, k: factor_parts(ctx, config, p, batch, k))
+        self._mc = jax.jit(self._mc_values)
+        self._perturb = jax.jit(self._perturb_returns)
+
+    # -- (b) high-sample Monte-Carlo values of stored states --------------------------
+    def _mc_values(self, params, states, keys):
+        policy_fn = state_policy_fn(self.ctx, params)
+        one = lambda a: mc_return(self.env, self.env_params, a[0], policy_fn, a[1], self.M)[0]
+        return jax.lax.map(one, (states, keys), batch_size=self.mc_states_per_chunk)
+
+    def mc_credit(self, params, batch, parts, key):
+        """A^MC [B, T] (numpy) and V_MC [B, T] (0 at t = 0 and on padding)."""
+        tm = np.asarray(batch.turn_mask)
+        bi, ti = np.nonzero(tm & (np.arange(tm.shape[1])[None] >= 1))
+        n = len(bi)
+        v = np.zeros(tm.shape, np.float32)
+        if n:
+            n_pad = _pad_idx(n, self.mc_states_per_chunk)
+            bi_p = np.concatenate([bi, np.full(n_pad - n, bi[0])])
+            ti_p = np.concatenate([ti, np.full(n_pad - n, ti[0])])
+            states = _take(batch.states, bi_p, ti_p)
+            keys = jax.random.split(key, n_pad)
+            v[bi, ti] = np.asarray(self._mc(params, states, keys))[:n]
+        a_mc = fj.tac_credit(batch.rewards, jnp.asarray(v), parts["baseline"],
+                             batch.turn_mask)
+        return np.asarray(a_mc), v
+
+    # -- (c) token perturbations ----------------------------------------------------
+    def variants(self, actions, hi, lo, cands, legal):
+        """[N, A] actions -> [N, V, A]: the original, then (hi, lo) for each mode.
+
+        cands [N, K, A], legal [N, K]: the candidates at x_t (for "swap")."""
+        a_len = actions.shape[-1]
+        out = [actions]
+        for mode in self.modes:
+            for j in (hi, lo):
+                onehot = jax.nn.one_hot(j, a_len, dtype=bool)  # [N, A]
+                if mode == "swap":
+                    # Another legal candidate equal to the action everywhere but at j.
+                    same = cands == actions[:, None, :]  # [N, K, A]
+                    other = legal & jnp.all(same | onehot[:, None, :], axis=-1) & \
+                        ~jnp.any(same & onehot[:, None, :], axis=-1)
+                    k = jnp.argmax(other, axis=-1)
+                    sub = jnp.take_along_axis(cands[jnp.arange(len(k)), k], j[:, None], -1)[:, 0]
+                    tok = jnp.where(jnp.any(other, axis=-1), sub, self.filler)[:, None]
+                else:
+                    tok = self.filler if mode == "delete" else UNK_ID
+                out.append(jnp.where(onehot, tok, actions))
+        return jnp.stack(out, axis=1)
+
+    def _perturb_returns(self, params, states, actions, hi, lo, cands, legal, keys):
+        """states [N], actions [N, A], hi/lo [N], cands [N, K, A], legal [N, K],
+        keys [N, R] -> (returns [N, V, R],
+        changed [N, V] bool: immediate feedback/reward differs from the original's)."""
+        env, ep = self.env, self.env_params
+        policy_fn = state_policy_fn(self.ctx, params)
+        var = self.variants(actions, hi, lo, cands, legal)
+        n, nv, a_len = var.shape
+        r = keys.shape[1]
+        lane_states = jax.tree.map(
+            lambda x: jnp.broadcast_to(x[:, None, None], (n, nv, r) + x.shape[1:]).reshape(
+                (n * nv * r,) + x.shape[1:]), states)
+        lane_actions = jnp.broadcast_to(var[:, :, None], (n, nv, r, a_len)).reshape(-1, a_len)
+        lane_keys = jnp.broadcast_to(keys[:, None], (n, nv, r)).reshape(-1)  # same keys per v
+
+        def one(args):
+            s, a, k = args
+            s1, ts = env.step(s, a, ep)
+            g, _, _ = rollout_return(env, ep, s1, policy_fn, k)
+            return ts.reward + g, ts.feedback, ts.reward
+
+        ret, fb, rew = jax.lax.map(one, (lane_states, lane_actions, lane_keys),
+                                   batch_size=int(self.config.fig5.chunk))
+        ret = ret.reshape(n, nv, r)
+        fb = fb.reshape(n, nv, r, -1)[:, :, 0]
+        rew = rew.reshape(n, nv, r)[:, :, 0]
+        changed = jnp.any(fb != fb[:, :1], axis=-1) | (rew != rew[:, :1])
+        return ret, changed
+
+    def select_actions(self, batch, parts, seed):
+        """Host: up to fig5.perturb_actions actions of each credit sign (random)."""
+        f5 = self.config.fig5
+        credit = np.asarray(parts["credit"])
+        tmask = np.asarray(batch.token_mask)
+        hi, lo = (np.asarray(x) for x in fj.extreme_tokens(parts["weights"], batch.token_mask))
+        ok = (np.asarray(parts["real"]) & (tmask.sum(-1) >= 2) & (hi != lo))
+        rng = np.random.default_rng(seed)
+        chosen = {}
+        for name, sel in (("pos", credit >= f5.min_abs_credit),
+                          ("neg", credit <= -f5.min_abs_credit)):
+            bi, ti = np.nonzero(ok & sel)
+            take = rng.permutation(len(bi))[: int(f5.perturb_actions)]
+            chosen[name] = (bi[take], ti[take])
+        return chosen, hi, lo
+
+    def perturbation(self, params, batch, parts, key, seed) -> Dict[str, Any]:
+        """Panel (c): the return-change table (see the module docstring)."""
+        chosen, hi, lo = self.select_actions(batch, parts, seed)
+        bi = np.concatenate([chosen["pos"][0], chosen["neg"][0]])
+        ti = np.concatenate([chosen["pos"][1], chosen["neg"][1]])
+        n_pos, n = len(chosen["pos"][0]), len(bi)
+        out: Dict[str, Any] = {"n_pos": n_pos, "n_neg": n - n_pos, "modes": self.modes}
+        if n == 0:
+            return out
+        n_pad = 2 * int(self.config.fig5.perturb_actions)  # one compiled shape
+        bi_p = np.concatenate([bi, np.full(n_pad - n, bi[0])])
+        ti_p = np.concatenate([ti, np.full(n_pad - n, ti[0])])
+        keys = jax.random.split(key, n_pad * self.R).reshape(n_pad, self.R)
+        ret, changed = self._perturb(params, _take(batch.states, bi_p, ti_p),
+                                     jnp.asarray(np.asarray(batch.actions)[bi_p, ti_p]),
+                                     jnp.asarray(hi[bi_p, ti_p]), jnp.asarray(lo[bi_p, ti_p]),
+                                     jnp.asarray(np.asarray(batch.cand_tokens)[bi_p, ti_p]),
+                                     jnp.asarray(np.asarray(batch.cand_mask)[bi_p, ti_p]), keys)
+        ret, changed = np.asarray(ret)[:n], np.asarray(changed)[:n]
+        delta = (ret[:, 1:] - ret[:, :1]).mean(-1)  # [n, V-1] per-action mean change
+        credit = np.asarray(parts["credit"])[bi, ti]
+        # A token with log pi_old = 0 had a single allowed continuation (forced: structure
+        # words shared by every candidate, EOS): its hindsight delta is 0.
+        logp = np.asarray(batch.logp_old)[bi, ti]
+        forced = {"high": logp[np.arange(n), hi[bi, ti]] == 0.0,
+                  "low": logp[np.arange(n), lo[bi, ti]] == 0.0}
+        table = {}
+        for m, mode in enumerate(self.modes):
+            for w, which in enumerate(("high", "low")):
+                v = 2 * m + w
+                for sign, rows in (("pos", slice(0, n_pos)), ("neg", slice(n_pos, n))):
+                    d = delta[rows, v]
+                    k = len(d)
+                    table[f"{mode}/{which}/{sign}"] = {
+                        "mean": float(d.mean()) if k else float("nan"),
+                        "se": float(d.std(ddof=1) / np.sqrt(k)) if k > 1 else float("nan"),
+                        "n": k,
+                        "changed_frac": float(changed[rows, v + 1].mean()) if k else float("nan"),
+                        "forced_token_frac": float(forced[which][rows].mean()) if k else float("nan"),
+                    }
+        out.update(table=table, credit_mean_pos=float(credit[:n_pos].mean()) if n_pos else None,
+                   credit_mean_neg=float(credit[n_pos:].mean()) if n > n_pos else None,
+                   original_return_mean=float(ret[:, 0].mean()),
+                   rollouts_per_action=self.R)
+        return out
+
+
+# ----------------------------------------------------------------------------- driver
+
+def run_diagnostics(config, pieces, early_params, late_params) -> Dict[str, Any]:
+    """All three panels' numbers (and the arrays the figure needs)."""
+    env, env_params, policy, ctx = pieces
+    diag = Diagnostics(config, env, env_params, policy, ctx)
+    key = jax.random.fold_in(jax.random.key(config.seed), 10_000 + int(config.fig5.seed))
+    k = dict(zip(("roll_early", "roll_late", "cred_early", "cred_late", "mc_early",
+                  "mc_late", "perturb"), jax.random.split(key, 7)))
+    res: Dict[str, Any] = {"timing_s": {}}
+    arrays: Dict[str, Any] = {}
+    for phase, params in (("late", late_params), ("early", early_params)):
+        t0 = time.time()
+        batch = diag.collect(params, k[f"roll_{phase}"])
+        parts = diag.parts(params, batch, k[f"cred_{phase}"])
+        a_mc, v_mc = diag.mc_credit(params, batch, parts, k[f"mc_{phase}"])
+        tm = np.asarray(batch.turn_mask)
+        credit = np.asarray(parts["credit"])
+        cal = {kk: float(vv) for kk, vv in fj.calibration_metrics(
+            jnp.asarray(credit), jnp.asarray(a_mc), jnp.asarray(tm)).items()}
+        cal["return_mean"] = float(np.asarray(parts["returns"]).mean())
+        cal["episode_len_mean"] = float(tm.sum(-1).mean())
+        cal["tac_sum_err_max"] = float(np.max(np.asarray(parts["tac_sum_err"])))
+        cal["calibrated_frac"] = float(np.asarray(parts["calibrated"])[tm].mean())
+        res[f"calibration_{phase}"] = cal
+        arrays[f"credit_{phase}"], arrays[f"mc_{phase}"] = credit[tm], a_mc[tm]
+        res["timing_s"][f"{phase}_rollout_credit_mc"] = time.time() - t0
+        if phase == "late":
+            real = np.asarray(parts["real"])
+            ca, cs = np.asarray(parts["cons_apm"])[real], np.asarray(parts["cons_softmax"])[real]
+            lens = np.asarray(batch.token_mask).sum(-1)[real]
+            res["conservation"] = {
+                "n_actions": int(real.sum()),
+                "apm_max": float(ca.max()), "apm_mean": float(ca.mean()),
+                "softmax_mean": float(cs.mean()), "softmax_min": float(cs.min()),
+                "softmax_max": float(cs.max()),
+                "softmax_expected_mean": float(np.mean(1.0 - 1.0 / lens)),
+            }
+            arrays["cons_apm"], arrays["cons_softmax"] = ca, cs
+            t0 = time.time()
+            res["perturbation"] = diag.perturbation(params, batch, parts, k["perturb"],
+                                                    seed=int(config.seed) + int(config.fig5.seed))
+            res["timing_s"]["perturbation"] = time.time() - t0
+    res["_arrays"] = arrays
+    return res
+
+
+def plot(res: Dict[str, Any], path: str, title: str = "") -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from asct_jax.rl.run_logger import atomic_savefig
+
+    arr = res["_arrays"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    # (a) conservation
+    ax = axes[0]
+    bins = np.linspace(0.0, 1.0, 51)
+    c = res["conservation"]
+    ax.hist(np.clip(arr["cons_apm"], 0, 1), bins=bins, alpha=0.7, color="C0",
+            label=f"APM (max {c['apm_max']:.1e})")
+    ax.hist(np.clip(arr["cons_softmax"], 0, 1), bins=bins, alpha=0.6, color="C3",
+            label=f"softmax, no APM (mean {c['softmax_mean']:.2f})")
+    ax.set_yscale("log")
+    ax.set_xlabel(r"$|\mathrm{mean}_j\,\omega_{t,j} - 1|$")
+    ax.set_ylabel("actions")
+    ax.set_title(f"(a) conservation ({c['n_actions']} actions, late)")
+    ax.legend(fontsize=8)
+    # (b) calibration
+    ax = axes[1]
+    lo_hi = []
+    for phase, color in (("early", "C1"), ("late", "C2")):
+        x, y = arr[f"mc_{phase}"], arr[f"credit_{phase}"]
+        m = res[f"calibration_{phase}"]
+        ax.scatter(x, y, s=9, alpha=0.5, color=color,
+                   label=f"{phase}: r={m['corr']:.2f}, RMSE={m['rmse']:.3f} (n={int(m['count'])})")
+        lo_hi += [x.min(initial=0), y.min(initial=0), x.max(initial=0), y.max(initial=0)]
+    lim = (min(lo_hi) - 0.05, max(lo_hi) + 0.05)
+    ax.plot(lim, lim, "k--", lw=1, label="identity")
+    ax.set_xlim(lim)
+    ax.set_ylim(lim)
+    ax.set_xlabel(r"Monte-Carlo credit $A^{MC}_t$")
+    ax.set_ylabel(r"TAC credit $A^*_t$")
+    ax.set_title("(b) calibration")
+    ax.legend(fontsize=8)
+    # (c) perturbation
+    ax = axes[2]
+    p = res["perturbation"]
+    if "table" in p:
+        modes = list(p["modes"])
+        xs = np.arange(2 * len(modes), dtype=float)
+        xs[len(modes):] += 0.6  # a gap between the two credit signs
+        labels = [f"{mode}\nA*{'>' if s == 'pos' else '<'}0" for s in ("pos", "neg")
+                  for mode in modes]
+        for w, (which, color) in enumerate((("high", "C4"), ("low", "C7"))):
+            rows = [p["table"][f"{mode}/{which}/{s}"] for s in ("pos", "neg") for mode in modes]
+            ax.bar(xs + (w - 0.5) * 0.38, [r["mean"] for r in rows], width=0.38,
+                   yerr=[0 if np.isnan(r["se"]) else r["se"] for r in rows], capsize=3,
+                   color=color, label=f"{which}-allocated token")
+        ax.set_xticks(xs, labels, fontsize=8)
+        ax.axhline(0.0, color="k", lw=0.8)
+        ax.set_ylabel("mean return change (± s.e.)")
+        ax.set_title(f"(c) token perturbation (A*>0: n={p['n_pos']}, A*<0: n={p['n_neg']})",
+                     fontsize=10)
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no eligible actions", ha="center")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    atomic_savefig(fig, path)
+    plt.close(fig)
+    return path
+
+
+def main(config):
+    run(config)
+
+
+def run(config) -> Dict[str, Any]:
+    """Trains, computes the three panels, writes the PNG and the JSON; returns the numbers."""
+    from asct_jax.rl.checkpoint import Checkpointer, NonFiniteLossError
+    from asct_jax.rl.run_logger import atomic_write_json
+    from asct_jax.rl.trainer import Experiment, train
+
+    t_start = time.time()
+    tc = config.train
+    exp = Experiment(config)
+    early = exp.init_state.params
+    ckdir = os.path.join(tc.results_dir, tc.experiment, tc.run, "checkpoints")
+    reused = tc.resume and os.path.isdir(ckdir) and \
+        Checkpointer(ckdir, save_every=tc.checkpoint_every, keep=tc.keep).latest_step() == tc.steps
+    t0 = time.time()
+    try:
+        summary, late = train(config, return_params=True)
+    except (NonFiniteLossError, FileExistsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    train_s = time.time() - t0
+    res = run_diagnostics(config, exp_parts(exp), early, late)
+    res["timing_s"]["train"] = train_s
+    res["train_reused"] = bool(reused)
+    res["train_summary"] = summary
+    res["config"] = config_cli.config_to_dict(config)
+    out_dir = os.path.join(tc.results_dir, "factor_fig5")
+    name = config.fig5.name
+    title = (f"FACTOR diagnostics: {config.env.name} ({config.env.size}), "
+             f"{tc.steps} steps, seed {config.seed}")
+    png = plot(res, os.path.join(out_dir, f"{name}.png"), title)
+    res["runtime_s"] = time.time() - t_start
+    res.pop("_arrays")
+    js = atomic_write_json(os.path.join(out_dir, f"{name}.json"), res)
+    print(format_summary(res))
+    print(f"wrote {png}\nwrote {js}")
+    return res
+
+
+def exp_parts(exp):
+    """(env, env_params, policy, CreditContext) of an Experiment."""
+    from asct_jax.rl.credit import CreditContext
+
+    ctx = CreditContext(policy=exp.policy, env=exp.env, env_params=exp.env_params,
+                        group_size=exp.config.rollout.group_size)
+    return exp.env, exp.env_params, exp.policy, ctx
+
+
+def format_summary(res: Dict[str, Any]) -> str:
+    c = res["conservation"]
+    lines = [f"(a) conservation over {c['n_actions']} actions: APM max {c['apm_max']:.2e}, "
+             f"softmax mean {c['softmax_mean']:.3f} (1 - 1/L: {c['softmax_expected_mean']:.3f})"]
+    for phase in ("early", "late"):
+        m = res[f"calibration_{phase}"]
+        lines.append(f"(b) {phase:5s}: corr {m['corr']:.3f}  rmse {m['rmse']:.3f}  "
+                     f"mae {m['mae']:.3f}  bias {m['bias']:+.3f}  n {int(m['count'])}  "
+                     f"return {m['return_mean']:.3f}")
+    p = res["perturbation"]
+    lines.append(f"(c) perturbation: {p['n_pos']} positive, {p['n_neg']} negative actions")
+    for key, row in p.get("table", {}).items():
+        lines.append(f"    {key:18s} {row['mean']:+.4f} ± {row['se']:.4f}  "
+                     f"(n {row['n']}, changed {row['changed_frac']:.2f}, "
+                     f"forced token {row['forced_token_frac']:.2f})")
+    lines.append("timing (s): " + ", ".join(f"{k} {v:.1f}" for k, v in res["timing_s"].items()))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    config_cli.run_main(main)

@@ -1,0 +1,70 @@
+"""The FACTOR table (METHODS.md 2) on the household / shop / science analogues.
+
+Every method trains with the same steps and group size. grpo_extended is GRPO given
+FACTOR's environment-call budget: its rollout.num_groups is scaled by the ratio of
+FACTOR's measured environment calls (rollouts + value calibration) to GRPO's, so `factor`
+and `grpo` run first. Writes results/factor_table/<env>.{md,json}, a combined table and
+FACTOR's environment calls and wall clock as ratios to GRPO's.
+"""
+import os
+
+import numpy as np
+
+from asct_jax.rl import config_cli
+from asct_jax.rl.run_logger import atomic_write_json, atomic_write_text
+from asct_jax.rl.tables import markdown_table
+from experiments.runner import enable_compilation_cache, run_grid, write_table
+
+METRICS = {"final/env/success": "success", "final/env/score": "score",
+           "total/env_calls": "env calls", "wall_clock_s": "wall clock (s)"}
+
+
+def _mean(runs, key):
+    return float(np.mean([r[key] for r in runs]))
+
+
+def main(config):
+    enable_compilation_cache()
+    out_dir = os.path.join(config.train.results_dir, config.train.experiment)
+    seeds = tuple(config.table.seeds)
+    methods = list(config.table.methods)
+    order = [m for m in ("grpo", "factor") if m in methods] + \
+            [m for m in methods if m not in ("grpo", "factor")]
+    ratios = []
+    for env in config.table.envs:
+        results = {}
+        for m in order:
+            overrides = {"method": m, "env.name": env}
+            if m == "grpo_extended":
+                if not {"grpo", "factor"} <= set(results):
+                    raise ValueError("table.methods: grpo_extended needs grpo and factor")
+                scale = _mean(results["factor"], "total/env_calls") / \
+                    _mean(results["grpo"], "total/env_calls")
+                overrides["rollout.num_groups"] = max(
+                    1, int(round(config.rollout.num_groups * scale)))
+            name = f"{env}_{m}"
+            results[m] = run_grid(config, [(name, overrides)], seeds,
+                                  config.train.experiment)[name]
+        print(f"\n## {env}\n")
+        print(write_table({m: results[m] for m in methods}, METRICS,
+                          os.path.join(out_dir, env)))
+        if {"grpo", "factor"} <= set(results):
+            ratios.append({
+                "env": env,
+                "FACTOR / GRPO env calls": "{:.2f}x".format(
+                    _mean(results["factor"], "total/env_calls")
+                    / _mean(results["grpo"], "total/env_calls")),
+                "FACTOR / GRPO wall clock": "{:.2f}x".format(
+                    _mean(results["factor"], "wall_clock_s")
+                    / _mean(results["grpo"], "wall_clock_s")),
+            })
+    if ratios:
+        table = markdown_table(ratios, ["env", "FACTOR / GRPO env calls",
+                                        "FACTOR / GRPO wall clock"])
+        atomic_write_text(os.path.join(out_dir, "cost_ratios.md"), table + "\n")
+        atomic_write_json(os.path.join(out_dir, "cost_ratios.json"), ratios)
+        print(table)
+
+
+if __name__ == "__main__":
+    config_cli.run_main(main)
