@@ -32,11 +32,8 @@ from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, register, state_policy_fn, turn_states,
                                 value_targets_mc)
 from asct_jax.rl.types import Credit, Rollout
+from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search.rollout_value import mc_return
-
-
-def _flat(x):
-    return x.reshape((-1,) + x.shape[2:])
 
 
 def teacher_log_probs(ctx: CreditContext, params, batch: Rollout):

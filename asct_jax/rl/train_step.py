@@ -31,6 +31,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from asct_jax.rl import losses
 from asct_jax.rl.rollout import episode_metrics, rollout
 from asct_jax.rl.types import Credit, Rollout
+from asct_jax.rl.types import merge_batch_turns as _flat
 
 DATA_AXIS = "data"
 
@@ -54,10 +55,6 @@ def make_optimizer(cfg) -> optax.GradientTransformation:
     schedule = optax.linear_schedule(0.0, cfg.lr, max(int(cfg.warmup_steps), 1))
     return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
                        optax.adamw(schedule, b1=0.9, b2=0.999, weight_decay=cfg.weight_decay))
-
-
-def _flat(x):
-    return x.reshape((-1,) + x.shape[2:])
 
 
 def make_train_step(config, policy, env, env_params, credit_fn: Callable,

@@ -73,3 +73,8 @@ class Credit:
     value_targets: chex.Array
     teacher_logp: Any
     metrics: Dict[str, chex.Array]
+
+
+def merge_batch_turns(x: chex.Array) -> chex.Array:
+    """[B, T, ...] -> [B * T, ...] (explicit sizes: zero-size trailing axes are fine)."""
+    return x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])

@@ -29,14 +29,11 @@ from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, from_turn_advantages, register,
                                 state_policy_fn, turn_states, value_targets_mc)
 from asct_jax.rl.types import Rollout
+from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search.credit import asct_advantage, centre_q
 from asct_jax.search.rollout_value import mc_return
 from asct_jax.search.search import make_search_config, search
 from asct_jax.search.selection import linear_schedule
-
-
-def _flat(x):
-    return x.reshape((-1,) + x.shape[2:])
 
 
 def choose_turns(turn_mask, key, num: int):

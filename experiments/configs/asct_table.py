@@ -38,9 +38,10 @@ def get_config(arg: str = "full"):
     c.table.sweep = True             # AgentUCT c / beta / centring / budget sweep
     c.table.sweep_seeds = (7,)       # sweeps run on seeds other than the table's
     if arg == "quick":
-        c.train.steps = 25
-        c.train.eval_every = 25
-        c.train.eval_episodes = 256
+        c.table.methods = ("ppo_return", "vineppo", "asct_agentuct")
+        c.train.steps = 20
+        c.train.eval_every = 20
+        c.train.eval_episodes = 128
         c.rollout.num_groups = 8
         c.asct.states_per_episode = 1
         c.asct.search.num_simulations = 8

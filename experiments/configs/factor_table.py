@@ -29,9 +29,9 @@ def get_config(arg: str = "full"):
     c.table.envs = ENVS
     c.table.seeds = (42, 43, 1337)
     if arg == "quick":
-        c.train.steps = 25
-        c.train.eval_every = 25
-        c.train.eval_episodes = 256
+        c.train.steps = 20
+        c.train.eval_every = 20
+        c.train.eval_episodes = 128
         c.rollout.num_groups = 4
         c.table.methods = ("grpo", "serl", "factor")
         c.table.envs = ("shop",)
