@@ -72,16 +72,22 @@ jitted and vmapped over states, rollouts and variants (jax.lax.map in chunks of
 `fig5.chunk` rollouts to bound memory); only the choice of which states/actions to use is
 made on the host (so the compiled shapes are padded to whole chunks).
 
-Runtime on 2 shared CPU cores: quick ~2.5 min (4 training steps; most of it is
-compilation); the full default (60 steps, 8 x 8 diagnostic batch, 32 MC rollouts) see the
-report in the JSON ("runtime_s").
+Runtime on 2 shared (loaded) CPU cores, measured: quick 88 s from scratch (30 s of it the
+4 training steps; 35 s when the finished training run is reused); full default 445 s
+(training 60 steps 264 s, diagnostics ~180 s).
+
+On `shop` small almost every action token is read by the parser (only "the"/"now" in two
+templates are fillers, and ties in omega among forced tokens go to the first position),
+so "delete" and "unk" perturbations both turn the action into "nothing happens" whichever
+token they hit (changed_frac = 1, identical high/low rows); only "swap" separates high
+from low there.
 """
 from __future__ import annotations
 
 import os
 import sys
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import jax
 import jax.numpy as jnp
@@ -95,25 +101,6 @@ from asct_jax.rl.credit import state_policy_fn
 from asct_jax.rl.rollout import rollout
 from asct_jax.search.rollout_value import mc_return, rollout_return
 from factor_jax.methods import calibrate, teacher_log_probs
-
-
-def _patch_flat_for_empty_leaves() -> bool:
-    """Work-around, to remove once factor_jax/methods.py is fixed: its `_flat` reshapes
-    [B, T, ...] to (-1,) + rest, which raises ZeroDivisionError for a zero-size leaf (the
-    `shop` small state has sizes [n, NS = 0]), so the `factor` credit's calibration
-    crashes on `shop` small. The replacement computes the same reshape with an explicit
-    B * T. Applied only when the bug is present; returns whether it was applied."""
-    import factor_jax.methods as fm
-
-    try:
-        fm._flat(jnp.zeros((2, 2, 1, 0)))
-        return False
-    except ZeroDivisionError:
-        fm._flat = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
-        return True
-
-
-FLAT_PATCHED = _patch_flat_for_empty_leaves()
 
 
 def filler_id() -> int:
@@ -159,6 +146,12 @@ def factor_parts(ctx, config, params, batch, key) -> Dict[str, Any]:
 
 def _take(tree, *idx):
     return jax.tree.map(lambda x: x[idx], tree)
+
+
+def _divisor_at_most(n: int, cap: int) -> int:
+    """The largest divisor of n that is <= cap (lax.map batch size without a remainder,
+    which would compile the body twice)."""
+    return next(b for b in range(min(n, cap), 0, -1) if n % b == 0)
 
 
 def _pad_idx(n: int, multiple: int) -> int:
@@ -255,7 +248,8 @@ class Diagnostics:
             return ts.reward + g, ts.feedback, ts.reward
 
         ret, fb, rew = jax.lax.map(one, (lane_states, lane_actions, lane_keys),
-                                   batch_size=int(self.config.fig5.chunk))
+                                   batch_size=_divisor_at_most(n * nv * r,
+                                                               int(self.config.fig5.chunk)))
         ret = ret.reshape(n, nv, r)
         fb = fb.reshape(n, nv, r, -1)[:, :, 0]
         rew = rew.reshape(n, nv, r)[:, :, 0]
@@ -327,10 +321,13 @@ class Diagnostics:
 
 # ----------------------------------------------------------------------------- driver
 
-def run_diagnostics(config, pieces, early_params, late_params) -> Dict[str, Any]:
-    """All three panels' numbers (and the arrays the figure needs)."""
-    env, env_params, policy, ctx = pieces
-    diag = Diagnostics(config, env, env_params, policy, ctx)
+def run_diagnostics(config, pieces, early_params, late_params,
+                    diag: Optional[Diagnostics] = None) -> Dict[str, Any]:
+    """All three panels' numbers (and, under "_arrays", the arrays the figure needs).
+
+    pieces: (env, env_params, policy, CreditContext), see exp_parts; `diag` reuses the
+    compiled functions of an existing Diagnostics for the same pieces and config."""
+    diag = diag if diag is not None else Diagnostics(config, *pieces)
     key = jax.random.fold_in(jax.random.key(config.seed), 10_000 + int(config.fig5.seed))
     k = dict(zip(("roll_early", "roll_late", "cred_early", "cred_late", "mc_early",
                   "mc_late", "perturb"), jax.random.split(key, 7)))

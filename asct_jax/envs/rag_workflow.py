@@ -99,7 +99,8 @@ class RagWorkflowConfig:
     size: str = "small"                 # "small" | "hard"
     component_set: str = "default"      # "default" | "transfer"
     describe_components: bool = True    # component descriptions in the observation
-    lam: float = 0.3                    # utility cost weight per 1000 execution tokens
+    lam: float = -1.0                   # cost weight per 1000 execution tokens; -1 -> size
+                                        # default (small 0.1, hard 0.3)
     max_turns: int = 0                  # 0 -> size default (small 10, hard 14)
 
     def __post_init__(self):
@@ -184,9 +185,9 @@ class RagWorkflow(C.TextEnvMixin, Environment):
         small = self.config.size == "small"
         f = lambda x: jnp.asarray(x, jnp.float32)
         return RagWorkflowParams(
-            costs=f(self.costs), ctype=jnp.asarray(self.order), lam=f(self.config.lam),
-            hop_probs=f([0.3, 0.7] if small else [0.2, 0.4, 0.4]),
-            p_bridge=f(0.6), p_hard=f(0.35 if small else 0.5),
+            costs=f(self.costs), ctype=jnp.asarray(self.order), lam=f(self.config.lam if self.config.lam >= 0 else (0.1 if small else 0.3)),
+            hop_probs=f([0.6, 0.4] if small else [0.2, 0.4, 0.4]),
+            p_bridge=f(0.6), p_hard=f(0.2 if small else 0.5),
             p_ret=f([0.85, 0.3]), p_deep=f([0.97, 0.8]), boost_decomp=f(0.15),
             boost_rewrite=f(0.35), bridge_gate=f(0.2), p_read=f(0.9), p_wrong=f([0.1, 0.35]),
             max_turns=jnp.asarray(self.max_turns, jnp.int32))

@@ -181,7 +181,7 @@ class RunLogger:
         self._records = self._start_metrics(resume_step)
         self._last_step = self._records[-1]["step"] if self._records else None
         self._file = open(self.metrics_path, "a")
-        self._bar = tqdm(total=total_steps, initial=len({r["step"] for r in self._records}),
+        self._bar = tqdm(total=total_steps, initial=len({r["step"] for r in self._records if r["step"] > 0}),
                          desc=f"{experiment}/{run}", disable=None if progress is None
                          else not progress, dynamic_ncols=True, leave=True)
         self._tb = None
@@ -219,8 +219,8 @@ class RunLogger:
         self._file.write(json.dumps(record, allow_nan=False) + "\n")
         self._file.flush()
         self._records.append(record)
-        if self._last_step is None or step > self._last_step:
-            self._bar.update(1)
+        if step > 0 and (self._last_step is None or step > self._last_step):
+            self._bar.update(1)  # step 0 (the initial evaluation) is not a training step
         self._last_step = step
         shown = {k: f"{record[k]:.4g}" for k in self.progress_keys
                  if isinstance(record.get(k), (int, float))}

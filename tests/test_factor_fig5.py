@@ -1,0 +1,106 @@
+"""Smoke test of experiments/factor_fig5.py's panel computations on a tiny config (no
+training: early = late = the initial parameters)."""
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from asct_jax.rl import config_cli
+from asct_jax.rl.trainer import Experiment
+from experiments import factor_fig5 as fig5
+from experiments.configs import factor_fig5 as fig5_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "experiments/configs/factor_fig5.py")
+
+
+def tiny_config(tmp_path):
+    c = fig5_config.get_config("quick")
+    c.model.hidden_size = 32
+    c.model.num_layers = 1
+    c.model.num_heads = 2
+    c.model.num_kv_heads = 1
+    c.model.intermediate_size = 64
+    c.rollout.num_groups = 2
+    c.rollout.group_size = 4
+    c.fig5.num_groups = 2
+    c.fig5.group_size = 4
+    c.fig5.mc_rollouts = 2
+    c.fig5.perturb_rollouts = 2
+    c.fig5.perturb_actions = 2
+    c.fig5.chunk = 64
+    c.train.results_dir = str(tmp_path)
+    return c
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    c = tiny_config(tmp_path_factory.mktemp("fig5"))
+    exp = Experiment(c)
+    params = exp.init_state.params
+    diag = fig5.Diagnostics(c, *fig5.exp_parts(exp))
+    res = fig5.run_diagnostics(c, fig5.exp_parts(exp), params, params, diag=diag)
+    return c, exp, params, res, diag
+
+
+def test_conservation_apm_zero_softmax_not(setup):
+    _, _, _, res, _ = setup
+    cons, arr = res["conservation"], res["_arrays"]
+    assert cons["n_actions"] > 0
+    assert arr["cons_apm"].shape == arr["cons_softmax"].shape == (cons["n_actions"],)
+    assert np.all(np.isfinite(arr["cons_apm"])) and np.all(np.isfinite(arr["cons_softmax"]))
+    assert cons["apm_max"] < 1e-5
+    # softmax weights sum to 1: |mean - 1| = 1 - 1/L_t >= 1/2 for L_t >= 2
+    assert cons["softmax_mean"] > 0.3
+    np.testing.assert_allclose(cons["softmax_mean"], cons["softmax_expected_mean"], atol=1e-5)
+
+
+def test_calibration_shapes_and_finite(setup):
+    _, _, _, res, _ = setup
+    arr = res["_arrays"]
+    for phase in ("early", "late"):
+        m = res[f"calibration_{phase}"]
+        x, y = arr[f"credit_{phase}"], arr[f"mc_{phase}"]
+        assert x.shape == y.shape == (int(m["count"]),) and x.size > 0
+        assert np.all(np.isfinite(x)) and np.all(np.isfinite(y))
+        for k in ("corr", "rmse", "mae", "bias"):
+            assert np.isfinite(m[k]), (phase, k)
+        assert -1.0 - 1e-5 <= m["corr"] <= 1.0 + 1e-5
+        assert m["tac_sum_err_max"] < 1e-4  # telescoping: sum_t A*_t = G - b
+
+
+def test_perturbation_table(setup):
+    c, _, _, res, _ = setup
+    p = res["perturbation"]
+    assert 0 <= p["n_pos"] <= c.fig5.perturb_actions and 0 <= p["n_neg"] <= c.fig5.perturb_actions
+    if p["n_pos"] + p["n_neg"] == 0:
+        pytest.skip("no eligible action in this tiny batch")
+    assert len(p["table"]) == 2 * 2 * len(c.fig5.perturb_modes)
+    for key, row in p["table"].items():
+        if row["n"]:
+            assert np.isfinite(row["mean"]) and 0.0 <= row["changed_frac"] <= 1.0, key
+    # UNK makes any action unparseable: high and low give the same outcome.
+    for s in ("pos", "neg"):
+        hi, lo = p["table"][f"unk/high/{s}"], p["table"][f"unk/low/{s}"]
+        if hi["n"]:
+            np.testing.assert_allclose(hi["mean"], lo["mean"], atol=1e-6)
+
+
+def test_weights_match_registered_credit(setup):
+    c, exp, params, _, diag = setup
+    batch = diag.collect(params, jax.random.key(3))
+    parts = diag.parts(params, batch, jax.random.key(4))
+    credit = jax.jit(exp.credit_fn)(params, batch, jax.random.key(4), 0)
+    np.testing.assert_allclose(np.asarray(parts["coef"]), np.asarray(credit.coef), atol=1e-6)
+    assert parts["weights"].shape == batch.token_mask.shape
+
+
+def test_plot_and_config(setup, tmp_path):
+    _, _, _, res, _ = setup
+    path = fig5.plot(res, str(tmp_path / "fig5.png"), "smoke")
+    assert os.path.getsize(path) > 0
+    cfg = config_cli.parse_config(["--config", CONFIG + ":quick"])
+    assert cfg.fig5.mc_rollouts == 8 and cfg.method == "factor"
+    with pytest.raises(config_cli.ConfigError):
+        config_cli.parse_config(["--config", CONFIG, "--config.fig5.perturb_modes=('bogus',)"])
