@@ -38,7 +38,6 @@ def get_config(arg: str = "full"):
     c.table.sweep = True             # AgentUCT c / beta / centring / budget sweep
     c.table.sweep_seeds = (7,)       # sweeps run on seeds other than the table's
     if arg == "quick":
-        c.table.methods = ("ppo_return", "vineppo", "asct_agentuct")
         c.train.steps = 20
         c.train.eval_every = 20
         c.train.eval_episodes = 128

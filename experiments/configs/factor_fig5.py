@@ -27,9 +27,9 @@ def get_config(arg: str = ""):
     c.train.experiment = "factor_fig5"
     c.train.run = "train_quick" if quick else "train_full"
     c.train.resume = True          # reuse a finished run of the same name (see above)
-    c.train.steps = 4 if quick else 60
+    c.train.steps = 20 if quick else 60
     c.train.eval_every = c.train.steps
-    c.train.eval_episodes = 32 if quick else 256
+    c.train.eval_episodes = 128 if quick else 256
     c.train.checkpoint_every = c.train.steps
     c.train.keep = 1
     if quick:
