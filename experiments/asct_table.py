@@ -37,7 +37,8 @@ def transfer_eval(config, summary, params):
     env, env_params = build_env(c)
     policy, _ = build_policy(c, env)
     mesh = make_mesh(c.train.num_devices or None)
-    evaluate = make_eval(policy, env, env_params, c.train.eval_episodes, mesh)
+    evaluate = make_eval(policy, env, env_params, c.train.eval_episodes, mesh,
+                         greedy=c.train.eval_greedy)
     m = to_host(evaluate(params, jax.random.key(c.train.eval_seed)))
     return {f"transfer/{k}": v for k, v in m.items()}
 

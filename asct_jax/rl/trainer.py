@@ -70,7 +70,8 @@ class Experiment:
         self.step_fn = make_train_step(config, self.policy, self.env, self.env_params,
                                        self.credit_fn, self.optimizer, self.mesh, ref)
         self.eval_fn = make_eval(self.policy, self.env, self.env_params,
-                                 config.train.eval_episodes, self.mesh)
+                                 config.train.eval_episodes, self.mesh,
+                                 greedy=config.train.eval_greedy)
         self.key = jax.device_put(jax.random.key(config.seed), self.replicated)
         # The held-out tasks do not depend on the training seed: every method and seed is
         # evaluated on the same episodes.

@@ -38,7 +38,7 @@ def get_config():
 
     c.ppo = ml_collections.ConfigDict()
     c.ppo.epochs = 2
-    c.ppo.minibatches = 2
+    c.ppo.minibatches = 4
     c.ppo.clip_eps = 0.2
     c.ppo.lr = 1e-3
     c.ppo.warmup_steps = 5
@@ -88,6 +88,7 @@ def get_config():
     c.train.eval_every = 20
     c.train.eval_episodes = 256
     c.train.eval_seed = 20261129
+    c.train.eval_greedy = False     # held-out episodes sample from the actor (True: argmax)
     c.train.checkpoint_every = 20
     c.train.keep = 2
     c.train.resume = False
