@@ -75,8 +75,7 @@ def main(config):
                                      "asct.beta_start": 4.0}),
                  ("agentuct_beta_sched", {"method": "asct_agentuct", "asct.beta_start": 0.0,
                                           "asct.search.beta": 4.0, "asct.beta_steps": 40}),
-                 ("agentuct_policy_mean", {"method": "asct_agentuct",
-                                           "asct.centring": "policy_mean"}),
+                 ("agentuct_logpi", {"method": "asct_agentuct", "asct.centring": "logpi"}),
                  ("agentuct_none", {"method": "asct_agentuct", "asct.centring": "none"}),
                  ("agentuct_sims32", {"method": "asct_agentuct",
                                       "asct.search.num_simulations": 32})]

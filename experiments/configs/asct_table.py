@@ -5,7 +5,7 @@
 
 Ablations by override, e.g. --config.asct.search.c=2.0, --config.asct.search.beta=4.0,
 --config.asct.beta_start=0.0 --config.asct.beta_steps=40 (beta schedule),
---config.asct.centring=policy_mean, --config.asct.search.num_simulations=32.
+--config.asct.centring=logpi, --config.asct.search.num_simulations=32.
 """
 import ml_collections
 
