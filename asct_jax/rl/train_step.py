@@ -57,21 +57,20 @@ def make_optimizer(cfg) -> optax.GradientTransformation:
                        optax.adamw(schedule, b1=0.9, b2=0.999, weight_decay=cfg.weight_decay))
 
 
-def make_train_step(config, policy, env, env_params, credit_fn: Callable,
-                    optimizer: optax.GradientTransformation, mesh: Mesh,
-                    ref_params: Any = None) -> Callable:
-    """Builds the jitted step. Static choices come from `config` (see experiments/configs)."""
-    ppo = config.ppo
-    num_groups, group_size = config.rollout.num_groups, config.rollout.group_size
-    batch = num_groups * group_size
+def _check_batch(batch: int, mesh: Mesh, minibatches: int) -> None:
     n_dev = mesh.devices.size
-    if batch % (n_dev * ppo.minibatches):
+    if batch % (n_dev * minibatches):
         raise ValueError(
             f"rollout: num_groups * group_size = {batch} must be divisible by "
-            f"devices x ppo.minibatches = {n_dev} x {ppo.minibatches}")
+            f"devices x ppo.minibatches = {n_dev} x {minibatches}")
+
+
+def _learn_fn(config, policy, credit_fn: Callable, optimizer: optax.GradientTransformation,
+              mesh: Mesh, ref_params: Any = None) -> Callable:
+    """learn(state, data, key) -> (state, metrics): credit, then the PPO update (pure)."""
+    ppo = config.ppo
     episode_sharding = NamedSharding(mesh, P(DATA_AXIS))
     mb_sharding = NamedSharding(mesh, P(None, DATA_AXIS))
-    replicated = NamedSharding(mesh, P())
     aux_loss_fn = getattr(credit_fn, "aux_loss", None)
 
     def shard_episodes(tree, sharding):
@@ -117,6 +116,7 @@ def make_train_step(config, policy, env, env_params, credit_fn: Callable,
 
     def update_epoch(carry, key):
         params, opt_state, data, credit = carry
+        batch = data.turn_mask.shape[0]
         perm = jax.random.permutation(key, batch)
 
         def split(x):
@@ -128,10 +128,8 @@ def make_train_step(config, policy, env, env_params, credit_fn: Callable,
         (params, opt_state), m = jax.lax.scan(update_minibatch, (params, opt_state), mbs)
         return (params, opt_state, data, credit), m
 
-    def step(state: TrainState, key: chex.PRNGKey):
-        key = jax.random.fold_in(key, state.step)
-        k_roll, k_credit, k_update = jax.random.split(key, 3)
-        data = rollout(policy, state.params, env, env_params, k_roll, num_groups, group_size)
+    def learn(state: TrainState, data: Rollout, key: chex.PRNGKey):
+        k_credit, k_update = jax.random.split(key)
         data = shard_episodes(data, episode_sharding)
         credit = credit_fn(state.params, data, k_credit, state.step)
         credit = shard_episodes(credit, episode_sharding)
@@ -150,6 +148,35 @@ def make_train_step(config, policy, env, env_params, credit_fn: Callable,
                                            / jnp.maximum(jnp.sum(coef_mask), 1.0))
         new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1)
         return new_state, metrics
+
+    return learn
+
+
+def make_learn_step(config, policy, credit_fn: Callable,
+                    optimizer: optax.GradientTransformation, mesh: Mesh,
+                    ref_params: Any = None) -> Callable:
+    """Jitted learn(state, data, key): credit + update on a batch collected elsewhere
+    (host-side rollouts of the real games, benchmarks)."""
+    _check_batch(config.rollout.num_groups * config.rollout.group_size, mesh,
+                 config.ppo.minibatches)
+    learn = _learn_fn(config, policy, credit_fn, optimizer, mesh, ref_params)
+    replicated = NamedSharding(mesh, P())
+    return jax.jit(learn, out_shardings=(replicated, replicated))
+
+
+def make_train_step(config, policy, env, env_params, credit_fn: Callable,
+                    optimizer: optax.GradientTransformation, mesh: Mesh,
+                    ref_params: Any = None) -> Callable:
+    """Builds the jitted step(state, key): rollout -> credit -> update, compiled once."""
+    num_groups, group_size = config.rollout.num_groups, config.rollout.group_size
+    _check_batch(num_groups * group_size, mesh, config.ppo.minibatches)
+    learn = _learn_fn(config, policy, credit_fn, optimizer, mesh, ref_params)
+    replicated = NamedSharding(mesh, P())
+
+    def step(state: TrainState, key: chex.PRNGKey):
+        k_roll, k_learn = jax.random.split(jax.random.fold_in(key, state.step))
+        data = rollout(policy, state.params, env, env_params, k_roll, num_groups, group_size)
+        return learn(state, data, k_learn)
 
     return jax.jit(step, in_shardings=(replicated, replicated),
                    out_shardings=(replicated, replicated), donate_argnums=(0,))
