@@ -14,6 +14,7 @@ import os
 import time
 from typing import Any, Dict
 
+from absl import logging as absl_logging
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -84,6 +85,7 @@ class Experiment:
 def train(config, return_params: bool = False):
     """Runs config.train.steps steps (resuming if asked); returns the summary dict
     (and the final parameters if `return_params`)."""
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
     exp = Experiment(config)
     tc = config.train
     run_dir = os.path.join(tc.results_dir, tc.experiment, tc.run)
