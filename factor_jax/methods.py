@@ -16,7 +16,11 @@ return-to-go is the Monte-Carlo target of the value head at that turn, and (with
 
     V~(x_t) = MC_t if t was calibrated, else V_psi(x_t);  V~(x_0) = b;  V~(x_T) = 0.
 
-Elsewhere the value head regresses on the episode's own return-to-go. Every calibration
+Elsewhere the value head regresses on the episode's own return-to-go.
+
+Scale: with `factor.normalise = "batch_std"` (default) the coefficients are divided by
+max(std of the batch's returns, factor.std_floor), one scalar per batch, as GRPO divides
+by its group std; "none" keeps reward units. Every calibration
 step is counted in metrics["env_calls"] and its action tokens in metrics["aux_tokens"].
 
 The hindsight teacher is pi_old (the behaviour parameters, frozen for the update) reading
@@ -95,6 +99,11 @@ def _factor_factory(use_tac=True, use_hta=True, normalisation="apm"):
                 batch.token_mask, tau=fc.tau, transform=fc.transform, clip=clip,
                 normalisation=normalisation, use_tac=use_tac, use_hta=use_hta,
                 action_credit=grpo_credit)
+            if fc.normalise == "batch_std":
+                # One positive scalar for the whole batch: conservation per action and the
+                # telescoping identity hold up to that scale, and the coefficients live on
+                # GRPO's (std-normalised) scale, so both train at the same learning rate.
+                coef = coef / jnp.maximum(jnp.std(g), fc.std_floor)
             real = jnp.any(batch.token_mask, axis=-1)
             cons = jnp.where(real, fj.conservation_error(m["weights"], batch.token_mask), 0.0)
             metrics = {

@@ -79,6 +79,8 @@ def get_config():
     c.factor.transform = "exp"
     c.factor.clip = ()              # e.g. (0.2, 5.0): clip omega, then renormalise
     c.factor.distill_coef = 0.05
+    c.factor.normalise = "batch_std"   # batch_std | none: scale of the coefficients
+    c.factor.std_floor = 0.05
     c.serl = ml_collections.ConfigDict()
     c.serl.lam0 = 0.5
     c.serl.decay_steps = 50
@@ -119,6 +121,7 @@ def get_constraints():
         "vineppo.k": Range(1, None, integer=True),
         "factor.tac_values": ("calibrated", "critic"),
         "factor.transform": ("exp", "softplus"),
+        "factor.normalise": ("batch_std", "none"),
         "factor.calib_turns": Range(0, None, integer=True),
         "factor.calib_rollouts": Range(0, None, integer=True),
         "factor.tau": Range(0.0, None, lo_open=True),
