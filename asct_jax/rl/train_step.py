@@ -52,7 +52,8 @@ def make_mesh(num_devices: Optional[int] = None) -> Mesh:
 
 def make_optimizer(cfg) -> optax.GradientTransformation:
     """AdamW with global-norm clipping and an optional linear warm-up."""
-    schedule = optax.linear_schedule(0.0, cfg.lr, max(int(cfg.warmup_steps), 1))
+    warmup = max(int(cfg.warmup_steps), 1)  # in optimiser updates; the first is not lr 0
+    schedule = optax.linear_schedule(cfg.lr / warmup, cfg.lr, warmup)
     return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
                        optax.adamw(schedule, b1=0.9, b2=0.999, weight_decay=cfg.weight_decay))
 

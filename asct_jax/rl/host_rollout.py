@@ -1,0 +1,304 @@
+"""Rollouts of the policy in real text games driven on the host (TextWorld, ...).
+
+The mirror of `asct_jax.rl.rollout.rollout` for `BatchedHostEnv`: the games run in Python,
+the policy in one jitted call per turn on fixed shapes, and the batch is the same
+`Rollout` ([B, T, ...] arrays, same masks and semantics), so `make_learn_step` and every
+credit method that needs no environment restore (GRPO, PPO, SERL, FACTOR with
+factor.calib_turns = 0) train on it unchanged.
+
+    tok = build_tokenizer(game_texts(games))
+    batch, host_states = host_rollout(policy, params, BatchedHostEnv(envs), tok, seeds,
+                                      group_size=G, max_turns=T, obs_len=O,
+                                      feedback_len=F, action_len=A, max_candidates=K,
+                                      key=key)
+
+Per turn, for every game still running:
+  * x_t = its observation text, encoded with `encode` (the last O tokens are kept);
+  * its admissible commands become candidate token sequences (words, then EOS, then PAD
+    up to A). Commands longer than A - 1 tokens and duplicates of an earlier command's
+    tokens are dropped; when more than K remain, observation-only commands (examine,
+    look, inventory) are dropped first, then the last ones in the game's order, so the
+    choice is deterministic and keeps the commands that change the game;
+  * pi_old scores all candidates (Policy.candidate_log_probs), one is sampled, and its
+    text is sent to the game.
+Games that are done are no longer stepped: their turns have turn_mask False, all-PAD
+candidates with cand_mask False, action_index -1, zero rewards and log-probs.
+`states` is None (host states are not arrays); the HostStates of every turn are returned
+beside the batch for restore-based methods.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from asct_jax.envs.base import (BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID)
+from asct_jax.envs.external.base import BatchedHostEnv, HostState, encode
+from asct_jax.rl.rollout import select_candidate
+from asct_jax.rl.types import Rollout
+
+# Commands that only look at the game (dropped first when there are too many candidates).
+OBSERVE_VERBS = ("examine", "look", "inventory")
+FALLBACK_COMMAND = "look"  # sent when a running game lists no usable command
+
+# ----------------------------------------------------------------------------- tokenizer
+
+
+def build_tokenizer(texts: Sequence[str], max_vocab: int = 4096, min_count: int = 1):
+    """A word-level PreTrainedTokenizerFast over `texts` (lower-cased).
+
+    Ids 0..4 are asct_jax.envs.base's special tokens (PAD, EOS, UNK, BOS, SEP); then the
+    words (Whitespace pre-tokenizer: \\w+ runs and punctuation runs) by decreasing count,
+    ties alphabetical, at most max_vocab tokens in all. Deterministic in `texts`.
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    pre = pre_tokenizers.Whitespace()
+    norm = normalizers.Lowercase()
+    counts: collections.Counter = collections.Counter()
+    for text in texts:
+        counts.update(w for w, _ in pre.pre_tokenize_str(norm.normalize_str(text)))
+    for s in SPECIAL_TOKENS:
+        counts.pop(s, None)
+    words = sorted((w for w, c in counts.items() if c >= min_count),
+                   key=lambda w: (-counts[w], w))[: max(max_vocab - len(SPECIAL_TOKENS), 0)]
+    vocab = {w: i for i, w in enumerate(list(SPECIAL_TOKENS) + words)}
+    assert [vocab[s] for s in SPECIAL_TOKENS] == [PAD_ID, EOS_ID, UNK_ID, BOS_ID, SEP_ID]
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIAL_TOKENS[UNK_ID]))
+    tok.normalizer = norm
+    tok.pre_tokenizer = pre
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=SPECIAL_TOKENS[PAD_ID],
+        eos_token=SPECIAL_TOKENS[EOS_ID], unk_token=SPECIAL_TOKENS[UNK_ID],
+        bos_token=SPECIAL_TOKENS[BOS_ID], sep_token=SPECIAL_TOKENS[SEP_ID])
+
+
+def game_texts(env, seeds: Sequence[int], random_episodes: int = 2, max_steps: int = 20,
+               rng_seed: int = 0) -> List[str]:
+    """Observations, feedbacks and admissible commands seen while playing each game's
+    walkthrough (when the env has one) and `random_episodes` uniformly random episodes."""
+    rng = np.random.default_rng(rng_seed)
+    texts: List[str] = []
+
+    def play(state, ts, pick):
+        texts.append(ts.observation)
+        for i in range(max_steps):
+            cmds = env.legal_actions(state)
+            texts.extend(cmds)
+            if state.done or not cmds:
+                break
+            action = pick(i, cmds)
+            if action is None:
+                break
+            state, ts = env.step(state, action)
+            texts.extend([ts.observation, ts.feedback])
+
+    for seed in seeds:
+        state, ts = env.reset(seed)
+        if hasattr(env, "walkthrough"):
+            wt = env.walkthrough(state)
+            play(state, ts, lambda i, cmds, wt=wt: wt[i] if i < len(wt) else None)
+        for _ in range(random_episodes):
+            state, ts = env.reset(seed)
+            play(state, ts, lambda i, cmds: cmds[int(rng.integers(len(cmds)))])
+    return texts
+
+
+def load_or_build_tokenizer(directory: str, texts_fn, **kwargs):
+    """The tokenizer saved in `directory`, or build_tokenizer(texts_fn()) saved there."""
+    from transformers import PreTrainedTokenizerFast
+
+    if os.path.isfile(os.path.join(directory, "tokenizer.json")):
+        return PreTrainedTokenizerFast.from_pretrained(directory)
+    tok = build_tokenizer(texts_fn(), **kwargs)
+    tmp = directory.rstrip("/") + f".tmp{os.getpid()}"
+    tok.save_pretrained(tmp)
+    os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+    try:
+        os.replace(tmp, directory)  # atomic: parallel builders write the same files
+    except OSError:
+        pass
+    return PreTrainedTokenizerFast.from_pretrained(directory)
+
+
+# ----------------------------------------------------------------------------- candidates
+
+class CommandEncoder:
+    """Command text -> action tokens [A] (words, EOS, PAD), cached; None if too long."""
+
+    def __init__(self, tokenizer, action_len: int):
+        self.tokenizer, self.action_len = tokenizer, int(action_len)
+        self._cache: Dict[str, Optional[Tuple[int, ...]]] = {}
+        self.stats = {"too_long": 0, "duplicates": 0, "over_budget": 0}
+
+    def __call__(self, text: str) -> Optional[Tuple[int, ...]]:
+        if text not in self._cache:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = list(ids) + [EOS_ID]
+            self._cache[text] = (tuple(ids + [PAD_ID] * (self.action_len - len(ids)))
+                                 if 1 < len(ids) <= self.action_len else None)
+        return self._cache[text]
+
+    def candidates(self, commands: Sequence[str], max_candidates: int
+                   ) -> Tuple[List[str], List[Tuple[int, ...]]]:
+        """The kept commands and their tokens (deterministic, see the module doc)."""
+        kept, seen = [], set()
+        for c in commands:
+            toks = self(c)
+            if toks is None:
+                self.stats["too_long"] += 1
+            elif toks in seen:
+                self.stats["duplicates"] += 1
+            else:
+                seen.add(toks)
+                kept.append((c, toks))
+        if len(kept) > max_candidates:
+            self.stats["over_budget"] += len(kept) - max_candidates
+            order = sorted(range(len(kept)), key=lambda i: (
+                kept[i][0].split(" ", 1)[0] in OBSERVE_VERBS, i))
+            keep = sorted(order[:max_candidates])
+            kept = [kept[i] for i in keep]
+        return [c for c, _ in kept], [t for _, t in kept]
+
+
+# ----------------------------------------------------------------------------- scoring
+
+_SCORERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _scorer(policy, greedy: bool):
+    """Jitted (params, obs, cands, legal, key) -> (index, logp [N, A], value, cand_logp)."""
+    per_policy = _SCORERS.setdefault(policy, {})
+    if greedy not in per_policy:
+        def score(params, obs, cands, legal, key):
+            cand_logp, token_logp, value = policy.candidate_log_probs(params, obs, cands, legal)
+            index = select_candidate(key, cand_logp, greedy)
+            logp = jnp.take_along_axis(token_logp, index[:, None, None], axis=1)[:, 0]
+            return index, logp, value, cand_logp
+        per_policy[greedy] = jax.jit(score)
+    return per_policy[greedy]
+
+
+# ----------------------------------------------------------------------------- rollout
+
+def host_rollout(policy, params: Any, host_env: BatchedHostEnv, tokenizer, seeds: Sequence[int],
+                 *, group_size: int, max_turns: int, obs_len: int, feedback_len: int,
+                 action_len: int, max_candidates: int, key, greedy: bool = False,
+                 encoder: Optional[CommandEncoder] = None
+                 ) -> Tuple[Rollout, List[List[HostState]]]:
+    """Plays B = len(seeds) * group_size episodes, episode i on game seed seeds[i // G].
+
+    Args:
+      policy, params: the actor (Policy) and its parameters (pi_old).
+      host_env: B host environments (BatchedHostEnv), one per episode.
+      tokenizer: PreTrainedTokenizerFast with PAD 0 and EOS 1 (build_tokenizer).
+      seeds: the game seed of each group.
+      max_turns: T; an episode still running after T turns is cut (not done).
+      obs_len, feedback_len, action_len, max_candidates: O, F, A, K (fixed shapes: the
+        scoring call compiles once).
+      key: PRNG key of the candidate sampling (turn t uses fold_in(key, t)).
+      greedy: argmax instead of sampling.
+      encoder: a CommandEncoder to reuse (its cache and drop counters); built if None.
+    Returns:
+      (batch, host_states): batch a Rollout with [B, T, ...] arrays and states=None;
+      host_states[i] the HostStates x_0 .. x_T of episode i (x_{t+1} = x_t once done).
+    """
+    b = len(seeds) * int(group_size)
+    if b != len(host_env):
+        raise ValueError(f"host_rollout: len(seeds) * group_size = {len(seeds)} x "
+                         f"{group_size} = {b} episodes but host_env has {len(host_env)} "
+                         "environments; pass one environment per episode.")
+    if encoder is None or encoder.action_len != action_len:
+        encoder = CommandEncoder(tokenizer, action_len)
+    t_max, k_max, a_len = int(max_turns), int(max_candidates), int(action_len)
+    score = _scorer(policy, bool(greedy))
+
+    ep_seeds = [int(seeds[i // group_size]) for i in range(b)]
+    states, steps = host_env.reset(ep_seeds)
+    host_states = [[s] for s in states]
+    info_keys = list(steps[0].info)
+    final_info = {k: np.array([ts.info[k] for ts in steps], np.float32) for k in info_keys}
+    done = np.array([s.done for s in states], bool)
+
+    out = {
+        "obs": np.full((b, t_max, obs_len), PAD_ID, np.int32),
+        "feedback": np.full((b, t_max, feedback_len), PAD_ID, np.int32),
+        "actions": np.full((b, t_max, a_len), PAD_ID, np.int32),
+        "action_index": np.full((b, t_max), -1, np.int32),
+        "token_mask": np.zeros((b, t_max, a_len), bool),
+        "turn_mask": np.zeros((b, t_max), bool),
+        "logp_old": np.zeros((b, t_max, a_len), np.float32),
+        "values": np.zeros((b, t_max), np.float32),
+        "rewards": np.zeros((b, t_max), np.float32),
+        "dones": np.zeros((b, t_max), bool),
+        "cand_tokens": np.full((b, t_max, k_max, a_len), PAD_ID, np.int32),
+        "cand_mask": np.zeros((b, t_max, k_max), bool),
+        "cand_costs": np.zeros((b, t_max, k_max), np.float32),
+    }
+    for t in range(t_max):
+        live = ~done
+        if not live.any():
+            break
+        legal_text = host_env.legal_actions(states)  # [] for done games (no restore)
+        obs = encode([s.observation for s in states], tokenizer, obs_len)
+        cands = np.full((b, k_max, a_len), PAD_ID, np.int32)
+        legal = np.zeros((b, k_max), bool)
+        kept: List[List[str]] = []
+        for i in range(b):
+            cmds, toks = encoder.candidates(legal_text[i], k_max) if live[i] else ([], [])
+            kept.append(cmds)
+            if toks:
+                cands[i, :len(toks)] = np.asarray(toks, np.int32)
+                legal[i, :len(toks)] = True
+        index, logp, value, _ = jax.device_get(
+            score(params, obs, cands, legal, jax.random.fold_in(key, t)))
+        index = np.asarray(index)
+        has_cand = legal.any(axis=1)
+        texts = [kept[i][index[i]] if live[i] and has_cand[i]
+                 else (FALLBACK_COMMAND if live[i] else "") for i in range(b)]
+        new_states, new_steps = host_env.step(states, texts)
+
+        chosen = np.where(has_cand[:, None], cands[np.arange(b), np.where(has_cand, index, 0)],
+                          PAD_ID)
+        acted = live & has_cand
+        token_mask = (chosen != PAD_ID) & acted[:, None]
+        out["obs"][:, t] = obs
+        out["feedback"][:, t] = encode([ts.feedback if live[i] else ""
+                                        for i, ts in enumerate(new_steps)],
+                                       tokenizer, feedback_len)
+        out["actions"][:, t] = np.where(acted[:, None], chosen, PAD_ID)
+        out["action_index"][:, t] = np.where(acted, index, -1)
+        out["token_mask"][:, t] = token_mask
+        out["turn_mask"][:, t] = live
+        out["logp_old"][:, t] = np.where(token_mask, logp, 0.0)
+        out["values"][:, t] = value
+        out["rewards"][:, t] = np.where(live, [ts.reward for ts in new_steps], 0.0)
+        step_done = np.array([ts.done for ts in new_steps], bool)
+        out["dones"][:, t] = step_done & live
+        out["cand_tokens"][:, t] = cands
+        out["cand_mask"][:, t] = legal
+        out["cand_costs"][:, t] = np.sum(cands != PAD_ID, axis=-1).astype(np.float32)
+        for i in np.flatnonzero(live):
+            for k in info_keys:
+                final_info[k][i] = new_steps[i].info[k]
+        states = [new_states[i] if live[i] else states[i] for i in range(b)]
+        done = done | (step_done & live)
+        for i in range(b):
+            host_states[i].append(states[i])
+    for i in range(b):  # pad to x_0 .. x_T
+        host_states[i].extend([host_states[i][-1]] * (t_max + 1 - len(host_states[i])))
+
+    batch = Rollout(
+        **{k: jnp.asarray(v) for k, v in out.items()},
+        states=None,
+        final_info={k: jnp.asarray(v) for k, v in final_info.items()},
+        group=jnp.arange(b, dtype=jnp.int32) // group_size,
+        env_calls=jnp.asarray(int(out["turn_mask"].sum()), jnp.int32),
+    )
+    return batch, host_states

@@ -1,0 +1,94 @@
+"""FACTOR and GRPO on real TextWorld cooking games (host-side rollouts).
+
+    python -m experiments.textworld_run --config experiments/configs/textworld.py        # full
+    python -m experiments.textworld_run --config experiments/configs/textworld.py:quick  # reduced
+
+The games are tw-cooking (experiments/make_textworld_games.py, generated into
+textworld.games_dir when missing): textworld.num_train training games and the next
+textworld.num_eval generation seeds as unseen held-out games.
+
+FACTOR runs with factor.calib_turns = 0: TAC on the value head's values, HTA via the
+hindsight teacher, APM. The host games could calibrate (a HostState is restored from its
+Jericho save blob, or by reset + replay, and host_rollout returns the states of every
+turn), but calibration would step the games from inside the jitted credit function; it is
+off here to keep the run small and the credit step pure.
+"""
+import ml_collections
+
+from experiments.configs import base
+
+METHODS = ("grpo", "factor")
+HOST_METHODS = ("grpo", "ppo_return", "ppo_gae", "serl", "factor", "factor_no_tac",
+                "factor_no_hta", "factor_no_apm", "grpo_extended")
+
+
+def get_config(arg: str = "full"):
+    c = base.get_config()
+    c.method = "factor"
+    c.env.name = "textworld"
+    c.factor.calib_turns = 0            # no environment restores (see the module doc)
+    c.factor.calib_rollouts = 0
+    c.factor.tac_values = "critic"
+    c.ppo.aggregation = "action_mean"   # FACTOR's action-mean loss, for both methods
+    c.ppo.minibatches = 2
+    c.ppo.warmup_steps = 2
+
+    c.textworld = ml_collections.ConfigDict()
+    c.textworld.games_dir = ""          # "": $ASCT_JAX_TEXTWORLD_GAMES or ~/.cache/asct_jax/textworld
+    c.textworld.recipe = 1
+    c.textworld.take = 1
+    c.textworld.go = 1                  # rooms: 1, 6, 9 or 12
+    c.textworld.start_seed = 100        # generation seeds of the training games
+    c.textworld.num_train = 8
+    c.textworld.num_eval = 4
+    c.textworld.max_turns = 10
+    c.textworld.obs_len = 128           # observation tokens kept (the last ones)
+    c.textworld.feedback_len = 32
+    c.textworld.action_len = 10
+    c.textworld.max_candidates = 32
+    c.textworld.eval_episodes = 8       # sampled episodes per held-out game
+    c.textworld.tokenizer_episodes = 2  # random episodes per game for the vocabulary
+    c.textworld.max_vocab = 2048
+
+    c.rollout.num_groups = 4            # training games per step
+    c.rollout.group_size = 4            # G episodes per game
+
+    c.train.experiment = "textworld"
+    c.train.steps = 40
+    c.train.eval_every = 10
+    c.train.checkpoint_every = 10
+    c.train.progress = False
+
+    c.table = ml_collections.ConfigDict()
+    c.table.methods = METHODS
+    c.table.seeds = (42, 43, 1337)
+    if arg == "quick":
+        c.train.steps = 20
+        c.train.eval_every = 10
+        c.train.checkpoint_every = 10
+        c.table.seeds = (42, 43)
+    elif arg != "full":
+        raise ValueError(f"textworld config arg must be 'full' or 'quick', got {arg!r}")
+    return c
+
+
+def get_constraints():
+    from asct_jax.rl.config_cli import Range
+
+    cons = dict(base.get_constraints())
+    cons.update({
+        "method": HOST_METHODS,
+        "env.name": ("textworld",),
+        "table.methods": HOST_METHODS,
+        "factor.calib_turns": (0,),
+        "textworld.go": (1, 6, 9, 12),
+        "textworld.num_train": Range(1, None, integer=True),
+        "textworld.num_eval": Range(1, None, integer=True),
+        "textworld.max_turns": Range(1, None, integer=True),
+        "textworld.obs_len": Range(1, None, integer=True),
+        "textworld.feedback_len": Range(1, None, integer=True),
+        "textworld.action_len": Range(2, None, integer=True),
+        "textworld.max_candidates": Range(1, None, integer=True),
+        "textworld.eval_episodes": Range(1, None, integer=True),
+    })
+    return cons

@@ -1,0 +1,181 @@
+"""Host-side rollouts of real TextWorld games (asct_jax.rl.host_rollout).
+
+Uses the tw-cooking games of tests/test_external_envs.py (generated once into
+~/.cache/asct_jax/textworld or $ASCT_JAX_TEXTWORLD_GAMES) and the tiny decoder.
+"""
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from asct_jax.envs import make as make_env
+from asct_jax.envs.base import EOS_ID, PAD_ID, SPECIAL_TOKENS
+from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
+from asct_jax.models import Decoder, get_preset
+from asct_jax.rl.host_rollout import (CommandEncoder, build_tokenizer, game_texts,
+                                      host_rollout)
+from asct_jax.rl.policy import Policy
+from asct_jax.rl.rollout import rollout
+from asct_jax.rl.types import Rollout
+from experiments.make_textworld_games import DEFAULT_OUT, make_games
+
+NUM_GAMES, G, T, O, F, A, K = 2, 2, 6, 64, 16, 10, 24
+HOST_MAX_TURNS = 4  # < T: every episode ends (done) before the rollout's last turn
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    games = make_games(3, out=os.environ.get("ASCT_JAX_TEXTWORLD_GAMES", DEFAULT_OUT),
+                       go=6)[:NUM_GAMES]
+    tok = build_tokenizer(game_texts(TextWorldEnv(games, max_turns=10), range(NUM_GAMES),
+                                     random_episodes=1, max_steps=10))
+    tok_dir = str(tmp_path_factory.mktemp("tok"))
+    tok.save_pretrained(tok_dir)
+    cfg = get_preset("tiny", vocab_size=len(tok), max_seq_len=O + F + A + 2, hidden_size=32,
+                     num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
+                     intermediate_size=64)
+    graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)))
+    policy = Policy(graphdef, cfg.vocab_size, O, A, F)
+    env = BatchedHostEnv([TextWorldEnv(games, max_turns=HOST_MAX_TURNS)
+                          for _ in range(NUM_GAMES * G)])
+    encoder = CommandEncoder(tok, A)
+    batch, host_states = host_rollout(
+        policy, params, env, tok, list(range(NUM_GAMES)), group_size=G, max_turns=T,
+        obs_len=O, feedback_len=F, action_len=A, max_candidates=K,
+        key=jax.random.key(0), encoder=encoder)
+    return dict(games=games, tok=tok, tok_dir=tok_dir, policy=policy, params=params,
+                batch=batch, host_states=host_states, encoder=encoder)
+
+
+def test_tokenizer_special_ids_and_reload(setup):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = setup["tok"]
+    assert [tok.convert_tokens_to_ids(s) for s in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+    assert tok.pad_token_id == PAD_ID and tok.eos_token_id == EOS_ID
+    assert len(tok) < 1000
+    back = PreTrainedTokenizerFast.from_pretrained(setup["tok_dir"])
+    text = "Take the Red Bell Pepper from the fridge."
+    assert back(text)["input_ids"] == tok(text)["input_ids"]
+    assert tok.unk_token_id not in tok("take cookbook from table")["input_ids"]
+
+
+def test_shapes_match_jax_rollout_conventions(setup):
+    batch = setup["batch"]
+    b = NUM_GAMES * G
+    # The JAX rollout's structure, traced only (no compile), on a JAX-native env.
+    env, env_params = make_env("toy_tree")
+    ref = jax.eval_shape(lambda p, k: rollout(setup["policy"], p, env, env_params, k, 2, 2),
+                         setup["params"], jax.random.key(0))
+    expected = {"obs": (b, T, O), "feedback": (b, T, F), "actions": (b, T, A),
+                "action_index": (b, T), "token_mask": (b, T, A), "turn_mask": (b, T),
+                "logp_old": (b, T, A), "values": (b, T), "rewards": (b, T), "dones": (b, T),
+                "cand_tokens": (b, T, K, A), "cand_mask": (b, T, K),
+                "cand_costs": (b, T, K), "group": (b,), "env_calls": ()}
+    assert set(expected) | {"states", "final_info"} == set(Rollout.__dataclass_fields__)
+    for name, shape in expected.items():
+        got, want = getattr(batch, name), getattr(ref, name)
+        assert got.shape == shape, name
+        assert got.dtype == want.dtype, name
+        assert got.ndim == want.ndim, name
+    assert batch.states is None
+    assert {"success", "score"} <= set(batch.final_info)
+    for v in batch.final_info.values():
+        assert v.shape == (b,) and v.dtype == jnp.float32
+    np.testing.assert_array_equal(batch.group, np.arange(b) // G)
+
+
+def test_masks_and_groups_consistent(setup):
+    batch, host_states = setup["batch"], setup["host_states"]
+    bt = jax.tree.map(np.asarray, {k: getattr(batch, k) for k in (
+        "actions", "action_index", "token_mask", "turn_mask", "dones", "cand_tokens",
+        "cand_mask", "cand_costs", "logp_old", "rewards")})
+    turn, tokm = bt["turn_mask"], bt["token_mask"]
+    # turns happen as a prefix; every episode ended (host max_turns < T), exactly once
+    assert np.all(turn[:, :-1] >= turn[:, 1:])
+    assert np.all(bt["dones"].sum(1) == 1) and not np.any(bt["dones"] & ~turn)
+    last = turn.sum(1) - 1
+    assert np.all(bt["dones"][np.arange(len(last)), last])
+    assert np.all(turn.sum(1) <= HOST_MAX_TURNS)
+    # token_mask: real action tokens (EOS included, PAD excluded) of real turns only
+    np.testing.assert_array_equal(tokm, (bt["actions"] != PAD_ID) & turn[..., None])
+    assert not tokm[~turn].any() and not bt["cand_mask"][~turn].any()
+    assert np.all(bt["action_index"][~turn] == -1) and np.all(bt["action_index"][turn] >= 0)
+    assert not bt["logp_old"][~tokm].any() and not bt["rewards"][~turn].any()
+    for i, t in zip(*np.nonzero(turn)):
+        k = bt["action_index"][i, t]
+        assert bt["cand_mask"][i, t, k]
+        np.testing.assert_array_equal(bt["actions"][i, t], bt["cand_tokens"][i, t, k])
+        n = tokm[i, t].sum()
+        assert bt["actions"][i, t, n - 1] == EOS_ID and EOS_ID not in bt["actions"][i, t, :n - 1]
+    np.testing.assert_array_equal(bt["cand_costs"], (bt["cand_tokens"] != PAD_ID).sum(-1))
+    # legal candidates are PAD-padded token sequences ending with EOS, all distinct
+    assert bt["cand_mask"].sum(-1).max() <= K
+    assert batch.env_calls.dtype == jnp.int32 and int(batch.env_calls) == turn.sum()
+    # groups: the G episodes of a group play the same game; groups play different games
+    games = [s[0].game for s in host_states]
+    assert games == [setup["games"][i // G] for i in range(NUM_GAMES * G)]
+    assert all(len(s) == T + 1 for s in host_states)
+    assert all(s[-1].done for s in host_states)
+
+
+def test_logp_old_matches_recomputed_and_rewards_sum_to_score(setup):
+    batch, policy, params = setup["batch"], setup["policy"], setup["params"]
+    b = NUM_GAMES * G
+    flat = lambda x: x.reshape((b * T,) + x.shape[2:])  # noqa: E731
+    logp, _, value = jax.jit(policy.action_log_probs)(
+        params, flat(batch.obs), flat(batch.actions), flat(batch.cand_tokens),
+        flat(batch.cand_mask))
+    logp = np.where(batch.token_mask, np.asarray(logp).reshape(b, T, A), 0.0)
+    np.testing.assert_allclose(logp, batch.logp_old, atol=2e-4)
+    turn = np.asarray(batch.turn_mask)
+    np.testing.assert_allclose(np.asarray(value).reshape(b, T)[turn],
+                               np.asarray(batch.values)[turn], atol=2e-4)
+    # log-probs of sampled candidates are proper: <= 0, some strictly negative
+    assert np.all(batch.logp_old <= 1e-6) and np.any(batch.logp_old < -1e-3)
+    # rewards add up to the game's score change (score 0 after reset)
+    np.testing.assert_allclose(np.asarray(batch.rewards).sum(1), batch.final_info["score"])
+    scores = [s[-1].score - s[0].score for s in setup["host_states"]]
+    np.testing.assert_allclose(np.asarray(batch.rewards).sum(1), scores)
+    assert set(np.asarray(batch.final_info["success"]).tolist()) <= {0.0, 1.0}
+
+
+def test_candidate_selection_is_deterministic(setup):
+    enc = CommandEncoder(setup["tok"], 4)
+    cmds = ["examine a", "take red bell pepper from fridge", "go north", "go north", "look",
+            "eat meal", "inventory", "open door"]
+    kept, toks = enc.candidates(cmds, 3)
+    assert kept == ["go north", "eat meal", "open door"]  # too long / dup / observe-only out
+    assert all(len(t) == 4 and t[-1] in (EOS_ID, PAD_ID) for t in toks)
+    assert enc.stats["too_long"] == 1 and enc.stats["duplicates"] == 1
+    assert enc.candidates(cmds, 3) == (kept, toks)
+
+
+def test_one_grpo_learn_step_changes_params(setup):
+    from asct_jax.rl.credit import CreditContext, make_credit
+    from asct_jax.rl.train_step import TrainState, make_learn_step, make_mesh, make_optimizer
+    from experiments.configs import base
+
+    c = base.get_config()
+    c.method = "grpo"
+    c.rollout.num_groups, c.rollout.group_size = NUM_GAMES, G
+    # Two updates: make_optimizer's warm-up schedule gives lr 0 to the very first one.
+    c.ppo.minibatches, c.ppo.epochs = 1, 2
+    c.ppo.warmup_steps = 1
+    policy, params = setup["policy"], setup["params"]
+    mesh = make_mesh(1)
+    credit = make_credit("grpo", c, CreditContext(policy=policy, env=None, env_params=None,
+                                                  group_size=G))
+    opt = make_optimizer(c.ppo)
+    learn = make_learn_step(c, policy, credit, opt, mesh)
+    state = TrainState(params=params, opt_state=opt.init(params),
+                       step=jnp.zeros((), jnp.int32))
+    new, metrics = learn(state, setup["batch"], jax.random.key(1))
+    assert int(new.step) == 1
+    assert all(np.isfinite(float(v)) for v in metrics.values())
+    assert float(metrics["rollout/env_calls"]) == float(setup["batch"].env_calls)
+    diff = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), new.params, params)
+    assert max(jax.tree.leaves(diff)) > 0.0
