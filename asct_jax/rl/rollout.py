@@ -1,7 +1,8 @@
 """Batched multi-turn episodes of the policy in a JAX-native environment (one lax.scan).
 
 Episodes come in groups of G that share their initial state (same reset key), episode i in
-group i // G. Each turn: list the legal candidates, score them all with pi_old (one batched
+group i // G. The state carries its own PRNG key, so a group also shares the environment's
+randomness (common random numbers): its episodes differ only by the policy's choices. Each turn: list the legal candidates, score them all with pi_old (one batched
 decoder pass, see policy.py), sample one, step the environment. Everything the credit
 methods need is kept, including the environment state at every turn (recoverable).
 """
