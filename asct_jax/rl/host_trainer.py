@@ -20,6 +20,7 @@ fold_in(key(seed), step) and its training games come from a NumPy generator seed
 """
 from __future__ import annotations
 
+from absl import logging as absl_logging
 import os
 import time
 from typing import Dict, List
@@ -184,6 +185,7 @@ class HostExperiment:
 def train_host(config, return_params: bool = False):
     """Runs config.train.steps host-rollout steps; returns the summary dict (like
     trainer.train: initial/ and final/ held-out metrics, totals, wall clock)."""
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
     exp = HostExperiment(config)
     tc = config.train
     run_dir = os.path.join(tc.results_dir, tc.experiment, tc.run)
