@@ -10,7 +10,6 @@ import os
 
 from asct_jax.rl import config_cli
 from asct_jax.rl.tables import scatter_with_errorbars
-from experiments.configs.asct_table import METHODS  # noqa: F401  (documented default)
 from experiments.runner import enable_compilation_cache, run_grid, write_table
 
 MAIN_METRICS = {

@@ -95,12 +95,11 @@ import numpy as np
 
 import factor_jax as fj
 from asct_jax.envs.base import UNK_ID
-from asct_jax.rl import advantages as adv
 from asct_jax.rl import config_cli
 from asct_jax.rl.credit import state_policy_fn
 from asct_jax.rl.rollout import rollout
 from asct_jax.search.rollout_value import mc_return, rollout_return
-from factor_jax.methods import calibrate, teacher_log_probs
+from factor_jax.methods import factor_pieces
 
 
 def filler_id() -> int:
@@ -114,34 +113,22 @@ def filler_id() -> int:
 # ----------------------------------------------------------------------------- kernels
 
 def factor_parts(ctx, config, params, batch, key) -> Dict[str, Any]:
-    """The `factor` credit's pieces, as factor_jax/methods.py computes them, plus the
-    softmax (no-APM) weights. Jittable (ctx, config static)."""
-    fc = config.factor
-    clip = tuple(fc.clip) if fc.clip else None
-    g = adv.episode_returns(batch.rewards, batch.turn_mask)
-    b = adv.group_baseline(g, ctx.group_size)
-    values = batch.values
-    cal_mask = jnp.zeros_like(batch.turn_mask)
-    if fc.calib_turns > 0 and fc.calib_rollouts > 0:
-        cal, cal_mask, _, _ = calibrate(ctx, params, batch, key, fc.calib_turns,
-                                        fc.calib_rollouts)
-        if fc.tac_values == "calibrated":
-            values = jnp.where(cal_mask, cal, values)
-    teacher = teacher_log_probs(ctx, params, batch)
-    args = (batch.rewards, values, b, batch.turn_mask, teacher, batch.logp_old,
-            batch.token_mask)
-    coef, m = fj.factor_coefficients(*args, tau=fc.tau, transform=fc.transform, clip=clip,
-                                     normalisation="apm")
-    _, m_soft = fj.factor_coefficients(*args, tau=fc.tau, transform=fc.transform,
+    """The `factor` credit's pieces (factor_jax.methods.factor_pieces, the same code the
+    credit runs), plus the softmax (no-APM) weights. Jittable (ctx, config static)."""
+    p = factor_pieces(config, ctx, params, batch, key)
+    args = (batch.rewards, p["values"], p["baseline"], batch.turn_mask, p["teacher"],
+            batch.logp_old, batch.token_mask)
+    _, m_soft = fj.factor_coefficients(*args, tau=config.factor.tau,
+                                       transform=config.factor.transform,
                                        normalisation="softmax")
     real = jnp.any(batch.token_mask, axis=-1)
-    cons = lambda w: jnp.where(real, fj.conservation_error(w, batch.token_mask), 0.0)
-    return dict(coef=coef, credit=m["credit"], weights=m["weights"],
-                weights_softmax=m_soft["weights"], cons_apm=cons(m["weights"]),
-                cons_softmax=cons(m_soft["weights"]), real=real, baseline=b, returns=g,
-                calibrated=cal_mask,
-                tac_sum_err=fj.credit_conservation_error(m["credit"], batch.rewards, b,
-                                                         batch.turn_mask))
+    cons = lambda w: jnp.where(real, fj.conservation_error(w, batch.token_mask), 0.0)  # noqa: E731
+    return dict(coef=p["coef"], credit=p["credit"], weights=p["weights"],
+                weights_softmax=m_soft["weights"], cons_apm=cons(p["weights"]),
+                cons_softmax=cons(m_soft["weights"]), real=real, baseline=p["baseline"],
+                returns=p["returns"], calibrated=p["calibrated"],
+                tac_sum_err=fj.credit_conservation_error(p["credit"], batch.rewards,
+                                                         p["baseline"], batch.turn_mask))
 
 
 def _take(tree, *idx):

@@ -28,6 +28,8 @@ The hindsight teacher is pi_old (the behaviour parameters, frozen for the update
 """
 from __future__ import annotations
 
+from typing import Any, Dict
+
 import jax
 import jax.numpy as jnp
 
@@ -72,47 +74,65 @@ def calibrate(ctx: CreditContext, params, batch: Rollout, key, num_turns: int,
     return targets, mask, aux, calls
 
 
+def factor_pieces(config, ctx: CreditContext, params, batch: Rollout, key, *,
+                  use_tac: bool = True, use_hta: bool = True,
+                  normalisation: str = "apm") -> Dict[str, Any]:
+    """Everything the `factor` credit computes for a batch (also used by Figure 5).
+
+    Returns a dict with coef [B,T,A] (scaled as config.factor.normalise says), credit A*
+    [B,T], weights omega [B,T,A], teacher log-probs, values V~ [B,T], value targets,
+    calibration mask, group baseline b [B], returns G [B], aux_tokens, env_calls.
+    """
+    fc = config.factor
+    clip = tuple(fc.clip) if fc.clip else None
+    g = adv.episode_returns(batch.rewards, batch.turn_mask)
+    b = adv.group_baseline(g, ctx.group_size)
+    mc_g = value_targets_mc(batch)
+    values, targets = batch.values, mc_g
+    cal_mask = jnp.zeros_like(batch.turn_mask)
+    aux = calls = jnp.float32(0.0)
+    if fc.calib_turns > 0 and fc.calib_rollouts > 0:
+        cal, cal_mask, aux, calls = calibrate(ctx, params, batch, key, fc.calib_turns,
+                                              fc.calib_rollouts)
+        targets = jnp.where(cal_mask, cal, mc_g)
+        if fc.tac_values == "calibrated":
+            values = jnp.where(cal_mask, cal, values)
+    teacher = teacher_log_probs(ctx, params, batch)
+    grpo_credit = None
+    if not use_tac:
+        a = adv.grpo_advantages(g, ctx.group_size)
+        grpo_credit = jnp.broadcast_to(a[:, None], batch.turn_mask.shape)
+    coef, m = fj.factor_coefficients(
+        batch.rewards, values, b, batch.turn_mask, teacher, batch.logp_old,
+        batch.token_mask, tau=fc.tau, transform=fc.transform, clip=clip,
+        normalisation=normalisation, use_tac=use_tac, use_hta=use_hta,
+        action_credit=grpo_credit)
+    if fc.normalise == "batch_std":
+        # One positive scalar for the whole batch: conservation per action and the
+        # telescoping identity hold up to that scale, and the coefficients live on
+        # GRPO's (std-normalised) scale, so both train at the same learning rate.
+        coef = coef / jnp.maximum(jnp.std(g), fc.std_floor)
+    return dict(coef=coef, credit=m["credit"], weights=m["weights"], teacher=teacher,
+                values=values, targets=targets, calibrated=cal_mask, baseline=b, returns=g,
+                aux_tokens=aux, env_calls=calls)
+
+
 def _factor_factory(use_tac=True, use_hta=True, normalisation="apm"):
     def factory(config, ctx: CreditContext):
         fc = config.factor
-        clip = tuple(fc.clip) if fc.clip else None
 
         def credit(params, batch: Rollout, key, step) -> Credit:
-            g = adv.episode_returns(batch.rewards, batch.turn_mask)
-            b = adv.group_baseline(g, ctx.group_size)
-            mc_g = value_targets_mc(batch)
-            values, targets = batch.values, mc_g
-            aux = calls = jnp.float32(0.0)
-            if fc.calib_turns > 0 and fc.calib_rollouts > 0:
-                cal, cal_mask, aux, calls = calibrate(ctx, params, batch, key,
-                                                      fc.calib_turns, fc.calib_rollouts)
-                targets = jnp.where(cal_mask, cal, mc_g)
-                if fc.tac_values == "calibrated":
-                    values = jnp.where(cal_mask, cal, values)
-            teacher = teacher_log_probs(ctx, params, batch)
-            grpo_credit = None
-            if not use_tac:
-                a = adv.grpo_advantages(g, ctx.group_size)
-                grpo_credit = jnp.broadcast_to(a[:, None], batch.turn_mask.shape)
-            coef, m = fj.factor_coefficients(
-                batch.rewards, values, b, batch.turn_mask, teacher, batch.logp_old,
-                batch.token_mask, tau=fc.tau, transform=fc.transform, clip=clip,
-                normalisation=normalisation, use_tac=use_tac, use_hta=use_hta,
-                action_credit=grpo_credit)
-            if fc.normalise == "batch_std":
-                # One positive scalar for the whole batch: conservation per action and the
-                # telescoping identity hold up to that scale, and the coefficients live on
-                # GRPO's (std-normalised) scale, so both train at the same learning rate.
-                coef = coef / jnp.maximum(jnp.std(g), fc.std_floor)
+            p = factor_pieces(config, ctx, params, batch, key, use_tac=use_tac,
+                              use_hta=use_hta, normalisation=normalisation)
             real = jnp.any(batch.token_mask, axis=-1)
-            cons = jnp.where(real, fj.conservation_error(m["weights"], batch.token_mask), 0.0)
+            cons = jnp.where(real, fj.conservation_error(p["weights"], batch.token_mask), 0.0)
             metrics = {
-                "aux_tokens": aux, "env_calls": calls,
+                "aux_tokens": p["aux_tokens"], "env_calls": p["env_calls"],
                 "factor/conservation_err_max": jnp.max(cons),
-                "factor/credit_abs_mean": jnp.sum(jnp.abs(m["credit"]) * real)
+                "factor/credit_abs_mean": jnp.sum(jnp.abs(p["credit"]) * real)
                 / jnp.maximum(jnp.sum(real), 1),
             }
-            return Credit(coef=coef, value_targets=targets, teacher_logp=teacher,
+            return Credit(coef=p["coef"], value_targets=p["targets"], teacher_logp=p["teacher"],
                           metrics=metrics)
 
         def aux_loss(logp, mb, credit):

@@ -15,10 +15,8 @@ from experiments.configs import base
 
 @pytest.fixture(scope="module")
 def setup():
-    c = base.get_config()
+    c = base.use_test_model(base.get_config())
     c.env.name = "rag_workflow"
-    c.model.hidden_size, c.model.num_layers, c.model.num_heads = 32, 1, 2
-    c.model.num_kv_heads, c.model.head_dim, c.model.intermediate_size = 1, 16, 64
     c.rollout.num_groups, c.rollout.group_size = 2, 2
     c.asct.search.num_simulations = 4
     c.vineppo.k = 2

@@ -9,6 +9,7 @@ import pytest
 from asct_jax.rl import config_cli
 from asct_jax.rl.trainer import Experiment
 from experiments import factor_fig5 as fig5
+from experiments.configs import base
 from experiments.configs import factor_fig5 as fig5_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -16,12 +17,7 @@ CONFIG = os.path.join(ROOT, "experiments/configs/factor_fig5.py")
 
 
 def tiny_config(tmp_path):
-    c = fig5_config.get_config("quick")
-    c.model.hidden_size = 32
-    c.model.num_layers = 1
-    c.model.num_heads = 2
-    c.model.num_kv_heads = 1
-    c.model.intermediate_size = 64
+    c = base.use_test_model(fig5_config.get_config("quick"))
     c.rollout.num_groups = 2
     c.rollout.group_size = 4
     c.fig5.num_groups = 2

@@ -21,14 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def small_config(tmp_path, **train):
-    c = base_config.get_config()
+    c = base_config.use_test_model(base_config.get_config())
     c.env.name = "household"
-    c.model.hidden_size = 32
-    c.model.num_layers = 1
-    c.model.num_heads = 2
-    c.model.num_kv_heads = 1
-    c.model.head_dim = 16
-    c.model.intermediate_size = 64
     c.rollout.num_groups = 4
     c.rollout.group_size = 4
     c.ppo.epochs = 1

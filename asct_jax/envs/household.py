@@ -168,7 +168,6 @@ class Household(C.TextEnvMixin, Environment):
         return state, C.first_timestep(self, state, params, self.observe, self._info)
 
     def legal_actions(self, state, params):
-        R, N = self.R, self.N
         held = jnp.maximum(state.held, 0)
         cands = jnp.concatenate([
             jnp.asarray(self.t_go),

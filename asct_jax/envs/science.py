@@ -20,7 +20,7 @@ Candidate slots are shuffled per episode.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Tuple
+from typing import Tuple
 
 import chex
 import jax

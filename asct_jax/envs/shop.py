@@ -226,7 +226,7 @@ class Shop(C.TextEnvMixin, Environment):
 
     # ------------------------------------------------------------------ dynamics
     def _transition(self, s: ShopState, idx, rng, params):
-        F, NC, NS, NF, w = self.feedback_len, self.NC, self.NS, self.NFEAT, self.w
+        F, NC, NS, w = self.feedback_len, self.NC, self.NS, self.w
         fb = lambda *segs: C.render(segs, F)
         # search page: run query idx
         qc, qf = s.queries[jnp.minimum(idx, self.Q - 1)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict
+from typing import Dict
 
 from absl import logging as absl_logging
 import jax

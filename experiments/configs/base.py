@@ -102,6 +102,13 @@ def get_config():
     return c
 
 
+def use_test_model(c):
+    """Shrinks the policy to 1 layer, width 32: for tests, where compile time dominates."""
+    c.model.update(dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                        head_dim=16, intermediate_size=64))
+    return c
+
+
 def get_constraints():
     return {
         "method": METHODS,
