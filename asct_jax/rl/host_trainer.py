@@ -33,16 +33,14 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
 from asct_jax.models import Decoder, get_preset
-from asct_jax.rl.checkpoint import Checkpointer, check_finite
 from asct_jax.rl.credit import CreditContext, make_credit
 from asct_jax.rl.host_rollout import (CommandEncoder, game_texts, host_rollout,
                                       load_or_build_tokenizer)
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.rollout import episode_metrics
-from asct_jax.rl.run_logger import RunLogger
 from asct_jax.rl.train_step import TrainState, make_learn_step, make_mesh, make_optimizer, \
     to_host
-from asct_jax.rl.trainer import MODEL_FIELDS
+from asct_jax.rl.trainer import MODEL_FIELDS, run_training
 
 # Methods whose credit needs to restore environment states inside the jitted step.
 NEEDS_ENV = ("vineppo", "asct_uniform", "asct_uct", "asct_agentuct", "asct_factor")
@@ -177,69 +175,18 @@ class HostExperiment:
                                  greedy=self.config.train.eval_greedy)
         return {f"eval/{k}": v for k, v in host_metrics(batch).items()}
 
+    def summary_extra(self):
+        return {"env": "textworld", "train_games": len(self.games["train"]),
+                "eval_games": len(self.games["eval"]),
+                "candidates_dropped": dict(self.encoder.stats)}
+
     def close(self):
         self.train_env.close()
         self.eval_env.close()
 
 
 def train_host(config, return_params: bool = False):
-    """Runs config.train.steps host-rollout steps; returns the summary dict (like
-    trainer.train: initial/ and final/ held-out metrics, totals, wall clock)."""
+    """Runs config.train.steps host-rollout steps with trainer.run_training's loop
+    (checkpoints, resume, non-finite guard, logs); returns the summary dict."""
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
-    exp = HostExperiment(config)
-    tc = config.train
-    run_dir = os.path.join(tc.results_dir, tc.experiment, tc.run)
-    ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"), save_every=tc.checkpoint_every,
-                        keep=tc.keep)
-    state, start = exp.init_state, 0
-    latest = ckpt.latest_step()
-    if latest is not None and not tc.resume:
-        raise FileExistsError(
-            f"{run_dir} already has checkpoints (step {latest}); pass "
-            f"--config.train.resume=True to continue it or choose another --config.train.run")
-    if tc.resume and latest is not None:
-        restored = ckpt.restore(state)
-        state, start = restored.state, restored.step
-    logger = RunLogger(tc.results_dir, tc.experiment, tc.run, config, total_steps=tc.steps,
-                       resume_step=start if tc.resume else None, progress=tc.progress,
-                       progress_keys=("rollout/return", "eval/env/score"))
-    t0 = time.time()
-    if start == 0:
-        logger.log(0, exp.evaluate(state.params))
-    totals = {"aux_tokens": 0.0, "env_calls": 0.0, "credit_env_calls": 0.0}
-    for rec in logger.records:
-        totals["aux_tokens"] += rec.get("credit/aux_tokens", 0.0) or 0.0
-        totals["env_calls"] += rec.get("rollout/env_calls", 0.0) or 0.0
-        totals["credit_env_calls"] += rec.get("credit/env_calls", 0.0) or 0.0
-    for step in range(start, tc.steps):
-        state, m = exp.step(state, step)
-        check_finite(step + 1, {k: v for k, v in m.items() if k.startswith("train/")},
-                     ckpt.latest_step())
-        if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
-            m.update(exp.evaluate(state.params))
-        totals["aux_tokens"] += m.get("credit/aux_tokens", 0.0)
-        totals["env_calls"] += m.get("rollout/env_calls", 0.0)
-        totals["credit_env_calls"] += m.get("credit/env_calls", 0.0)
-        logger.log(step + 1, m)
-        ckpt.save(step + 1, state, extra={"step": step + 1})
-    final = {k.replace("eval/", "final/"): v for k, v in logger.records[-1].items()
-             if k.startswith("eval/")}
-    initial = {k.replace("eval/", "initial/"): v for k, v in logger.records[0].items()
-               if k.startswith("eval/")}
-    summary = {
-        "method": config.method, "env": "textworld", "seed": config.seed, "steps": tc.steps,
-        "train_games": len(exp.games["train"]), "eval_games": len(exp.games["eval"]),
-        **initial, **final,
-        "total/aux_tokens": totals["aux_tokens"],
-        "total/env_calls": totals["env_calls"] + totals["credit_env_calls"],
-        "total/rollout_env_calls": totals["env_calls"],
-        "candidates_dropped": dict(exp.encoder.stats),
-        "wall_clock_s": time.time() - t0,
-    }
-    logger.write_summary(summary)
-    logger.plot([k for k in ("rollout/return", "eval/env/score", "eval/env/success",
-                             "train/loss") if any(k in r for r in logger.records)])
-    logger.close()
-    ckpt.close()
-    exp.close()
-    return (summary, state.params) if return_params else summary
+    return run_training(config, HostExperiment(config), return_params)

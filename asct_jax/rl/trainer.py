@@ -82,11 +82,29 @@ class Experiment:
         return {f"eval/{k}": v for k, v in to_host(self.eval_fn(params, self.eval_key)).items()}
 
 
-def train(config, return_params: bool = False):
-    """Runs config.train.steps steps (resuming if asked); returns the summary dict
-    (and the final parameters if `return_params`)."""
-    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
-    exp = Experiment(config)
+    def step(self, state, step: int):
+        """One compiled training step; returns (state, host metrics)."""
+        state, metrics = self.step_fn(state, self.key)
+        return state, to_host(metrics)
+
+    def summary_extra(self) -> Dict[str, object]:
+        return {"env": self.config.env.name}
+
+    def close(self):
+        pass
+
+
+PLOT_KEYS = ("rollout/return", "eval/env/score", "eval/env/success", "train/loss",
+             "credit/aux_tokens", "train/approx_kl")
+
+
+def run_training(config, exp, return_params: bool = False):
+    """The loop shared by every experiment object (JAX environments, host games).
+
+    `exp` provides init_state, step(state, step_index) -> (state, host metrics),
+    evaluate(params) -> {"eval/...": float}, summary_extra() and close(). Checkpoints,
+    resume, the non-finite guard, logging and the summary are handled here.
+    """
     tc = config.train
     run_dir = os.path.join(tc.results_dir, tc.experiment, tc.run)
     ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"), save_every=tc.checkpoint_every,
@@ -106,40 +124,36 @@ def train(config, return_params: bool = False):
     t0 = time.time()
     if start == 0:
         logger.log(0, exp.evaluate(state.params))
-    totals = {"aux_tokens": 0.0, "env_calls": 0.0, "credit_env_calls": 0.0}
-    for rec in logger.records:
-        totals["aux_tokens"] += rec.get("credit/aux_tokens", 0.0) or 0.0
-        totals["env_calls"] += rec.get("rollout/env_calls", 0.0) or 0.0
-        totals["credit_env_calls"] += rec.get("credit/env_calls", 0.0) or 0.0
     for step in range(start, tc.steps):
-        state, metrics = exp.step_fn(state, exp.key)
-        m = to_host(metrics)
+        state, m = exp.step(state, step)
         check_finite(step + 1, {k: v for k, v in m.items() if k.startswith("train/")},
                      ckpt.latest_step())
         if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
             m.update(exp.evaluate(state.params))
-        totals["aux_tokens"] += m.get("credit/aux_tokens", 0.0)
-        totals["env_calls"] += m.get("rollout/env_calls", 0.0)
-        totals["credit_env_calls"] += m.get("credit/env_calls", 0.0)
         logger.log(step + 1, m)
         ckpt.save(step + 1, state, extra={"step": step + 1})
-    final = {k.replace("eval/", "final/"): v for k, v in logger.records[-1].items()
-             if k.startswith("eval/")}
-    initial = {k: v for k, v in logger.records[0].items() if k.startswith("eval/")}
+    total = lambda key: sum(r.get(key) or 0.0 for r in logger.records)  # noqa: E731
+    first, last = logger.records[0], logger.records[-1]
     summary = {
-        "method": config.method, "env": config.env.name, "seed": config.seed,
-        "steps": tc.steps,
-        **{k.replace("eval/", "initial/"): v for k, v in initial.items()},
-        **final,
-        "total/aux_tokens": totals["aux_tokens"],
-        "total/env_calls": totals["env_calls"] + totals["credit_env_calls"],
-        "total/rollout_env_calls": totals["env_calls"],
+        "method": config.method, "seed": config.seed, "steps": tc.steps,
+        **exp.summary_extra(),
+        **{k.replace("eval/", "initial/"): v for k, v in first.items() if k.startswith("eval/")},
+        **{k.replace("eval/", "final/"): v for k, v in last.items() if k.startswith("eval/")},
+        "total/aux_tokens": total("credit/aux_tokens"),
+        "total/env_calls": total("rollout/env_calls") + total("credit/env_calls"),
+        "total/rollout_env_calls": total("rollout/env_calls"),
         "wall_clock_s": time.time() - t0,
     }
     logger.write_summary(summary)
-    logger.plot([k for k in ("rollout/return", "eval/env/score", "train/loss",
-                             "credit/aux_tokens", "train/approx_kl")
-                 if any(k in r for r in logger.records)])
+    logger.plot([k for k in PLOT_KEYS if any(k in r for r in logger.records)])
     logger.close()
     ckpt.close()
+    exp.close()
     return (summary, state.params) if return_params else summary
+
+
+def train(config, return_params: bool = False):
+    """Runs config.train.steps steps on a JAX-native environment (resuming if asked);
+    returns the summary dict (and the final parameters if `return_params`)."""
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
+    return run_training(config, Experiment(config), return_params)
