@@ -2,8 +2,11 @@
 
 A variant is a name plus config overrides (dotted field names). Each run lives in
 results/<experiment>/<variant>_s<seed>/; a run whose summary.json exists is not run
-again, so an interrupted table script picks up where it stopped. Compiled programs are
-shared between seeds through JAX's persistent compilation cache.
+again, so an interrupted table script picks up where it stopped — but only if its stored
+config.json is the config this call would train (table.* and where it is written aside);
+otherwise the grid stops with the differing fields named, so results of another scale
+are never mixed into a table. Compiled programs are shared between seeds through JAX's
+persistent compilation cache.
 """
 from __future__ import annotations
 
@@ -18,6 +21,31 @@ from asct_jax.rl.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.rl.tables import seed_table
 
 Variant = Tuple[str, Mapping[str, Any]]
+
+# Fields that do not change what a run computes.
+_NOT_COMPARED = ("table", "train.experiment", "train.resume", "train.results_dir",
+                 "train.progress")
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in d.items():
+        key = prefix + k
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def config_differences(stored: Mapping[str, Any], config) -> List[str]:
+    """Dotted fields where a finished run's config.json and `config` disagree."""
+    from asct_jax.rl.config_cli import config_to_dict
+
+    a, b = _flatten(stored), _flatten(config_to_dict(config))
+    keys = {k for k in set(a) | set(b)
+            if not any(k == n or k.startswith(n + ".") for n in _NOT_COMPARED)}
+    return sorted(k for k in keys if a.get(k) != b.get(k))
 
 
 def enable_compilation_cache(path: str = "~/.cache/asct_jax/jax") -> None:
@@ -60,6 +88,12 @@ def run_grid(base, variants: Sequence[Variant], seeds: Sequence[int], experiment
             run_dir = os.path.join(c.train.results_dir, experiment, c.train.run)
             done = os.path.join(run_dir, "summary.json")
             if os.path.exists(done):
+                with open(os.path.join(run_dir, "config.json")) as f:
+                    diff = config_differences(json.load(f), c)
+                if diff:
+                    raise ValueError(
+                        f"{run_dir} finished with another config (fields {', '.join(diff)});"
+                        " set --config.train.experiment to a new name or delete that run")
                 with open(done) as f:
                     summary = json.load(f)
             else:

@@ -16,7 +16,9 @@ return-to-go is the Monte-Carlo target of the value head at that turn, and (with
 
     V~(x_t) = MC_t if t was calibrated, else V_psi(x_t);  V~(x_0) = b;  V~(x_T) = 0.
 
-Elsewhere the value head regresses on the episode's own return-to-go.
+Elsewhere the value head regresses on the episode's own return-to-go. Host games
+calibrate outside the jitted step and hand the result in as `batch.calibration`
+(asct_jax.rl.host_calibration); it is then used instead.
 
 Scale: with `factor.normalise = "batch_std"` (default) the coefficients are divided by
 max(std of the batch's returns, factor.std_floor), one scalar per batch, as GRPO divides
@@ -91,9 +93,14 @@ def factor_pieces(config, ctx: CreditContext, params, batch: Rollout, key, *,
     values, targets = batch.values, mc_g
     cal_mask = jnp.zeros_like(batch.turn_mask)
     aux = calls = jnp.float32(0.0)
-    if fc.calib_turns > 0 and fc.calib_rollouts > 0:
+    cal = None
+    if batch.calibration is not None:   # calibrated outside the step (host games)
+        cal, cal_mask, aux, calls = (batch.calibration[k] for k in
+                                     ("targets", "mask", "aux_tokens", "env_calls"))
+    elif fc.calib_turns > 0 and fc.calib_rollouts > 0:
         cal, cal_mask, aux, calls = calibrate(ctx, params, batch, key, fc.calib_turns,
                                               fc.calib_rollouts)
+    if cal is not None:
         targets = jnp.where(cal_mask, cal, mc_g)
         if fc.tac_values == "calibrated":
             values = jnp.where(cal_mask, cal, values)

@@ -15,8 +15,9 @@ from asct_jax.envs import make as make_env
 from asct_jax.envs.base import EOS_ID, PAD_ID, SPECIAL_TOKENS
 from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
 from asct_jax.models import Decoder, get_preset
+from asct_jax.rl.host_calibration import host_calibrate
 from asct_jax.rl.host_rollout import (CommandEncoder, build_tokenizer, game_texts,
-                                      host_rollout)
+                                      host_rollout, host_rollout_from)
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.rollout import rollout
 from asct_jax.rl.types import Rollout
@@ -47,7 +48,14 @@ def setup(tmp_path_factory):
         obs_len=O, feedback_len=F, action_len=A, max_candidates=K,
         key=jax.random.key(0), encoder=encoder)
     return dict(games=games, tok=tok, tok_dir=tok_dir, policy=policy, params=params,
-                batch=batch, host_states=host_states, encoder=encoder)
+                batch=batch, host_states=host_states, encoder=encoder, env=env)
+
+
+def _play_from(setup, states, key):
+    env = BatchedHostEnv(setup["env"].envs[:len(states)])
+    return host_rollout_from(setup["policy"], setup["params"], env, setup["tok"], states,
+                             max_turns=T, obs_len=O, feedback_len=F, action_len=A,
+                             max_candidates=K, key=key, encoder=setup["encoder"])[0]
 
 
 def test_tokenizer_special_ids_and_reload(setup):
@@ -75,7 +83,8 @@ def test_shapes_match_jax_rollout_conventions(setup):
                 "logp_old": (b, T, A), "values": (b, T), "rewards": (b, T), "dones": (b, T),
                 "cand_tokens": (b, T, K, A), "cand_mask": (b, T, K),
                 "cand_costs": (b, T, K), "group": (b,), "env_calls": ()}
-    assert set(expected) | {"states", "final_info"} == set(Rollout.__dataclass_fields__)
+    assert set(expected) | {"states", "final_info", "calibration"} == \
+        set(Rollout.__dataclass_fields__)
     for name, shape in expected.items():
         got, want = getattr(batch, name), getattr(ref, name)
         assert got.shape == shape, name
@@ -179,3 +188,73 @@ def test_one_grpo_learn_step_changes_params(setup):
     assert float(metrics["rollout/env_calls"]) == float(setup["batch"].env_calls)
     diff = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), new.params, params)
     assert max(jax.tree.leaves(diff)) > 0.0
+
+
+def test_rollout_from_stored_states_continues_the_episodes(setup):
+    batch, host_states = setup["batch"], setup["host_states"]
+    starts = [host_states[i][1] for i in range(NUM_GAMES * G)]
+    cont = _play_from(setup, starts, jax.random.key(3))
+    live = np.asarray(batch.turn_mask[:, 1])
+    # x_1 restored: the policy reads the same observation as in the original episode
+    np.testing.assert_array_equal(np.asarray(cont.obs[:, 0])[live],
+                                  np.asarray(batch.obs[:, 1])[live])
+    # rewards from x_1 on add up to the final score minus the score at x_1
+    np.testing.assert_allclose(np.asarray(cont.rewards).sum(1),
+                               np.asarray(cont.final_info["score"])
+                               - np.array([s.score for s in starts]))
+    # at most max_turns - 1 turns remain after x_1
+    assert int(np.asarray(cont.turn_mask).sum(1).max()) <= HOST_MAX_TURNS - 1
+    assert int(cont.env_calls) == int(np.asarray(cont.turn_mask).sum())
+
+
+def test_host_calibration_targets_land_on_the_chosen_turns(setup):
+    """Bookkeeping with a stand-in player whose return is the start state's turn."""
+    batch, host_states = setup["batch"], setup["host_states"]
+    calls = []
+
+    def play(states, key):
+        calls.append(len(states))
+        n = len(states)
+        rewards = np.zeros((n, T), np.float32)
+        rewards[:, 0] = [s.turn for s in states]
+        return batch.replace(rewards=jnp.asarray(rewards),
+                             token_mask=jnp.ones((n, T, A), bool),
+                             env_calls=jnp.asarray(2 * n, jnp.int32))
+
+    cal = host_calibrate(play, batch, host_states, jax.random.key(0), num_turns=2,
+                         num_rollouts=3, chunk=5)
+    mask = np.asarray(cal["mask"])
+    eligible = np.asarray(batch.turn_mask) & (np.arange(T)[None] >= 1)
+    assert np.all(mask <= eligible) and mask.any()
+    assert np.all(mask.sum(1) == np.minimum(eligible.sum(1), 2))
+    t_idx = np.broadcast_to(np.arange(T, dtype=np.float32), mask.shape)
+    np.testing.assert_allclose(np.asarray(cal["targets"])[mask], t_idx[mask])
+    assert sum(calls) == 3 * mask.sum() and max(calls) <= 5
+    assert float(cal["env_calls"]) == 2 * sum(calls)
+    assert float(cal["aux_tokens"]) == T * A * sum(calls)
+
+
+def test_factor_learn_step_uses_host_calibration(setup):
+    from asct_jax.rl.credit import CreditContext, make_credit
+    from asct_jax.rl.train_step import TrainState, make_learn_step, make_mesh, make_optimizer
+    from experiments.configs import base
+
+    c = base.get_config()
+    c.method = "factor"
+    c.rollout.num_groups, c.rollout.group_size = NUM_GAMES, G
+    c.ppo.minibatches, c.ppo.epochs = 1, 1
+    policy, params = setup["policy"], setup["params"]
+    cal = host_calibrate(lambda st, k: _play_from(setup, st, k), setup["batch"],
+                         setup["host_states"], jax.random.key(0), 2, 2,
+                         chunk=NUM_GAMES * G)
+    assert float(cal["env_calls"]) > 0
+    credit = make_credit("factor", c, CreditContext(policy=policy, env=None, env_params=None,
+                                                    group_size=G))
+    opt = make_optimizer(c.ppo)
+    learn = make_learn_step(c, policy, credit, opt, make_mesh(1))
+    state = TrainState(params=params, opt_state=opt.init(params),
+                       step=jnp.zeros((), jnp.int32))
+    _, metrics = learn(state, setup["batch"].replace(calibration=cal), jax.random.key(1))
+    assert float(metrics["credit/env_calls"]) == float(cal["env_calls"])
+    assert float(metrics["credit/aux_tokens"]) == float(cal["aux_tokens"])
+    assert all(np.isfinite(float(v)) for v in metrics.values())

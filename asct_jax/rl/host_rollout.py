@@ -3,8 +3,9 @@
 The mirror of `asct_jax.rl.rollout.rollout` for `BatchedHostEnv`: the games run in Python,
 the policy in one jitted call per turn on fixed shapes, and the batch is the same
 `Rollout` ([B, T, ...] arrays, same masks and semantics), so `make_learn_step` and every
-credit method that needs no environment restore (GRPO, PPO, SERL, FACTOR with
-factor.calib_turns = 0) train on it unchanged.
+credit method that needs no environment restore inside the step (GRPO, PPO, SERL,
+FACTOR) train on it unchanged. `host_rollout_from` plays on from stored states (FACTOR's
+value calibration, asct_jax.rl.host_calibration).
 
     tok = build_tokenizer(game_texts(games))
     batch, host_states = host_rollout(policy, params, BatchedHostEnv(envs), tok, seeds,
@@ -214,16 +215,45 @@ def host_rollout(policy, params: Any, host_env: BatchedHostEnv, tokenizer, seeds
         raise ValueError(f"host_rollout: len(seeds) * group_size = {len(seeds)} x "
                          f"{group_size} = {b} episodes but host_env has {len(host_env)} "
                          "environments; pass one environment per episode.")
+    ep_seeds = [int(seeds[i // group_size]) for i in range(b)]
+    states, steps = host_env.reset(ep_seeds)
+    return _play(policy, params, host_env, tokenizer, states, [ts.info for ts in steps],
+                 int(group_size), max_turns=max_turns, obs_len=obs_len,
+                 feedback_len=feedback_len, action_len=action_len,
+                 max_candidates=max_candidates, key=key, greedy=greedy, encoder=encoder)
+
+
+def host_rollout_from(policy, params: Any, host_env: BatchedHostEnv, tokenizer,
+                      states: Sequence[HostState], *, max_turns: int, obs_len: int,
+                      feedback_len: int, action_len: int, max_candidates: int, key,
+                      greedy: bool = False, encoder: Optional[CommandEncoder] = None
+                      ) -> Tuple[Rollout, List[List[HostState]]]:
+    """`host_rollout` continued from stored states (restored by the games): episode i
+    plays on from states[i] until the game ends or its own max_turns is reached (or T
+    more turns). Group size 1. Used for value calibration (asct_jax.rl.host_calibration).
+    """
+    if len(states) != len(host_env):
+        raise ValueError(f"host_rollout_from: {len(states)} states but host_env has "
+                         f"{len(host_env)} environments; pass one environment per state.")
+    states = list(states)
+    return _play(policy, params, host_env, tokenizer, states, host_env.info(states), 1,
+                 max_turns=max_turns, obs_len=obs_len, feedback_len=feedback_len,
+                 action_len=action_len, max_candidates=max_candidates, key=key,
+                 greedy=greedy, encoder=encoder)
+
+
+def _play(policy, params, host_env, tokenizer, states, infos, group_size, *, max_turns,
+          obs_len, feedback_len, action_len, max_candidates, key, greedy, encoder):
+    """The turn loop of host_rollout from `states` (infos: their step infos)."""
+    b = len(states)
     if encoder is None or encoder.action_len != action_len:
         encoder = CommandEncoder(tokenizer, action_len)
     t_max, k_max, a_len = int(max_turns), int(max_candidates), int(action_len)
     score = _scorer(policy, bool(greedy))
 
-    ep_seeds = [int(seeds[i // group_size]) for i in range(b)]
-    states, steps = host_env.reset(ep_seeds)
     host_states = [[s] for s in states]
-    info_keys = list(steps[0].info)
-    final_info = {k: np.array([ts.info[k] for ts in steps], np.float32) for k in info_keys}
+    info_keys = list(infos[0])
+    final_info = {k: np.array([info[k] for info in infos], np.float32) for k in info_keys}
     done = np.array([s.done for s in states], bool)
 
     out = {

@@ -10,7 +10,9 @@ episodes of every held-out game (game seeds the policy never trains on) with a f
 so every method and seed is evaluated on the same episodes.
 
 Credit methods must not need environment restores inside the jitted step: GRPO, PPO,
-SERL and FACTOR with factor.calib_turns = 0 (TAC on the value head, HTA, APM).
+SERL and FACTOR. FACTOR's value calibration restores the games on the host between the
+rollout and the learn step (asct_jax.rl.host_calibration) and hands the targets in with
+the batch; factor.calib_turns = 0 turns it off (TAC on the value head alone).
 
 Outputs (results/<experiment>/<run>/): config.json, metrics.jsonl, summary.json, plots/
 and checkpoints/ (as trainer.train); the tokenizer lives in
@@ -34,8 +36,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
 from asct_jax.models import Decoder, get_preset
 from asct_jax.rl.credit import CreditContext, make_credit
+from asct_jax.rl.host_calibration import host_calibrate
 from asct_jax.rl.host_rollout import (CommandEncoder, game_texts, host_rollout,
-                                      load_or_build_tokenizer)
+                                      host_rollout_from, load_or_build_tokenizer)
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.rollout import episode_metrics
 from asct_jax.rl.train_step import TrainState, make_learn_step, make_mesh, make_optimizer, \
@@ -105,12 +108,13 @@ class HostExperiment:
     """Games, tokenizer, policy, credit, learn step and the host environments of a run."""
 
     def __init__(self, config):
-        if config.method in NEEDS_ENV or (config.method.startswith("factor")
-                                          and config.factor.calib_turns > 0):
-            raise ValueError(f"method {config.method!r} with these settings restores "
-                             "environment states inside the jitted step; host games support "
-                             "grpo, ppo_*, serl and factor* with factor.calib_turns=0")
+        if config.method in NEEDS_ENV:
+            raise ValueError(f"method {config.method!r} restores environment states inside "
+                             "the jitted step; host games support grpo, ppo_*, serl, factor*")
         self.config = config
+        self.calibrates = (config.method.startswith("factor")
+                           and config.factor.calib_turns > 0
+                           and config.factor.calib_rollouts > 0)
         tw, rc = config.textworld, config.rollout
         self.games = build_games(tw)
         if rc.num_groups > len(self.games["train"]):
@@ -153,16 +157,36 @@ class HostExperiment:
         n = len(self.games["train"])
         return [int(s) for s in rng.choice(n, self.config.rollout.num_groups, replace=False)]
 
+    def _calibrate(self, params, batch, host_states, key):
+        """FACTOR's value calibration on the training games (host_calibration)."""
+        tw, fc = self.config.textworld, self.config.factor
+
+        def play(states, k):
+            env = BatchedHostEnv(self.train_env.envs[:len(states)])
+            return host_rollout_from(self.policy, params, env, self.tokenizer, states,
+                                     max_turns=tw.max_turns, obs_len=tw.obs_len,
+                                     feedback_len=tw.feedback_len, action_len=tw.action_len,
+                                     max_candidates=tw.max_candidates, key=k,
+                                     encoder=self.encoder)[0]
+        return host_calibrate(play, batch, host_states, key, fc.calib_turns,
+                              fc.calib_rollouts, chunk=len(self.train_env))
+
     def step(self, state, step: int):
-        """One training step: host rollout, then the jitted credit + update."""
-        k_roll, k_learn = jax.random.split(jax.random.fold_in(self.key, step))
+        """One training step: host rollout (+ calibration), then the jitted credit + update."""
+        k_roll, k_learn, k_cal = jax.random.split(jax.random.fold_in(self.key, step), 3)
         t0 = time.time()
-        batch, _ = self._rollout(state.params, self.train_env, self.train_seeds(step),
-                                 self.config.rollout.group_size, k_roll)
+        batch, host_states = self._rollout(state.params, self.train_env,
+                                           self.train_seeds(step),
+                                           self.config.rollout.group_size, k_roll)
         t1 = time.time()
+        if self.calibrates:
+            batch = batch.replace(calibration=self._calibrate(state.params, batch,
+                                                              host_states, k_cal))
+        t2 = time.time()
         state, metrics = self.learn(state, batch, k_learn)
         m = to_host(metrics)
-        m.update({"time/rollout_s": t1 - t0, "time/learn_s": time.time() - t1})
+        m.update({"time/rollout_s": t1 - t0, "time/calibration_s": t2 - t1,
+                  "time/learn_s": time.time() - t2})
         if "max_score" in batch.final_info:
             m["rollout/env/norm_score"] = host_metrics(batch)["env/norm_score"]
         return state, m

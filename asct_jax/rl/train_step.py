@@ -135,7 +135,8 @@ def _learn_fn(config, policy, credit_fn: Callable, optimizer: optax.GradientTran
         credit = credit_fn(state.params, data, k_credit, state.step)
         credit = shard_episodes(credit, episode_sharding)
         # The update needs the per-episode arrays only: drop states, scalars and infos.
-        shuffled = data.replace(states=None, final_info={}, env_calls=None)
+        shuffled = data.replace(states=None, final_info={}, env_calls=None,
+                                calibration=None)
         credit_arrays = credit.replace(metrics={})
         (params, opt_state, _, _), m = jax.lax.scan(
             update_epoch, (state.params, state.opt_state, shuffled, credit_arrays),

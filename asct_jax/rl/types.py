@@ -35,6 +35,10 @@ class Rollout:
       final_info: dict of [B] float32, the environment's info at the end of the episode.
       group: [B] int32, the group (initial state) each episode belongs to.
       env_calls: [] int32, environment steps taken to collect this batch.
+      calibration: None, or a value calibration done outside the jitted step (host
+        games: asct_jax.rl.host_calibration): dict of targets [B, T] float32, mask
+        [B, T] bool, aux_tokens [] float32, env_calls [] float32. FACTOR uses it instead
+        of restoring `states` itself.
     """
 
     obs: chex.Array
@@ -54,6 +58,7 @@ class Rollout:
     final_info: Dict[str, chex.Array]
     group: chex.Array
     env_calls: chex.Array
+    calibration: Any = None
 
 
 @chex.dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """ASCT table: trajectory PPO, VinePPO and the three ASCT variants on rag_workflow.
 
     python -m experiments.asct_table --config experiments/configs/asct_table.py        # full
+    python -m experiments.asct_table --config experiments/configs/asct_table.py:medium # 2x quick
     python -m experiments.asct_table --config experiments/configs/asct_table.py:quick  # reduced
 
 Ablations by override, e.g. --config.asct.search.c=2.0, --config.asct.search.beta=4.0,
@@ -42,7 +43,16 @@ def get_config(arg: str = "full"):
     c.table.descriptions = True      # retrain ASCT-AgentUCT and PPO without descriptions
     c.table.sweep = True             # AgentUCT c / beta / centring / budget sweep
     c.table.sweep_seeds = (7,)       # sweeps run on seeds other than the table's
-    if arg == "quick":
+    if arg == "medium":
+        # Between quick and full: the paper's budgets (VinePPO K = 9, 16 simulations) on
+        # 40 steps of 32 episodes; the description study, no sweep.
+        c.train.experiment = "asct_table_medium"
+        c.train.steps = 40
+        c.train.eval_episodes = 256
+        c.rollout.num_groups = 8
+        c.table.sweep = False
+    elif arg == "quick":
+        c.train.experiment = "asct_table_quick"
         c.train.steps = 20
         c.train.eval_every = 20
         c.train.eval_episodes = 128
@@ -54,7 +64,8 @@ def get_config(arg: str = "full"):
         c.table.descriptions = False
         c.table.sweep = False
     elif arg != "full":
-        raise ValueError(f"asct_table config arg must be 'full' or 'quick', got {arg!r}")
+        raise ValueError(
+            f"asct_table config arg must be 'full', 'medium' or 'quick', got {arg!r}")
     return c
 
 

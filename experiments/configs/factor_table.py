@@ -29,6 +29,7 @@ def get_config(arg: str = "full"):
     c.table.envs = ENVS
     c.table.seeds = (42, 43, 1337)
     if arg == "quick":
+        c.train.experiment = "factor_table_quick"
         c.train.steps = 20
         c.train.eval_every = 20
         c.train.eval_episodes = 128

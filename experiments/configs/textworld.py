@@ -7,11 +7,11 @@ The games are tw-cooking (experiments/make_textworld_games.py, generated into
 textworld.games_dir when missing): textworld.num_train training games and the next
 textworld.num_eval generation seeds as unseen held-out games.
 
-FACTOR runs with factor.calib_turns = 0: TAC on the value head's values, HTA via the
-hindsight teacher, APM. The host games could calibrate (a HostState is restored from its
-Jericho save blob, or by reset + replay, and host_rollout returns the states of every
-turn), but calibration would step the games from inside the jitted credit function; it is
-off here to keep the run small and the credit step pure.
+FACTOR calibrates its values as on the JAX environments (2 intermediate turns per
+episode, M = 2 rollouts of pi_old each), but on the host, between the rollout and the
+jitted learn step: the games restore each stored turn from its Jericho save blob (or by
+reset + replay) and play on (asct_jax.rl.host_calibration). factor.calib_turns = 0 runs
+TAC on the value head alone.
 """
 import ml_collections
 
@@ -26,9 +26,6 @@ def get_config(arg: str = "full"):
     c = base.get_config()
     c.method = "factor"
     c.env.name = "textworld"
-    c.factor.calib_turns = 0            # no environment restores (see the module doc)
-    c.factor.calib_rollouts = 0
-    c.factor.tac_values = "critic"
     c.ppo.aggregation = "action_mean"   # FACTOR's action-mean loss, for both methods
     c.ppo.minibatches = 2
     c.ppo.warmup_steps = 2
@@ -80,7 +77,6 @@ def get_constraints():
         "method": HOST_METHODS,
         "env.name": ("textworld",),
         "table.methods": HOST_METHODS,
-        "factor.calib_turns": (0,),
         "textworld.go": (1, 6, 9, 12),
         "textworld.num_train": Range(1, None, integer=True),
         "textworld.num_eval": Range(1, None, integer=True),

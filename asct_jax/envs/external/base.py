@@ -149,6 +149,11 @@ class HostEnv:
         self.restore(state)
         return list(self._legal())
 
+    def info(self, state: HostState) -> Dict[str, float]:
+        """The info a step into `state` reported (the game of `state` is loaded)."""
+        self.restore(state)
+        return self._info(state.won, state.score)
+
     def restore(self, state: HostState) -> None:
         """Put the live game into `state` (native blob when possible, else reset + replay)."""
         if self._live_key == state.key:
@@ -216,6 +221,10 @@ class BatchedHostEnv:
     def legal_actions(self, states: Sequence[HostState]) -> List[List[str]]:
         self._check(states, "states")
         return [e.legal_actions(s) for e, s in zip(self.envs, states)]
+
+    def info(self, states: Sequence[HostState]) -> List[Dict[str, float]]:
+        self._check(states, "states")
+        return [e.info(s) for e, s in zip(self.envs, states)]
 
     def restore(self, states: Sequence[HostState]) -> None:
         self._check(states, "states")

@@ -1,0 +1,48 @@
+"""experiments/runner.py: finished runs are reused only when their config matches."""
+import json
+import os
+
+import pytest
+
+from asct_jax.rl.config_cli import config_to_dict
+from experiments.configs import factor_table
+from experiments.runner import apply_overrides, config_differences, run_grid
+
+
+def _finished_run(tmp_path, config, name, summary):
+    run_dir = tmp_path / config.train.experiment / name
+    os.makedirs(run_dir)
+    (run_dir / "config.json").write_text(json.dumps(config_to_dict(config)))
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+
+
+def _config(tmp_path, **overrides):
+    c = factor_table.get_config("quick")
+    c.train.results_dir = str(tmp_path)
+    return apply_overrides(c, overrides)
+
+
+def test_config_differences_names_fields_and_ignores_bookkeeping(tmp_path):
+    c = _config(tmp_path)
+    stored = config_to_dict(apply_overrides(c, {"train.steps": 7, "table.seeds": (1,),
+                                                "train.progress": False}))
+    assert config_differences(stored, c) == ["train.steps"]
+    assert config_differences(config_to_dict(c), c) == []
+
+
+def test_run_grid_reuses_a_matching_run(tmp_path):
+    c = _config(tmp_path)
+    run = apply_overrides(c, {"method": "grpo", "seed": 5})
+    run.train.run = "g_s5"
+    _finished_run(tmp_path, run, "g_s5", {"final/env/success": 0.25})
+    out = run_grid(c, [("g", {"method": "grpo"})], (5,), c.train.experiment)
+    assert out == {"g": [{"final/env/success": 0.25}]}
+
+
+def test_run_grid_refuses_a_run_of_another_scale(tmp_path):
+    c = _config(tmp_path)
+    run = apply_overrides(c, {"method": "grpo", "seed": 5, "train.steps": 60})
+    run.train.run = "g_s5"
+    _finished_run(tmp_path, run, "g_s5", {"final/env/success": 0.25})
+    with pytest.raises(ValueError, match=r"another config \(fields train.steps\)"):
+        run_grid(c, [("g", {"method": "grpo"})], (5,), c.train.experiment)
