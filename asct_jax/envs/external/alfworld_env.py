@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import List, Optional
+from typing import Optional
 
-from asct_jax.envs.external.base import HostEnv, LiveStep
+from asct_jax.envs.external.base import LiveStep
+from asct_jax.envs.external.textworld_env import TextWorldBackend
 
 ENV_VAR = "ALFWORLD_DATA"
 DEFAULT_PATH = os.path.join("~", ".cache", "alfworld")
@@ -24,7 +25,7 @@ def data_error(path: str) -> FileNotFoundError:
         f"the resulting folder here, or pass data_path= / set ${ENV_VAR}.")
 
 
-class AlfWorldEnv(HostEnv):
+class AlfWorldEnv(TextWorldBackend):
     """Host adapter over ALFWorld games; reset(seed) plays games[seed % len(games)]."""
 
     name = "alfworld"
@@ -68,13 +69,6 @@ class AlfWorldEnv(HostEnv):
         self._env = textworld.start(game, request_infos=infos, wrappers=wrappers)
         self._gs = self._env.reset()
         return self._live(self._gs["feedback"])
-
-    def _advance(self, action: str, replay: bool = False) -> LiveStep:
-        self._gs, _, _ = self._env.step(action)
-        return self._live(self._gs["feedback"])
-
-    def _legal(self) -> List[str]:
-        return list(self._gs["admissible_commands"] or [])
 
     def close(self) -> None:
         if self._env is not None:

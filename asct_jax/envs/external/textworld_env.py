@@ -35,7 +35,22 @@ def find_games(path: Union[str, Sequence[str]]) -> List[str]:
     return sorted(glob.glob(path)) if any(c in path for c in "*?[") else [path]
 
 
-class TextWorldEnv(HostEnv):
+class TextWorldBackend(HostEnv):
+    """What every game run through `textworld.start` shares: `self._env` the running
+    game, `self._gs` its last GameState (feedback, admissible commands, won / lost)."""
+
+    _env = None
+    _gs = None
+
+    def _advance(self, action: str, replay: bool = False) -> LiveStep:
+        self._gs, _, _ = self._env.step(action)
+        return self._live(self._gs["feedback"])
+
+    def _legal(self) -> List[str]:
+        return list(self._gs["admissible_commands"] or [])
+
+
+class TextWorldEnv(TextWorldBackend):
     """Host adapter over TextWorld .z8 games; reset(seed) plays games[seed % len(games)]."""
 
     name = "textworld"
@@ -106,13 +121,6 @@ class TextWorldEnv(HostEnv):
         env = self._load(game)
         self._gs = env.reset()
         return self._live(self._gs["feedback"])
-
-    def _advance(self, action: str, replay: bool = False) -> LiveStep:
-        self._gs, _, _ = self._env.step(action)
-        return self._live(self._gs["feedback"])
-
-    def _legal(self) -> List[str]:
-        return list(self._gs["admissible_commands"] or [])
 
     def _restore_native(self, state: HostState) -> bool:
         from textworld.core import GameState
