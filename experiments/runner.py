@@ -69,14 +69,18 @@ def apply_overrides(config, overrides: Mapping[str, Any]):
 
 
 def run_grid(base, variants: Sequence[Variant], seeds: Sequence[int], experiment: str,
-             after_run: Optional[Callable[[Any, Dict[str, Any], Any], Dict[str, Any]]] = None
+             after_run: Optional[Callable[[Any, Dict[str, Any], Any], Dict[str, Any]]] = None,
+             train: Optional[Callable[..., Any]] = None
              ) -> Dict[str, List[Dict[str, Any]]]:
     """Trains every variant with every seed; returns {variant: [summary per seed]}.
 
     after_run(config, summary, params) may add entries to a run's summary (e.g. a transfer
-    evaluation); it runs once, before summary.json is written.
+    evaluation); it runs once, before summary.json is written. train(config,
+    return_params=True) -> (summary, params) trains one run (default: trainer.train;
+    host_trainer.train_host for the real games).
     """
-    from asct_jax.rl.trainer import train
+    if train is None:
+        from asct_jax.rl.trainer import train
 
     out: Dict[str, List[Dict[str, Any]]] = {}
     for name, overrides in variants:

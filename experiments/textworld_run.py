@@ -3,16 +3,15 @@
     python -m experiments.textworld_run --config experiments/configs/textworld.py:quick
 
 Each (method, seed) run lives in results/<experiment>/<method>_s<seed>/ (see
-asct_jax.rl.host_trainer); a run whose summary.json exists is not run again. Writes
+asct_jax.rl.host_trainer); a finished run of the same config is not run again
+(experiments.runner.run_grid). Writes
 results/<experiment>/table.{md,json}: held-out success and score, initial vs final,
 mean ± std over seeds.
 """
-import json
 import os
 
 from asct_jax.rl import config_cli
-from asct_jax.rl.run_logger import atomic_write_json
-from experiments.runner import apply_overrides, enable_compilation_cache, write_table
+from experiments.runner import enable_compilation_cache, run_grid, write_table
 
 METRICS = {
     "initial/env/success": "success (initial)", "final/env/success": "success (final)",
@@ -25,26 +24,9 @@ METRICS = {
 def run_all(config):
     from asct_jax.rl.host_trainer import train_host
 
-    results = {}
-    for method in config.table.methods:
-        results[method] = []
-        for seed in config.table.seeds:
-            c = apply_overrides(config, {"method": method, "seed": seed})
-            c.train.run = f"{method}_s{seed}"
-            done = os.path.join(c.train.results_dir, c.train.experiment, c.train.run,
-                                "summary.json")
-            if os.path.exists(done):
-                with open(done) as f:
-                    summary = json.load(f)
-            else:
-                summary = train_host(c)
-                atomic_write_json(done, summary)
-            print(f"{method} seed {seed}: held-out success {summary['initial/env/success']:.3f}"
-                  f" -> {summary['final/env/success']:.3f}, score "
-                  f"{summary['initial/env/score']:.3f} -> {summary['final/env/score']:.3f} "
-                  f"({summary['wall_clock_s']:.0f} s)", flush=True)
-            results[method].append(summary)
-    return results
+    variants = [(m, {"method": m}) for m in config.table.methods]
+    return run_grid(config, variants, tuple(config.table.seeds), config.train.experiment,
+                    train=train_host)
 
 
 def main(config):
