@@ -213,13 +213,15 @@ def test_host_calibration_targets_land_on_the_chosen_turns(setup):
     calls = []
 
     def play(states, key):
-        calls.append(len(states))
+        real = np.array([not s.done for s in states])
+        calls.append(int(real.sum()))
         n = len(states)
         rewards = np.zeros((n, T), np.float32)
-        rewards[:, 0] = [s.turn for s in states]
+        rewards[:, 0] = [s.turn if not s.done else 99 for s in states]
         return batch.replace(rewards=jnp.asarray(rewards),
-                             token_mask=jnp.ones((n, T, A), bool),
-                             env_calls=jnp.asarray(2 * n, jnp.int32))
+                             turn_mask=jnp.asarray(np.repeat(real[:, None], T, 1)),
+                             token_mask=jnp.asarray(np.repeat(real[:, None, None], T, 1)
+                                                    .repeat(A, 2)))
 
     cal = host_calibrate(play, batch, host_states, jax.random.key(0), num_turns=2,
                          num_rollouts=3, chunk=5)
@@ -229,8 +231,9 @@ def test_host_calibration_targets_land_on_the_chosen_turns(setup):
     assert np.all(mask.sum(1) == np.minimum(eligible.sum(1), 2))
     t_idx = np.broadcast_to(np.arange(T, dtype=np.float32), mask.shape)
     np.testing.assert_allclose(np.asarray(cal["targets"])[mask], t_idx[mask])
+    # every start state is played once (the filler of the last chunk is done, unplayed)
     assert sum(calls) == 3 * mask.sum() and max(calls) <= 5
-    assert float(cal["env_calls"]) == 2 * sum(calls)
+    assert float(cal["env_calls"]) == T * sum(calls)
     assert float(cal["aux_tokens"]) == T * A * sum(calls)
 
 

@@ -16,6 +16,7 @@ calls and action tokens of the calibration rollouts are counted.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Dict, List, Sequence
 
 import jax
@@ -26,7 +27,7 @@ import factor_jax as fj
 from asct_jax.envs.external.base import HostState
 from asct_jax.rl.types import Rollout
 
-# play(states, key) -> Rollout of pi_old continued from `states` (len(states) <= chunk).
+# play(states, key) -> Rollout of pi_old continued from `states` (always `chunk` states).
 PlayFrom = Callable[[Sequence[HostState], jax.Array], Rollout]
 
 
@@ -41,7 +42,8 @@ def host_calibrate(play: PlayFrom, batch: Rollout, host_states: List[List[HostSt
       host_states: host_states[i][t] = x_t of episode i (as host_rollout returns them).
       key: PRNG key (turn choice and the rollouts' sampling).
       num_turns, num_rollouts: K turns per episode, M rollouts per turn.
-      chunk: how many states one `play` call may take (the number of environments).
+      chunk: how many states one `play` call takes (the number of environments); the
+        last call is filled up with finished states, which are never stepped.
     Returns:
       dict(targets [B, T] f32, mask [B, T] bool, aux_tokens [] f32, env_calls [] f32),
       the `Rollout.calibration` FACTOR reads.
@@ -54,10 +56,14 @@ def host_calibrate(play: PlayFrom, batch: Rollout, host_states: List[List[HostSt
     returns = np.zeros(len(starts), np.float32)
     calls = tokens = 0
     for c0 in range(0, len(starts), chunk):
-        part = play(starts[c0:c0 + chunk], jax.random.fold_in(k_roll, c0))
-        returns[c0:c0 + chunk] = np.asarray(jnp.sum(part.rewards, axis=1))
-        calls += int(part.env_calls)
-        tokens += int(jnp.sum(part.token_mask))
+        part = starts[c0:c0 + chunk]
+        n = len(part)
+        # Fill the last chunk with finished copies (never stepped): one shape, one compile.
+        part = part + [dataclasses.replace(part[0], done=True)] * (chunk - n)
+        out = play(part, jax.random.fold_in(k_roll, c0))
+        returns[c0:c0 + n] = np.asarray(jnp.sum(out.rewards[:n], axis=1))
+        calls += int(jnp.sum(out.turn_mask[:n]))      # one environment step per real turn
+        tokens += int(jnp.sum(out.token_mask[:n]))
     mc = np.zeros(idx.shape + (num_rollouts,), np.float32)   # [B, K, M]
     for n, (i, s) in enumerate(slots):
         mc[i, s] = returns[n * num_rollouts:(n + 1) * num_rollouts]
