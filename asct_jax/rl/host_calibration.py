@@ -37,7 +37,7 @@ def host_calibrate(play: PlayFrom, batch: Rollout, host_states: List[List[HostSt
     """Monte-Carlo value targets at `num_turns` intermediate turns of every episode.
 
     Args:
-      play: plays pi_old on from up to `chunk` host states (host_rollout_from).
+      play: plays pi_old on from `chunk` host states (host_rollout_from).
       batch: the Rollout [B, T, ...] the states belong to.
       host_states: host_states[i][t] = x_t of episode i (as host_rollout returns them).
       key: PRNG key (turn choice and the rollouts' sampling).
