@@ -161,9 +161,8 @@ class HostExperiment:
         """FACTOR's value calibration on the training games (host_calibration)."""
         tw, fc = self.config.textworld, self.config.factor
 
-        def play(states, k):
-            env = BatchedHostEnv(self.train_env.envs[:len(states)])
-            return host_rollout_from(self.policy, params, env, self.tokenizer, states,
+        def play(states, k):   # always len(self.train_env) states (host_calibrate fills up)
+            return host_rollout_from(self.policy, params, self.train_env, self.tokenizer, states,
                                      max_turns=tw.max_turns, obs_len=tw.obs_len,
                                      feedback_len=tw.feedback_len, action_len=tw.action_len,
                                      max_candidates=tw.max_candidates, key=k,
