@@ -8,8 +8,8 @@ results/asct_table/{table,transfer,descriptions,sweep}.{md,json} and utility_vs_
 """
 import os
 
-from asct_jax.rl import config_cli
-from asct_jax.rl.tables import scatter_with_errorbars
+from asct_jax.infra import config_cli
+from asct_jax.infra.tables import scatter_with_errorbars
 from experiments.runner import enable_compilation_cache, run_grid, write_table
 
 MAIN_METRICS = {

@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 
 from asct_jax.rl.rollout import rollout
-from asct_jax.rl.run_logger import atomic_write_json
-from asct_jax.rl.tables import markdown_table
+from asct_jax.infra.run_logger import atomic_write_json
+from asct_jax.infra.tables import markdown_table
 from asct_jax.rl.train_step import make_learn_step
 from asct_jax.rl.trainer import Experiment
 from experiments.configs import base

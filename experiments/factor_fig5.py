@@ -95,7 +95,7 @@ import numpy as np
 
 import factor_jax as fj
 from asct_jax.envs.base import UNK_ID
-from asct_jax.rl import config_cli
+from asct_jax.infra import config_cli
 from asct_jax.rl.credit import state_policy_fn
 from asct_jax.rl.rollout import rollout
 from asct_jax.search.rollout_value import mc_return, rollout_return
@@ -361,7 +361,7 @@ def plot(res: Dict[str, Any], path: str, title: str = "") -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from asct_jax.rl.run_logger import atomic_savefig
+    from asct_jax.infra.run_logger import atomic_savefig
 
     arr = res["_arrays"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
@@ -431,8 +431,8 @@ def main(config):
 
 def run(config) -> Dict[str, Any]:
     """Trains, computes the three panels, writes the PNG and the JSON; returns the numbers."""
-    from asct_jax.rl.checkpoint import Checkpointer, NonFiniteLossError
-    from asct_jax.rl.run_logger import atomic_write_json
+    from asct_jax.infra.checkpoint import Checkpointer, NonFiniteLossError
+    from asct_jax.infra.run_logger import atomic_write_json
     from asct_jax.rl.trainer import Experiment, train
 
     t_start = time.time()

@@ -10,9 +10,9 @@ import os
 
 import numpy as np
 
-from asct_jax.rl import config_cli
-from asct_jax.rl.run_logger import atomic_write_json, atomic_write_text
-from asct_jax.rl.tables import markdown_table
+from asct_jax.infra import config_cli
+from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
+from asct_jax.infra.tables import markdown_table
 from experiments.runner import enable_compilation_cache, run_grid, write_table
 
 METRICS = {"final/env/success": "success", "final/env/score": "score",

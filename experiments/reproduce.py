@@ -8,7 +8,7 @@ import argparse
 import os
 import time
 
-from asct_jax.rl.run_logger import atomic_write_text
+from asct_jax.infra.run_logger import atomic_write_text
 
 
 def main(argv=None):

@@ -17,8 +17,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import jax
 
-from asct_jax.rl.run_logger import atomic_write_json, atomic_write_text
-from asct_jax.rl.tables import seed_table
+from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
+from asct_jax.infra.tables import seed_table
 
 Variant = Tuple[str, Mapping[str, Any]]
 
@@ -40,7 +40,7 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
 
 def config_differences(stored: Mapping[str, Any], config) -> List[str]:
     """Dotted fields where a finished run's config.json and `config` disagree."""
-    from asct_jax.rl.config_cli import config_to_dict
+    from asct_jax.infra.config_cli import config_to_dict
 
     a, b = _flatten(stored), _flatten(config_to_dict(config))
     keys = {k for k in set(a) | set(b)

@@ -2,7 +2,7 @@
 environment, mean ± sample std over seeds. Writes results/substrate_table/table.{md,json}."""
 import os
 
-from asct_jax.rl import config_cli
+from asct_jax.infra import config_cli
 from experiments.runner import enable_compilation_cache, run_grid, write_table
 
 METRICS = {"initial/return": "initial return", "final/return": "final return",

@@ -10,7 +10,7 @@ mean ± std over seeds.
 """
 import os
 
-from asct_jax.rl import config_cli
+from asct_jax.infra import config_cli
 from experiments.runner import enable_compilation_cache, run_grid, write_table
 
 METRICS = {

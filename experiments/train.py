@@ -5,8 +5,8 @@
 """
 import sys
 
-from asct_jax.rl import config_cli
-from asct_jax.rl.checkpoint import NonFiniteLossError
+from asct_jax.infra import config_cli
+from asct_jax.infra.checkpoint import NonFiniteLossError
 
 
 def main(config):

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from asct_jax.rl.config_cli import config_to_dict
+from asct_jax.infra.config_cli import config_to_dict
 from experiments.configs import factor_table
 from experiments.runner import apply_overrides, config_differences, run_grid
 

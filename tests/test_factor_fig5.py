@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from asct_jax.rl import config_cli
+from asct_jax.infra import config_cli
 from asct_jax.rl.trainer import Experiment
 from experiments import factor_fig5 as fig5
 from experiments.configs import base

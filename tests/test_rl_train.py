@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from asct_jax.rl import credit as credit_lib
-from asct_jax.rl.checkpoint import NonFiniteLossError
+from asct_jax.infra.checkpoint import NonFiniteLossError
 from asct_jax.rl.policy import allowed_tokens, constrained_log_probs, left_align
 from experiments.configs import base as base_config
 
@@ -162,7 +162,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     a = _metrics(tmp_path / "train" / "full" / "metrics.jsonl")
     b = _metrics(tmp_path / "train" / "killed" / "metrics.jsonl")
     assert a == b
-    from asct_jax.rl.checkpoint import Checkpointer
+    from asct_jax.infra.checkpoint import Checkpointer
     from asct_jax.rl.trainer import Experiment
     target = Experiment(small_config(tmp_path)).init_state
     pa = Checkpointer(str(tmp_path / "train" / "full" / "checkpoints")).restore(target).state

@@ -22,10 +22,10 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from asct_jax.envs import make as make_env
 from asct_jax.models import Decoder, get_preset
-from asct_jax.rl.checkpoint import Checkpointer, check_finite
+from asct_jax.infra.checkpoint import Checkpointer, check_finite
 from asct_jax.rl.credit import CreditContext, make_credit
 from asct_jax.rl.policy import Policy
-from asct_jax.rl.run_logger import RunLogger
+from asct_jax.infra.run_logger import RunLogger
 from asct_jax.rl.train_step import TrainState, make_eval, make_mesh, make_optimizer, \
     make_train_step, to_host
 

@@ -5,7 +5,7 @@
 """
 import ml_collections
 
-from asct_jax.rl.config_cli import Range
+from asct_jax.infra.config_cli import Range
 
 METHODS = ("ppo_return", "ppo_gae", "grpo", "vineppo", "asct_uniform", "asct_uct",
            "asct_agentuct", "factor", "factor_no_tac", "factor_no_hta", "factor_no_apm",

@@ -10,7 +10,7 @@ final checkpoint: delete the run directory, or pass another --config.train.run, 
 """
 import ml_collections
 
-from asct_jax.rl.config_cli import Range
+from asct_jax.infra.config_cli import Range
 from experiments.configs import base
 
 PERTURB_MODES = ("delete", "swap", "unk")

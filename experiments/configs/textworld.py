@@ -70,7 +70,7 @@ def get_config(arg: str = "full"):
 
 
 def get_constraints():
-    from asct_jax.rl.config_cli import Range
+    from asct_jax.infra.config_cli import Range
 
     cons = dict(base.get_constraints())
     cons.update({

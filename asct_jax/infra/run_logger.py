@@ -28,7 +28,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
-from asct_jax.rl.config_cli import config_to_dict
+from asct_jax.infra.config_cli import config_to_dict
 
 CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, PLOTS_DIR = (
     "config.json", "metrics.jsonl", "summary.json", "plots")

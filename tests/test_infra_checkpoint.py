@@ -1,4 +1,4 @@
-"""Tests for asct_jax.rl.checkpoint: round trip, keep-last-K, corrupt / incompatible."""
+"""Tests for asct_jax.infra.checkpoint: round trip, keep-last-K, corrupt / incompatible."""
 import glob
 import os
 
@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from asct_jax.rl.checkpoint import (CheckpointError, Checkpointer, NonFiniteLossError,
+from asct_jax.infra.checkpoint import (CheckpointError, Checkpointer, NonFiniteLossError,
                                     check_finite)
 
 

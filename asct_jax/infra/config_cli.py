@@ -8,7 +8,7 @@ A config file (experiments/configs/*.py) defines
 
 and a script runs
 
-    from asct_jax.rl import config_cli
+    from asct_jax.infra import config_cli
 
     def main(config):
         ...

@@ -1,4 +1,4 @@
-"""Tests for asct_jax.rl.run_logger and asct_jax.rl.tables."""
+"""Tests for asct_jax.infra.run_logger and asct_jax.infra.tables."""
 import json
 import math
 import os
@@ -8,8 +8,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from asct_jax.rl import run_logger, tables
-from asct_jax.rl.run_logger import RunLogger
+from asct_jax.infra import run_logger, tables
+from asct_jax.infra.run_logger import RunLogger
 
 
 def _config():

@@ -1,4 +1,4 @@
-"""Tests for asct_jax.rl.config_cli: overrides, validation, one-line exit-2 errors."""
+"""Tests for asct_jax.infra.config_cli: overrides, validation, one-line exit-2 errors."""
 import json
 import os
 import subprocess
@@ -7,15 +7,15 @@ import textwrap
 
 import pytest
 
-from asct_jax.rl import config_cli
-from asct_jax.rl.config_cli import ConfigError, Range, parse_config
+from asct_jax.infra import config_cli
+from asct_jax.infra.config_cli import ConfigError, Range, parse_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CONFIG_FILE = textwrap.dedent('''
     import ml_collections
     from ml_collections import config_dict
-    from asct_jax.rl.config_cli import Range
+    from asct_jax.infra.config_cli import Range
 
     def get_config():
         c = ml_collections.ConfigDict()
@@ -40,7 +40,7 @@ CONFIG_FILE = textwrap.dedent('''
 
 SCRIPT = textwrap.dedent('''
     import sys
-    from asct_jax.rl import config_cli
+    from asct_jax.infra import config_cli
 
     def main(config):
         if config.optim.num_steps == 7:

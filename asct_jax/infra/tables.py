@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from matplotlib.figure import Figure
 
-from asct_jax.rl.run_logger import atomic_savefig
+from asct_jax.infra.run_logger import atomic_savefig
 
 EMPTY = "–"
 
