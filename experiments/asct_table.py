@@ -27,19 +27,14 @@ def transfer_eval(config, summary, params):
     """Held-out episodes of the trained actor on the changed component set."""
     import copy
 
-    from asct_jax.rl.trainer import build_env, build_policy
-    from asct_jax.rl.train_step import make_eval, make_mesh, to_host
-    import jax
+    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from experiments import registry
 
     c = copy.deepcopy(config)
     c.env.options.component_set = "transfer"
-    env, env_params = build_env(c)
-    policy, _ = build_policy(c, env)
-    mesh = make_mesh(c.train.num_devices or None)
-    evaluate = make_eval(policy, env, env_params, c.train.eval_episodes, mesh,
-                         greedy=c.train.eval_greedy)
-    m = to_host(evaluate(params, jax.random.key(c.train.eval_seed)))
-    return {f"transfer/{k}": v for k, v in m.items()}
+    source = JaxEnvSource(c)
+    evaluate = source.make_eval(build_learner(c, registry.get(c.method), source))
+    return {k.replace("eval/", "transfer/", 1): v for k, v in evaluate(params).items()}
 
 
 def main(config):

@@ -18,8 +18,9 @@ import jax.numpy as jnp
 from asct_jax.rl.rollout import rollout
 from asct_jax.infra.run_logger import atomic_write_json
 from asct_jax.infra.tables import markdown_table
-from asct_jax.rl.train_step import make_learn_step
-from asct_jax.rl.trainer import Experiment
+from asct_jax.rl.train_step import make_train_step
+from asct_jax.rl.trainer import JaxEnvSource, build_learner
+from experiments import registry
 from experiments.configs import base
 
 DEFAULT_METHODS = ("ppo_return", "ppo_gae", "grpo", "vineppo", "asct_uniform", "asct_uct",
@@ -42,16 +43,19 @@ def bench_method(method, env_name, repeats, num_groups, group_size):
     c = base.get_config()
     c.method, c.env.name = method, env_name
     c.rollout.num_groups, c.rollout.group_size = num_groups, group_size
-    exp = Experiment(c)
+    source = JaxEnvSource(c)
+    exp = build_learner(c, registry.get(method), source)
     state, key = exp.init_state, exp.key
-    roll = jax.jit(lambda p, k: rollout(exp.policy, p, exp.env, exp.env_params, k,
+    roll = jax.jit(lambda p, k: rollout(exp.policy, p, source.env, source.env_params, k,
                                         num_groups, group_size))
     batch, roll_c, roll_s = timed(roll, state.params, key, repeats=repeats)
     credit = jax.jit(exp.credit_fn)
     _, cred_c, cred_s = timed(credit, state.params, batch, key, jnp.int32(0), repeats=repeats)
-    learn = make_learn_step(c, exp.policy, exp.credit_fn, exp.optimizer, exp.mesh)
+    learn = exp.learn_step()
     _, learn_c, learn_s = timed(learn, state, batch, key, repeats=repeats)
-    step = lambda s, k: exp.step_fn(jax.tree.map(jnp.copy, s), k)  # noqa: E731 (donation)
+    step_fn = make_train_step(c, exp.policy, source.env, source.env_params, exp.credit_fn,
+                              exp.optimizer, exp.mesh)
+    step = lambda s, k: step_fn(jax.tree.map(jnp.copy, s), k)  # noqa: E731 (donation)
     _, step_c, step_s = timed(step, state, key, repeats=repeats)
     return {"method": method, "rollout_s": roll_s, "credit_s": cred_s,
             "update_s": max(learn_s - cred_s, 0.0), "train_step_s": step_s,

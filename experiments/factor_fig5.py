@@ -433,23 +433,26 @@ def run(config) -> Dict[str, Any]:
     """Trains, computes the three panels, writes the PNG and the JSON; returns the numbers."""
     from asct_jax.infra.checkpoint import Checkpointer, NonFiniteLossError
     from asct_jax.infra.run_logger import atomic_write_json
-    from asct_jax.rl.trainer import Experiment, train
+    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from experiments import registry
+    from experiments.runner import train_run
 
     t_start = time.time()
     tc = config.train
-    exp = Experiment(config)
-    early = exp.init_state.params
+    source = JaxEnvSource(config)
+    learner = build_learner(config, registry.get(config.method), source)
+    early = learner.init_state.params
     ckdir = os.path.join(tc.results_dir, tc.experiment, tc.run, "checkpoints")
     reused = tc.resume and os.path.isdir(ckdir) and \
         Checkpointer(ckdir, save_every=tc.checkpoint_every, keep=tc.keep).latest_step() == tc.steps
     t0 = time.time()
     try:
-        summary, late = train(config, return_params=True)
+        summary, late = train_run(config, return_params=True)
     except (NonFiniteLossError, FileExistsError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     train_s = time.time() - t0
-    res = run_diagnostics(config, exp_parts(exp), early, late)
+    res = run_diagnostics(config, exp_parts(config, source, learner), early, late)
     res["timing_s"]["train"] = train_s
     res["train_reused"] = bool(reused)
     res["train_summary"] = summary
@@ -467,13 +470,13 @@ def run(config) -> Dict[str, Any]:
     return res
 
 
-def exp_parts(exp):
-    """(env, env_params, policy, CreditContext) of an Experiment."""
+def exp_parts(config, source, learner):
+    """(env, env_params, policy, CreditContext) of a run's source and learner."""
     from asct_jax.rl.credit import CreditContext
 
-    ctx = CreditContext(policy=exp.policy, env=exp.env, env_params=exp.env_params,
-                        group_size=exp.config.rollout.group_size)
-    return exp.env, exp.env_params, exp.policy, ctx
+    ctx = CreditContext(policy=learner.policy, env=source.env, env_params=source.env_params,
+                        group_size=config.rollout.group_size)
+    return source.env, source.env_params, learner.policy, ctx
 
 
 def format_summary(res: Dict[str, Any]) -> str:

@@ -48,6 +48,15 @@ def config_differences(stored: Mapping[str, Any], config) -> List[str]:
     return sorted(k for k in keys if a.get(k) != b.get(k))
 
 
+def train_run(config, return_params: bool = False, source=None):
+    """trainer.train with the method config.method names in the registry."""
+    from asct_jax.rl import trainer
+    from experiments import registry
+
+    return trainer.train(config, registry.get(config.method), source=source,
+                         return_params=return_params)
+
+
 def enable_compilation_cache(path: str = "~/.cache/asct_jax/jax") -> None:
     jax.config.update("jax_compilation_cache_dir", os.path.expanduser(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -76,11 +85,10 @@ def run_grid(base, variants: Sequence[Variant], seeds: Sequence[int], experiment
 
     after_run(config, summary, params) may add entries to a run's summary (e.g. a transfer
     evaluation); it runs once, before summary.json is written. train(config,
-    return_params=True) -> (summary, params) trains one run (default: trainer.train;
-    host_trainer.train_host for the real games).
+    return_params=True) -> (summary, params) trains one run (default: `train_run`, on the
+    JAX-native environment of config.env).
     """
-    if train is None:
-        from asct_jax.rl.trainer import train
+    train = train_run if train is None else train
 
     out: Dict[str, List[Dict[str, Any]]] = {}
     for name, overrides in variants:

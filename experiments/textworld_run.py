@@ -3,15 +3,17 @@
     python -m experiments.textworld_run --config experiments/configs/textworld.py:quick
 
 Each (method, seed) run lives in results/<experiment>/<method>_s<seed>/ (see
-asct_jax.rl.host_trainer); a finished run of the same config is not run again
+asct_jax.rl.host_games); a finished run of the same config is not run again
 (experiments.runner.run_grid). Writes
 results/<experiment>/table.{md,json}: held-out success and score, initial vs final,
 mean ± std over seeds.
 """
 import os
+from typing import Dict, List
 
 from asct_jax.infra import config_cli
-from experiments.runner import enable_compilation_cache, run_grid, write_table
+from experiments.make_textworld_games import make_games
+from experiments.runner import enable_compilation_cache, run_grid, train_run, write_table
 
 METRICS = {
     "initial/env/success": "success (initial)", "final/env/success": "success (final)",
@@ -21,12 +23,31 @@ METRICS = {
 }
 
 
-def run_all(config):
-    from asct_jax.rl.host_trainer import train_host
+def build_games(tw) -> Dict[str, List[str]]:
+    """{"train": [...], "eval": [...]} game files, generated when missing.
 
+    Training games have generation seeds start_seed .. start_seed + num_train - 1, held-out
+    ones the next num_eval seeds (unseen games, same recipe/take/go settings).
+    """
+    out = os.path.expanduser(tw.games_dir or os.environ.get(
+        "ASCT_JAX_TEXTWORLD_GAMES", os.path.join("~", ".cache", "asct_jax", "textworld")))
+    kw = dict(out=out, recipe=tw.recipe, take=tw.take, go=tw.go)
+    return {"train": make_games(tw.num_train, start_seed=tw.start_seed, **kw),
+            "eval": make_games(tw.num_eval, start_seed=tw.start_seed + tw.num_train, **kw)}
+
+
+def train_on_games(config, return_params: bool = False):
+    """One run on the TextWorld games of config.textworld (host-side rollouts)."""
+    from asct_jax.rl.host_games import HostGames
+
+    source = HostGames(config, build_games(config.textworld))
+    return train_run(config, return_params=return_params, source=source)
+
+
+def run_all(config):
     variants = [(m, {"method": m}) for m in config.table.methods]
     return run_grid(config, variants, tuple(config.table.seeds), config.train.experiment,
-                    train=train_host)
+                    train=train_on_games)
 
 
 def main(config):

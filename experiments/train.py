@@ -10,10 +10,10 @@ from asct_jax.infra.checkpoint import NonFiniteLossError
 
 
 def main(config):
-    from asct_jax.rl.trainer import train
+    from experiments.runner import train_run
 
     try:
-        summary = train(config)
+        summary = train_run(config)
     except (NonFiniteLossError, FileExistsError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)

@@ -1,4 +1,5 @@
-"""FACTOR, its ablations and SERL as registered credit methods (see asct_jax.rl.credit).
+"""FACTOR, its ablations, SERL and ASCT + FACTOR as credit methods (`Method` records,
+see asct_jax.rl.credit).
 
 factor            TAC ("how much") -> HTA + APM ("where"), calibrated values, action-mean
 factor_no_tac     GRPO action credit + HTA/APM
@@ -7,6 +8,8 @@ factor_no_apm     TAC + HTA with softmax weights (sum to 1: credit shrunk by 1/L
 serl              GRPO advantage with clipped hindsight token weights, lambda 0.5 -> 0
 grpo_extended     GRPO; the experiment gives it FACTOR's environment-call budget by
                   scaling rollout.num_groups (experiments/factor_table.py)
+asct_factor       ASCT-AgentUCT's searched A_t as "how much", HTA + APM as "where";
+                  mean_j C_{t,j} = A_t per action, as in FACTOR
 
 Value calibration (METHODS.md 2): for each episode, `factor.calib_turns` intermediate
 turns are chosen (factor_jax.calibration_turns), the stored environment state of each is
@@ -18,7 +21,7 @@ return-to-go is the Monte-Carlo target of the value head at that turn, and (with
 
 Elsewhere the value head regresses on the episode's own return-to-go. Host games
 calibrate outside the jitted step and hand the result in as `batch.calibration`
-(asct_jax.rl.host_calibration); it is then used instead.
+(factor_jax.host_calibration); it is then used instead.
 
 Scale: with `factor.normalise = "batch_std"` (default) the coefficients are divided by
 max(std of the batch's returns, factor.std_floor), one scalar per batch, as GRPO divides
@@ -30,6 +33,7 @@ The hindsight teacher is pi_old (the behaviour parameters, frozen for the update
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict
 
 import jax
@@ -37,10 +41,13 @@ import jax.numpy as jnp
 
 import factor_jax as fj
 from asct_jax.rl import advantages as adv
-from asct_jax.rl.credit import (CreditContext, register, state_policy_fn, turn_states,
+from asct_jax.rl.credit import (CreditContext, Method, state_policy_fn, turn_states,
                                 value_targets_mc)
+from asct_jax.rl.methods import GRPO
 from asct_jax.rl.types import Credit, Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
+from asct_jax.search.methods import searched_advantages
+from factor_jax.host_calibration import calibrate_on_host
 from asct_jax.search.rollout_value import mc_return
 
 
@@ -152,13 +159,6 @@ def _factor_factory(use_tac=True, use_hta=True, normalisation="apm"):
     return factory
 
 
-register("factor")(_factor_factory())
-register("factor_no_tac")(_factor_factory(use_tac=False))
-register("factor_no_hta")(_factor_factory(use_hta=False))
-register("factor_no_apm")(_factor_factory(normalisation="softmax"))
-
-
-@register("serl")
 def _serl(config, ctx: CreditContext):
     """SERL: C = A_i ((1 - lam) + lam w), w = clip(exp(clamp(sign(A) delta, -20, 20)), .8, 1.2)."""
     sc = config.serl
@@ -176,7 +176,30 @@ def _serl(config, ctx: CreditContext):
     return credit
 
 
-@register("grpo_extended")
-def _grpo_extended(config, ctx: CreditContext):
-    from asct_jax.rl.credit import _REGISTRY
-    return _REGISTRY["grpo"](config, ctx)
+def _asct_factor(config, ctx: CreditContext):
+    """ASCT-AgentUCT's A_t as the action credit, HTA + APM as the token allocation."""
+    fc = config.factor
+
+    def credit(params, batch: Rollout, key, step):
+        a, metrics = searched_advantages(config, ctx, params, batch, key, step, "agentuct")
+        teacher = teacher_log_probs(ctx, params, batch)
+        scores = fj.hta_scores(teacher, batch.logp_old, a, batch.token_mask)
+        w = fj.apm_weights(scores, batch.token_mask, tau=fc.tau, transform=fc.transform)
+        coef = fj.token_coefficients(a, w, batch.token_mask)
+        return Credit(coef=coef, value_targets=value_targets_mc(batch), teacher_logp=teacher,
+                      metrics=metrics)
+    return credit
+
+
+FACTOR = Method("factor", _factor_factory(), host_calibration=calibrate_on_host)
+FACTOR_NO_TAC = Method("factor_no_tac", _factor_factory(use_tac=False),
+                       host_calibration=calibrate_on_host)
+FACTOR_NO_HTA = Method("factor_no_hta", _factor_factory(use_hta=False),
+                       host_calibration=calibrate_on_host)
+FACTOR_NO_APM = Method("factor_no_apm", _factor_factory(normalisation="softmax"),
+                       host_calibration=calibrate_on_host)
+SERL = Method("serl", _serl)
+GRPO_EXTENDED = dataclasses.replace(GRPO, name="grpo_extended")
+ASCT_FACTOR = Method("asct_factor", _asct_factor, restores_states_in_step=True)
+METHODS = (FACTOR, FACTOR_NO_TAC, FACTOR_NO_HTA, FACTOR_NO_APM, SERL, GRPO_EXTENDED,
+           ASCT_FACTOR)

@@ -5,11 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from asct_jax.rl.credit import CreditContext, available, make_credit, state_policy_fn
+from asct_jax.rl.credit import CreditContext, state_policy_fn
 from asct_jax.rl.rollout import rollout
-from asct_jax.rl.trainer import build_env, build_policy
+from asct_jax.rl.trainer import JaxEnvSource, build_policy
 from asct_jax.search.methods import live_state_values
 from asct_jax.search.rollout_value import mc_return
+from experiments import registry
 from experiments.configs import base
 
 
@@ -20,16 +21,20 @@ def setup():
     c.rollout.num_groups, c.rollout.group_size = 2, 2
     c.asct.search.num_simulations = 4
     c.vineppo.k = 2
-    env, env_params = build_env(c)
-    policy, params = build_policy(c, env)
+    source = JaxEnvSource(c)
+    env, env_params = source.env, source.env_params
+    policy, params = build_policy(c, source.vocab_size, source.shape)
     ctx = CreditContext(policy=policy, env=env, env_params=env_params, group_size=2)
     batch = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, 2, 2))(
         params, jax.random.key(0))
     return c, ctx, params, batch
 
 
-def test_every_documented_method_is_registered():
-    assert set(base.METHODS) <= set(available())
+def test_registry_names_each_method_once_and_rejects_unknown_names():
+    assert len(set(registry.names())) == len(registry.names()) >= 14
+    assert all(registry.get(n).name == n for n in registry.names())
+    with pytest.raises(ValueError, match=r"^method: unknown credit method 'nope'; allowed: ppo"):
+        registry.get("nope")
 
 
 def test_chunked_vineppo_values_equal_plain_vmap(setup):
@@ -56,7 +61,7 @@ def test_chunked_vineppo_values_equal_plain_vmap(setup):
                                     "asct_factor"])
 def test_credit_is_masked_finite_and_counts_its_costs(setup, method):
     c, ctx, params, batch = setup
-    fn = make_credit(method, c, ctx)
+    fn = registry.get(method).make_credit(c, ctx)
     credit = jax.jit(fn)(params, batch, jax.random.key(2), jnp.int32(0))
     coef = np.asarray(credit.coef)
     assert coef.shape == batch.token_mask.shape and np.all(np.isfinite(coef))

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from asct_jax.infra import config_cli
-from asct_jax.rl.trainer import Experiment
+from asct_jax.rl.trainer import JaxEnvSource, build_learner
+from experiments import registry
 from experiments import factor_fig5 as fig5
 from experiments.configs import base
 from experiments.configs import factor_fig5 as fig5_config
@@ -33,10 +34,12 @@ def tiny_config(tmp_path):
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     c = tiny_config(tmp_path_factory.mktemp("fig5"))
-    exp = Experiment(c)
+    source = JaxEnvSource(c)
+    exp = build_learner(c, registry.get(c.method), source)
     params = exp.init_state.params
-    diag = fig5.Diagnostics(c, *fig5.exp_parts(exp))
-    res = fig5.run_diagnostics(c, fig5.exp_parts(exp), params, params, diag=diag)
+    parts = fig5.exp_parts(c, source, exp)
+    diag = fig5.Diagnostics(c, *parts)
+    res = fig5.run_diagnostics(c, parts, params, params, diag=diag)
     return c, exp, params, res, diag
 
 

@@ -15,15 +15,17 @@ from asct_jax.envs import make as make_env
 from asct_jax.envs.base import EOS_ID, PAD_ID, SPECIAL_TOKENS
 from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
 from asct_jax.models import Decoder, get_preset
-from asct_jax.rl.host_calibration import host_calibrate
-from asct_jax.rl.host_rollout import (CommandEncoder, build_tokenizer, game_texts,
+from asct_jax.rl.host_rollout import (CommandEncoder, HostShape, build_tokenizer, game_texts,
                                       host_rollout, host_rollout_from)
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.rollout import rollout
 from asct_jax.rl.types import Rollout
+from experiments import registry
 from experiments.make_textworld_games import DEFAULT_OUT, make_games
+from factor_jax.host_calibration import host_calibrate
 
 NUM_GAMES, G, T, O, F, A, K = 2, 2, 6, 64, 16, 10, 24
+SHAPE = HostShape(max_turns=T, obs_len=O, feedback_len=F, action_len=A, max_candidates=K)
 HOST_MAX_TURNS = 4  # < T: every episode ends (done) before the rollout's last turn
 
 
@@ -44,8 +46,7 @@ def setup(tmp_path_factory):
                           for _ in range(NUM_GAMES * G)])
     encoder = CommandEncoder(tok, A)
     batch, host_states = host_rollout(
-        policy, params, env, tok, list(range(NUM_GAMES)), group_size=G, max_turns=T,
-        obs_len=O, feedback_len=F, action_len=A, max_candidates=K,
+        policy, params, env, tok, list(range(NUM_GAMES)), SHAPE, group_size=G,
         key=jax.random.key(0), encoder=encoder)
     return dict(games=games, tok=tok, tok_dir=tok_dir, policy=policy, params=params,
                 batch=batch, host_states=host_states, encoder=encoder, env=env)
@@ -54,8 +55,7 @@ def setup(tmp_path_factory):
 def _play_from(setup, states, key):
     env = BatchedHostEnv(setup["env"].envs[:len(states)])
     return host_rollout_from(setup["policy"], setup["params"], env, setup["tok"], states,
-                             max_turns=T, obs_len=O, feedback_len=F, action_len=A,
-                             max_candidates=K, key=key, encoder=setup["encoder"])[0]
+                             SHAPE, key=key, encoder=setup["encoder"])[0]
 
 
 def test_tokenizer_special_ids_and_reload(setup):
@@ -164,7 +164,7 @@ def test_candidate_selection_is_deterministic(setup):
 
 
 def test_one_grpo_learn_step_changes_params(setup):
-    from asct_jax.rl.credit import CreditContext, make_credit
+    from asct_jax.rl.credit import CreditContext
     from asct_jax.rl.train_step import TrainState, make_learn_step, make_mesh, make_optimizer
     from experiments.configs import base
 
@@ -176,7 +176,7 @@ def test_one_grpo_learn_step_changes_params(setup):
     c.ppo.warmup_steps = 1
     policy, params = setup["policy"], setup["params"]
     mesh = make_mesh(1)
-    credit = make_credit("grpo", c, CreditContext(policy=policy, env=None, env_params=None,
+    credit = registry.get("grpo").make_credit(c, CreditContext(policy=policy, env=None, env_params=None,
                                                   group_size=G))
     opt = make_optimizer(c.ppo)
     learn = make_learn_step(c, policy, credit, opt, mesh)
@@ -238,7 +238,7 @@ def test_host_calibration_targets_land_on_the_chosen_turns(setup):
 
 
 def test_factor_learn_step_uses_host_calibration(setup):
-    from asct_jax.rl.credit import CreditContext, make_credit
+    from asct_jax.rl.credit import CreditContext
     from asct_jax.rl.train_step import TrainState, make_learn_step, make_mesh, make_optimizer
     from experiments.configs import base
 
@@ -251,7 +251,7 @@ def test_factor_learn_step_uses_host_calibration(setup):
                          setup["host_states"], jax.random.key(0), 2, 2,
                          chunk=NUM_GAMES * G)
     assert float(cal["env_calls"]) > 0
-    credit = make_credit("factor", c, CreditContext(policy=policy, env=None, env_params=None,
+    credit = registry.get("factor").make_credit(c, CreditContext(policy=policy, env=None, env_params=None,
                                                     group_size=G))
     opt = make_optimizer(c.ppo)
     learn = make_learn_step(c, policy, credit, opt, make_mesh(1))

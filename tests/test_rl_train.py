@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from asct_jax.rl import credit as credit_lib
 from asct_jax.infra.checkpoint import NonFiniteLossError
+from asct_jax.rl.credit import Method
 from asct_jax.rl.policy import allowed_tokens, constrained_log_probs, left_align
 from experiments.configs import base as base_config
 
@@ -36,6 +36,16 @@ def small_config(tmp_path, **train):
     for k, v in train.items():
         c.train[k] = v
     return c
+
+
+def build(c):
+    """(learner, compiled step(state, step) -> (state, host metrics)) of a config."""
+    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from experiments import registry
+
+    source = JaxEnvSource(c)
+    learner = build_learner(c, registry.get(c.method), source)
+    return learner, source.make_step(learner)
 
 
 def _cli_args(tmp_path, run, steps, extra=()):
@@ -96,14 +106,11 @@ def test_left_align_moves_padding_left():
 # -- the driver ----------------------------------------------------------------------
 
 def test_same_seed_same_numbers_and_candidate_scores_match_full_pass(tmp_path):
-    from asct_jax.rl.trainer import Experiment
-    from asct_jax.rl.train_step import to_host
-
-    exp = Experiment(small_config(tmp_path))
-    state = exp.init_state
-    s1, m1 = exp.step_fn(jax.tree.map(jnp.copy, state), exp.key)
-    s2, m2 = exp.step_fn(jax.tree.map(jnp.copy, state), exp.key)
-    assert to_host(m1) == to_host(m2)
+    learner, step = build(small_config(tmp_path))
+    state = learner.init_state
+    s1, m1 = step(jax.tree.map(jnp.copy, state), 0)
+    s2, m2 = step(jax.tree.map(jnp.copy, state), 0)
+    assert m1 == m2
     for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
         np.testing.assert_array_equal(a, b)
     assert any(float(jnp.max(jnp.abs(a - b))) > 0
@@ -111,22 +118,19 @@ def test_same_seed_same_numbers_and_candidate_scores_match_full_pass(tmp_path):
 
 
 def test_non_finite_loss_stops_with_step_and_last_checkpoint(tmp_path):
+    from asct_jax.rl.methods import GRPO
     from asct_jax.rl.trainer import train
 
-    name = "nan_coefficients_for_test"
-    if name not in credit_lib._REGISTRY:
-        @credit_lib.register(name)
-        def _nan(config, ctx):
-            grpo = credit_lib._REGISTRY["grpo"](config, ctx)
+    def nan_coefficients(config, ctx):
+        grpo = GRPO.make_credit(config, ctx)
 
-            def fn(params, batch, key, step):
-                c = grpo(params, batch, key, step)
-                return c.replace(coef=c.coef * jnp.nan)
-            return fn
+        def fn(params, batch, key, step):
+            c = grpo(params, batch, key, step)
+            return c.replace(coef=c.coef * jnp.nan)
+        return fn
     c = small_config(tmp_path, steps=3)
-    c.method = name
     with pytest.raises(NonFiniteLossError, match=r"step 1: .*loss=nan.*no checkpoint to go back to"):
-        train(c)
+        train(c, Method("nan_coefficients_for_test", nan_coefficients))
 
 
 def test_config_errors_exit_2_with_one_line(tmp_path):
@@ -163,8 +167,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     b = _metrics(tmp_path / "train" / "killed" / "metrics.jsonl")
     assert a == b
     from asct_jax.infra.checkpoint import Checkpointer
-    from asct_jax.rl.trainer import Experiment
-    target = Experiment(small_config(tmp_path)).init_state
+    target = build(small_config(tmp_path))[0].init_state
     pa = Checkpointer(str(tmp_path / "train" / "full" / "checkpoints")).restore(target).state
     pb = Checkpointer(str(tmp_path / "train" / "killed" / "checkpoints")).restore(target).state
     for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
@@ -175,15 +178,15 @@ EIGHT_DEVICES = r"""
 import jax, jax.numpy as jnp, numpy as np, sys
 sys.path.insert(0, ROOT)
 from tests.test_rl_train import small_config
-from asct_jax.rl.trainer import Experiment
+from tests.test_rl_train import build
 import pathlib
 assert jax.device_count() == 8
 out = []
 for n in (1, 8):
     c = small_config(pathlib.Path(TMP))
     c.train.num_devices = n
-    exp = Experiment(c)
-    state, m = exp.step_fn(exp.init_state, exp.key)
+    learner, step = build(c)
+    state, m = step(learner.init_state, 0)
     out.append(jax.tree.map(np.asarray, state.params))
 diff = max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(out[1])))
 print("MAXDIFF", diff)

@@ -1,20 +1,21 @@
-"""One credit interface and its registry.
+"""One credit interface, and the record that names a method.
 
 A credit method turns a rollout batch into per-token coefficients C [B, T, A] for the
 clipped policy loss, value targets for the critic, and its own cost metrics:
 
-    make_credit(name, config, ctx) -> credit_fn(params, batch, key, step) -> Credit
+    method.make_credit(config, ctx) -> credit_fn(params, batch, key, step) -> Credit
 
 `params` are the behaviour parameters (pi_old, frozen for the update), `step` the train
-step (a traced int32, for schedules), `ctx` carries the
-static pieces a method may need (policy, environment, group size). The train step calls
-credit_fn without knowing which method it runs. Methods live next to their kernels and
-register themselves with @register("name"); `asct_jax.rl.methods` imports them all.
+step (a traced int32, for schedules), `ctx` carries the static pieces a method may need
+(policy, environment, group size). The train step calls credit_fn without knowing which
+method it runs. Each package lists its methods as `Method` records next to their kernels
+(asct_jax.rl.methods, asct_jax.search.methods, factor_jax.methods); the one registry that
+maps names to them is experiments/registry.py, filled by explicit imports.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +24,6 @@ from asct_jax.rl import advantages as adv
 from asct_jax.rl.types import Credit, Rollout
 
 CreditFn = Callable[[Any, Rollout, Any, Any], Credit]
-_REGISTRY: Dict[str, Callable[..., CreditFn]] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,25 +36,25 @@ class CreditContext:
     group_size: int
 
 
-def register(name: str):
-    def deco(factory):
-        if name in _REGISTRY:
-            raise ValueError(f"credit method {name!r} registered twice")
-        _REGISTRY[name] = factory
-        return factory
-    return deco
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """A registered credit method and what it needs from where the rollouts come from.
 
+    name: the value of `config.method`.
+    make_credit: (config, ctx) -> credit_fn.
+    restores_states_in_step: the credit restores environment states inside the jitted
+      step (search, VinePPO rollouts, in-step value calibration), so it needs a JAX-native
+      environment; host games cannot serve it.
+    host_calibration: what host games run between the rollout and the learn step in
+      place of the restores the credit makes in-step on JAX environments:
+      (config, play_from, batch, host_states, key, chunk) -> Rollout.calibration or None
+      (FACTOR's value calibration: factor_jax.host_calibration.calibrate_on_host).
+    """
 
-def available() -> tuple:
-    import asct_jax.rl.methods  # noqa: F401  (registers every method)
-    return tuple(sorted(_REGISTRY))
-
-
-def make_credit(name: str, config: Any, ctx: CreditContext) -> CreditFn:
-    names = available()
-    if name not in _REGISTRY:
-        raise ValueError(f"method: unknown credit method {name!r}; allowed: {', '.join(names)}")
-    return _REGISTRY[name](config, ctx)
+    name: str
+    make_credit: Callable[[Any, CreditContext], CreditFn]
+    restores_states_in_step: bool = False
+    host_calibration: Optional[Callable[..., Any]] = None
 
 
 def zero_cost_metrics() -> Dict[str, Any]:
@@ -72,42 +72,6 @@ def from_turn_advantages(batch: Rollout, advantages, value_targets, metrics=None
 def value_targets_mc(batch: Rollout):
     """Critic target: the undiscounted return-to-go from x_t (Monte-Carlo)."""
     return adv.returns_to_go(batch.rewards, batch.turn_mask)
-
-
-@register("ppo_return")
-def _ppo_return(config, ctx: CreditContext) -> CreditFn:
-    """Trajectory-return PPO: A_t = G_t - V(x_t) (return-to-go minus the critic;
-    `config.ppo.return_baseline = "none"` uses the raw return-to-go)."""
-    use_critic = config.ppo.return_baseline == "critic"
-
-    def credit(params, batch: Rollout, key, step) -> Credit:
-        g = adv.returns_to_go(batch.rewards, batch.turn_mask)
-        a = g - batch.values if use_critic else g
-        return from_turn_advantages(batch, a, g)
-    return credit
-
-
-@register("ppo_gae")
-def _ppo_gae(config, ctx: CreditContext) -> CreditFn:
-    """PPO with GAE(gamma, lambda) over turns and the critic."""
-
-    def credit(params, batch: Rollout, key, step) -> Credit:
-        a, targets = adv.gae(batch.rewards, batch.values, batch.turn_mask,
-                             config.ppo.gamma, config.ppo.gae_lambda)
-        return from_turn_advantages(batch, a, targets)
-    return credit
-
-
-@register("grpo")
-def _grpo(config, ctx: CreditContext) -> CreditFn:
-    """GRPO: A_i = (G_i - mean_group G) / (std_group G + eps) on every token of episode i."""
-
-    def credit(params, batch: Rollout, key, step) -> Credit:
-        g = adv.episode_returns(batch.rewards, batch.turn_mask)
-        a = adv.grpo_advantages(g, ctx.group_size)
-        per_turn = jnp.broadcast_to(a[:, None], batch.turn_mask.shape)
-        return from_turn_advantages(batch, per_turn, value_targets_mc(batch))
-    return credit
 
 
 def state_policy_fn(ctx: CreditContext, params):

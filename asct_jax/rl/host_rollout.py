@@ -5,13 +5,13 @@ the policy in one jitted call per turn on fixed shapes, and the batch is the sam
 `Rollout` ([B, T, ...] arrays, same masks and semantics), so `make_learn_step` and every
 credit method that needs no environment restore inside the step (GRPO, PPO, SERL,
 FACTOR) train on it unchanged. `host_rollout_from` plays on from stored states (FACTOR's
-value calibration, asct_jax.rl.host_calibration).
+value calibration, factor_jax.host_calibration).
 
     tok = build_tokenizer(game_texts(games))
+    shape = HostShape(max_turns=T, obs_len=O, feedback_len=F, action_len=A,
+                      max_candidates=K)
     batch, host_states = host_rollout(policy, params, BatchedHostEnv(envs), tok, seeds,
-                                      group_size=G, max_turns=T, obs_len=O,
-                                      feedback_len=F, action_len=A, max_candidates=K,
-                                      key=key)
+                                      shape, group_size=G, key=key)
 
 Per turn, for every game still running:
   * x_t = its observation text, encoded with `encode` (the last O tokens are kept);
@@ -30,6 +30,7 @@ beside the batch for restore-based methods.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -46,6 +47,22 @@ from asct_jax.rl.types import Rollout
 # Commands that only look at the game (dropped first when there are too many candidates).
 OBSERVE_VERBS = ("examine", "look", "inventory")
 FALLBACK_COMMAND = "look"  # sent when a running game lists no usable command
+
+
+@dataclasses.dataclass(frozen=True)
+class HostShape:
+    """The fixed shapes of a host rollout (the scoring call compiles once for them).
+
+    max_turns T (an episode still running after T turns is cut, not done); obs_len O
+    (the last O observation tokens are kept); feedback_len F; action_len A (words, EOS,
+    PAD); max_candidates K (admissible commands kept per turn).
+    """
+
+    max_turns: int
+    obs_len: int
+    feedback_len: int
+    action_len: int
+    max_candidates: int
 
 # ----------------------------------------------------------------------------- tokenizer
 
@@ -189,8 +206,7 @@ def _scorer(policy, greedy: bool):
 # ----------------------------------------------------------------------------- rollout
 
 def host_rollout(policy, params: Any, host_env: BatchedHostEnv, tokenizer, seeds: Sequence[int],
-                 *, group_size: int, max_turns: int, obs_len: int, feedback_len: int,
-                 action_len: int, max_candidates: int, key, greedy: bool = False,
+                 shape: HostShape, *, group_size: int, key, greedy: bool = False,
                  encoder: Optional[CommandEncoder] = None
                  ) -> Tuple[Rollout, List[List[HostState]]]:
     """Plays B = len(seeds) * group_size episodes, episode i on game seed seeds[i // G].
@@ -200,9 +216,7 @@ def host_rollout(policy, params: Any, host_env: BatchedHostEnv, tokenizer, seeds
       host_env: B host environments (BatchedHostEnv), one per episode.
       tokenizer: PreTrainedTokenizerFast with PAD 0 and EOS 1 (build_tokenizer).
       seeds: the game seed of each group.
-      max_turns: T; an episode still running after T turns is cut (not done).
-      obs_len, feedback_len, action_len, max_candidates: O, F, A, K (fixed shapes: the
-        scoring call compiles once).
+      shape: T, O, F, A, K (HostShape).
       key: PRNG key of the candidate sampling (turn t uses fold_in(key, t)).
       greedy: argmax instead of sampling.
       encoder: a CommandEncoder to reuse (its cache and drop counters); built if None.
@@ -218,37 +232,33 @@ def host_rollout(policy, params: Any, host_env: BatchedHostEnv, tokenizer, seeds
     ep_seeds = [int(seeds[i // group_size]) for i in range(b)]
     states, steps = host_env.reset(ep_seeds)
     return _play(policy, params, host_env, tokenizer, states, [ts.info for ts in steps],
-                 int(group_size), max_turns=max_turns, obs_len=obs_len,
-                 feedback_len=feedback_len, action_len=action_len,
-                 max_candidates=max_candidates, key=key, greedy=greedy, encoder=encoder)
+                 int(group_size), shape, key=key, greedy=greedy, encoder=encoder)
 
 
 def host_rollout_from(policy, params: Any, host_env: BatchedHostEnv, tokenizer,
-                      states: Sequence[HostState], *, max_turns: int, obs_len: int,
-                      feedback_len: int, action_len: int, max_candidates: int, key,
+                      states: Sequence[HostState], shape: HostShape, *, key,
                       greedy: bool = False, encoder: Optional[CommandEncoder] = None
                       ) -> Tuple[Rollout, List[List[HostState]]]:
     """`host_rollout` continued from stored states (restored by the games): episode i
     plays on from states[i] until the game ends or its own max_turns is reached (or T
-    more turns). Group size 1. Used for value calibration (asct_jax.rl.host_calibration).
+    more turns). Group size 1. Used for value calibration (factor_jax.host_calibration).
     """
     if len(states) != len(host_env):
         raise ValueError(f"host_rollout_from: {len(states)} states but host_env has "
                          f"{len(host_env)} environments; pass one environment per state.")
     states = list(states)
     return _play(policy, params, host_env, tokenizer, states, host_env.info(states), 1,
-                 max_turns=max_turns, obs_len=obs_len, feedback_len=feedback_len,
-                 action_len=action_len, max_candidates=max_candidates, key=key,
-                 greedy=greedy, encoder=encoder)
+                 shape, key=key, greedy=greedy, encoder=encoder)
 
 
-def _play(policy, params, host_env, tokenizer, states, infos, group_size, *, max_turns,
-          obs_len, feedback_len, action_len, max_candidates, key, greedy, encoder):
+def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape: HostShape,
+          *, key, greedy, encoder):
     """The turn loop of host_rollout from `states` (infos: their step infos)."""
     b = len(states)
-    if encoder is None or encoder.action_len != action_len:
-        encoder = CommandEncoder(tokenizer, action_len)
-    t_max, k_max, a_len = int(max_turns), int(max_candidates), int(action_len)
+    obs_len, feedback_len = shape.obs_len, shape.feedback_len
+    if encoder is None or encoder.action_len != shape.action_len:
+        encoder = CommandEncoder(tokenizer, shape.action_len)
+    t_max, k_max, a_len = int(shape.max_turns), int(shape.max_candidates), int(shape.action_len)
     score = _scorer(policy, bool(greedy))
 
     host_states = [[s] for s in states]

@@ -1,115 +1,179 @@
-"""The training driver: builds everything from a config, runs the compiled step, logs,
-evaluates, checkpoints and resumes.
+"""The one training driver, for JAX-native environments and host-side games alike.
 
-    summary = train(config)
+    summary = train(config, method)                        # JAX-native environment
+    summary = train(config, method, source=HostGames(...)) # real games on the host
 
-The Python loop only moves host metrics to the logger and saves checkpoints; all the work
-of a step (rollout, credit, update) is one compiled call. The step's key is
-fold_in(key(seed), step), so a resumed run replays exactly the same keys as an
-uninterrupted one.
+`method` is a `Method` record (experiments/registry.py maps config.method to it). The
+driver builds everything once with `build_learner` (model, policy, mesh, credit,
+optimiser, replicated train state), asks the rollout source for its step and its
+held-out evaluation, and runs the loop: checkpoints, resume, the non-finite guard,
+logging, the summary. A rollout source is the small interface `RolloutSource` below:
+`JaxEnvSource` runs rollout -> credit -> update as one compiled call;
+`asct_jax.rl.host_games.HostGames` plays the games on the host and hands the batch to
+the compiled learn step. The step's key is fold_in(key(seed), step), so a resumed run
+replays exactly the same keys as an uninterrupted one.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from typing import Dict
+from typing import Any, Callable, Dict, Optional, Protocol, Tuple
 
 from absl import logging as absl_logging
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from asct_jax.envs import make as make_env
-from asct_jax.models import Decoder, get_preset
 from asct_jax.infra.checkpoint import Checkpointer, check_finite
-from asct_jax.rl.credit import CreditContext, make_credit
-from asct_jax.rl.policy import Policy
 from asct_jax.infra.run_logger import RunLogger
-from asct_jax.rl.train_step import TrainState, make_eval, make_mesh, make_optimizer, \
-    make_train_step, to_host
+from asct_jax.models import Decoder, get_preset
+from asct_jax.rl.credit import CreditContext, CreditFn, Method
+from asct_jax.rl.policy import Policy
+from asct_jax.rl.train_step import (TrainState, make_eval, make_learn_step, make_mesh,
+                                    make_optimizer, make_train_step, to_host)
 
 MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size")
+PLOT_KEYS = ("rollout/return", "eval/env/score", "eval/env/success", "train/loss",
+             "credit/aux_tokens", "train/approx_kl")
+
+StepFn = Callable[[TrainState, int], Tuple[TrainState, Dict[str, float]]]
+EvalFn = Callable[[Any], Dict[str, float]]
 
 
-def build_env(config):
-    options = dict(config.env.get("options", {}))
-    return make_env(config.env.name, size=config.env.size, **options)
+@dataclasses.dataclass(frozen=True)
+class TextShape:
+    """Token lengths the policy reads and writes: observation O, action A, feedback F."""
+
+    obs_len: int
+    action_len: int
+    feedback_len: int
 
 
-def build_policy(config, env):
-    """The decoder (preset + overrides, vocabulary = the environment tokenizer) and Policy."""
+class RolloutSource(Protocol):
+    """Where a run's episodes come from.
+
+    vocab_size, shape: what the policy is built for. env / env_params: the JAX-native
+    environment credit methods may restore states in (None for host games).
+    check(method): raises ValueError (one line) if the source cannot serve the method.
+    make_step(learner) -> step(state, step_index) -> (state, host metrics).
+    make_eval(learner) -> evaluate(params) -> {"eval/...": float}.
+    """
+
+    vocab_size: int
+    shape: TextShape
+    env: Any
+    env_params: Any
+
+    def check(self, method: Method) -> None: ...
+    def make_step(self, learner: "Learner") -> StepFn: ...
+    def make_eval(self, learner: "Learner") -> EvalFn: ...
+    def summary_extra(self) -> Dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+def build_policy(config, vocab_size: int, shape: TextShape) -> Tuple[Policy, Any]:
+    """The decoder (preset + config.model overrides) over `vocab_size` tokens, and its Policy."""
     overrides = {f: config.model[f] for f in MODEL_FIELDS if config.model.get(f)}
-    seq = env.obs_len + env.feedback_len + env.action_len + 2
-    mcfg = get_preset(config.model.preset, vocab_size=len(env.tokenizer),
-                      max_seq_len=max(seq, 16), **overrides)
-    model = Decoder(mcfg, rngs=nnx.Rngs(config.seed))
-    graphdef, params = nnx.split(model)
-    policy = Policy(graphdef, mcfg.vocab_size, env.obs_len, env.action_len, env.feedback_len)
+    seq = shape.obs_len + shape.feedback_len + shape.action_len + 2
+    mcfg = get_preset(config.model.preset, vocab_size=vocab_size, max_seq_len=max(seq, 16),
+                      **overrides)
+    graphdef, params = nnx.split(Decoder(mcfg, rngs=nnx.Rngs(config.seed)))
+    policy = Policy(graphdef, mcfg.vocab_size, shape.obs_len, shape.action_len,
+                    shape.feedback_len)
     return policy, params
 
 
-class Experiment:
-    """Everything a run needs, built once from the config (compiles happen lazily)."""
+@dataclasses.dataclass
+class Learner:
+    """Everything the update needs, built once (compiles happen lazily)."""
+
+    config: Any
+    method: Method
+    policy: Policy
+    mesh: Mesh
+    credit_fn: CreditFn
+    optimizer: Any
+    init_state: TrainState
+    ref_params: Optional[Any]   # KL reference (the initial parameters) if ppo.kl_coef > 0
+    key: Any                    # key(seed), replicated
+
+    @property
+    def replicated(self) -> NamedSharding:
+        return NamedSharding(self.mesh, P())
+
+    def learn_step(self):
+        """Jitted learn(state, batch, key): credit + update on a batch collected elsewhere."""
+        return make_learn_step(self.config, self.policy, self.credit_fn, self.optimizer,
+                               self.mesh, self.ref_params)
+
+
+def build_learner(config, method: Method, source: RolloutSource) -> Learner:
+    """Model, policy, mesh, credit, optimiser and the replicated initial state of a run."""
+    source.check(method)
+    policy, params = build_policy(config, source.vocab_size, source.shape)
+    mesh = make_mesh(config.train.num_devices or None)
+    replicated = NamedSharding(mesh, P())
+    ctx = CreditContext(policy=policy, env=source.env, env_params=source.env_params,
+                        group_size=config.rollout.group_size)
+    optimizer = make_optimizer(config.ppo)
+    # Placed replicated up front, like the step's outputs: the step compiles once.
+    state = jax.device_put(TrainState(params=params, opt_state=optimizer.init(params),
+                                      step=jnp.zeros((), jnp.int32)), replicated)
+    return Learner(config=config, method=method, policy=policy, mesh=mesh,
+                   credit_fn=method.make_credit(config, ctx), optimizer=optimizer,
+                   init_state=state, ref_params=params if config.ppo.kl_coef > 0 else None,
+                   key=jax.device_put(jax.random.key(config.seed), replicated))
+
+
+def build_env(config):
+    """(env, env_params) of config.env: name, size and the env's own option fields."""
+    return make_env(config.env.name, size=config.env.size, **dict(config.env.get("options", {})))
+
+
+class JaxEnvSource:
+    """A JAX-native environment: rollout, credit and update are one compiled step."""
 
     def __init__(self, config):
         self.config = config
         self.env, self.env_params = build_env(config)
-        self.policy, params = build_policy(config, self.env)
-        self.mesh = make_mesh(config.train.num_devices or None)
-        self.replicated = NamedSharding(self.mesh, P())
-        ctx = CreditContext(policy=self.policy, env=self.env, env_params=self.env_params,
-                            group_size=config.rollout.group_size)
-        self.credit_fn = make_credit(config.method, config, ctx)
-        self.optimizer = make_optimizer(config.ppo)
-        # Placed replicated up front, like the step's outputs: the step compiles once.
-        self.init_state = jax.device_put(
-            TrainState(params=params, opt_state=self.optimizer.init(params),
-                       step=jnp.zeros((), jnp.int32)), self.replicated)
-        ref = params if config.ppo.kl_coef > 0 else None
-        self.step_fn = make_train_step(config, self.policy, self.env, self.env_params,
-                                       self.credit_fn, self.optimizer, self.mesh, ref)
-        self.eval_fn = make_eval(self.policy, self.env, self.env_params,
-                                 config.train.eval_episodes, self.mesh,
-                                 greedy=config.train.eval_greedy)
-        self.key = jax.device_put(jax.random.key(config.seed), self.replicated)
-        # The held-out tasks do not depend on the training seed: every method and seed is
-        # evaluated on the same episodes.
-        self.eval_key = jax.device_put(jax.random.key(config.train.eval_seed), self.replicated)
+        self.vocab_size = len(self.env.tokenizer)
+        self.shape = TextShape(self.env.obs_len, self.env.action_len, self.env.feedback_len)
 
-    def evaluate(self, params) -> Dict[str, float]:
-        return {f"eval/{k}": v for k, v in to_host(self.eval_fn(params, self.eval_key)).items()}
+    def check(self, method: Method) -> None:
+        pass  # every method runs here: states are pytrees, restoring one is keeping it
 
+    def make_step(self, learner: Learner) -> StepFn:
+        step_fn = make_train_step(self.config, learner.policy, self.env, self.env_params,
+                                  learner.credit_fn, learner.optimizer, learner.mesh,
+                                  learner.ref_params)
 
-    def step(self, state, step: int):
-        """One compiled training step; returns (state, host metrics)."""
-        state, metrics = self.step_fn(state, self.key)
-        return state, to_host(metrics)
+        def step(state, step_index):
+            state, metrics = step_fn(state, learner.key)
+            return state, to_host(metrics)
+        return step
 
-    def summary_extra(self) -> Dict[str, object]:
+    def make_eval(self, learner: Learner) -> EvalFn:
+        """Held-out episodes from a fixed key (config.train.eval_seed): every method and
+        seed is evaluated on the same tasks."""
+        tc = self.config.train
+        eval_fn = make_eval(learner.policy, self.env, self.env_params, tc.eval_episodes,
+                            learner.mesh, greedy=tc.eval_greedy)
+        key = jax.device_put(jax.random.key(tc.eval_seed), learner.replicated)
+        return lambda params: {f"eval/{k}": v for k, v in to_host(eval_fn(params, key)).items()}
+
+    def summary_extra(self) -> Dict[str, Any]:
         return {"env": self.config.env.name}
 
-    def close(self):
+    def close(self) -> None:
         pass
 
 
-PLOT_KEYS = ("rollout/return", "eval/env/score", "eval/env/success", "train/loss",
-             "credit/aux_tokens", "train/approx_kl")
-
-
-def run_training(config, exp, return_params: bool = False):
-    """The loop shared by every experiment object (JAX environments, host games).
-
-    `exp` provides init_state, step(state, step_index) -> (state, host metrics),
-    evaluate(params) -> {"eval/...": float}, summary_extra() and close(). Checkpoints,
-    resume, the non-finite guard, logging and the summary are handled here.
-    """
-    tc = config.train
-    run_dir = os.path.join(tc.results_dir, tc.experiment, tc.run)
-    ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"), save_every=tc.checkpoint_every,
-                        keep=tc.keep)
-    state, start = exp.init_state, 0
+def _restore(ckpt: Checkpointer, tc, state, run_dir: str):
+    """(state, first step): resumed from the latest checkpoint if asked, else fresh."""
     latest = ckpt.latest_step()
     if latest is not None and not tc.resume:
         raise FileExistsError(
@@ -117,43 +181,60 @@ def run_training(config, exp, return_params: bool = False):
             f"--config.train.resume=True to continue it or choose another --config.train.run")
     if tc.resume and latest is not None:
         restored = ckpt.restore(state)
-        state, start = restored.state, restored.step
-    logger = RunLogger(tc.results_dir, tc.experiment, tc.run, config, total_steps=tc.steps,
-                       resume_step=start if tc.resume else None, progress=tc.progress,
-                       progress_keys=("rollout/return", "eval/env/score"))
-    t0 = time.time()
-    if start == 0:
-        logger.log(0, exp.evaluate(state.params))
-    for step in range(start, tc.steps):
-        state, m = exp.step(state, step)
-        check_finite(step + 1, {k: v for k, v in m.items() if k.startswith("train/")},
-                     ckpt.latest_step())
-        if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
-            m.update(exp.evaluate(state.params))
-        logger.log(step + 1, m)
-        ckpt.save(step + 1, state, extra={"step": step + 1})
-    total = lambda key: sum(r.get(key) or 0.0 for r in logger.records)  # noqa: E731
-    first, last = logger.records[0], logger.records[-1]
-    summary = {
-        "method": config.method, "seed": config.seed, "steps": tc.steps,
-        **exp.summary_extra(),
+        return restored.state, restored.step
+    return state, 0
+
+
+def train(config, method: Method, source: Optional[RolloutSource] = None,
+          return_params: bool = False):
+    """Runs config.train.steps steps (resuming if asked) and writes the run's results.
+
+    Returns the summary dict (and the final parameters if `return_params`).
+    """
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
+    source = JaxEnvSource(config) if source is None else source
+    try:
+        learner = build_learner(config, method, source)
+        step_fn, evaluate = source.make_step(learner), source.make_eval(learner)
+        tc = config.train
+        run_dir = os.path.join(tc.results_dir, tc.experiment, tc.run)
+        ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"),
+                            save_every=tc.checkpoint_every, keep=tc.keep)
+        state, start = _restore(ckpt, tc, learner.init_state, run_dir)
+        logger = RunLogger(tc.results_dir, tc.experiment, tc.run, config, total_steps=tc.steps,
+                           resume_step=start if tc.resume else None, progress=tc.progress,
+                           progress_keys=("rollout/return", "eval/env/score"))
+        t0 = time.time()
+        if start == 0:
+            logger.log(0, evaluate(state.params))
+        for step in range(start, tc.steps):
+            state, m = step_fn(state, step)
+            check_finite(step + 1, {k: v for k, v in m.items() if k.startswith("train/")},
+                         ckpt.latest_step())
+            if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
+                m.update(evaluate(state.params))
+            logger.log(step + 1, m)
+            ckpt.save(step + 1, state, extra={"step": step + 1})
+        summary = _summary(config, logger.records, source.summary_extra(), time.time() - t0)
+        logger.write_summary(summary)
+        logger.plot([k for k in PLOT_KEYS if any(k in r for r in logger.records)])
+        logger.close()
+        ckpt.close()
+    finally:
+        source.close()
+    return (summary, state.params) if return_params else summary
+
+
+def _summary(config, records, extra: Dict[str, Any], wall_clock_s: float) -> Dict[str, Any]:
+    """Initial / final held-out metrics, total costs and wall clock of a run's records."""
+    total = lambda key: sum(r.get(key) or 0.0 for r in records)  # noqa: E731
+    first, last = records[0], records[-1]
+    return {
+        "method": config.method, "seed": config.seed, "steps": config.train.steps, **extra,
         **{k.replace("eval/", "initial/"): v for k, v in first.items() if k.startswith("eval/")},
         **{k.replace("eval/", "final/"): v for k, v in last.items() if k.startswith("eval/")},
         "total/aux_tokens": total("credit/aux_tokens"),
         "total/env_calls": total("rollout/env_calls") + total("credit/env_calls"),
         "total/rollout_env_calls": total("rollout/env_calls"),
-        "wall_clock_s": time.time() - t0,
+        "wall_clock_s": wall_clock_s,
     }
-    logger.write_summary(summary)
-    logger.plot([k for k in PLOT_KEYS if any(k in r for r in logger.records)])
-    logger.close()
-    ckpt.close()
-    exp.close()
-    return (summary, state.params) if return_params else summary
-
-
-def train(config, return_params: bool = False):
-    """Runs config.train.steps steps on a JAX-native environment (resuming if asked);
-    returns the summary dict (and the final parameters if `return_params`)."""
-    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
-    return run_training(config, Experiment(config), return_params)

@@ -1,4 +1,4 @@
-"""ASCT and VinePPO as registered credit methods (see asct_jax.rl.credit).
+"""ASCT and VinePPO as credit methods (`Method` records, see asct_jax.rl.credit).
 
 asct_uniform / asct_uct / asct_agentuct (METHODS.md 1), per training iteration:
   1. the rollout of pi_old is the batch (every visited state s_t is stored);
@@ -17,8 +17,8 @@ vineppo (workflow-adapted VinePPO): V_hat(s_t) = mean return of `vineppo.k` roll
 pi_old from every visited state s_t, V_hat(terminal) = 0,
 A_t = r_t + V_hat(s_{t+1}) - V_hat(s_t). Its auxiliary tokens are those rollouts' tokens.
 
-asct_factor: ASCT's searched credit as "how much" (A_t above), HTA + APM as "where";
-mean_j C_{t,j} = A_t per action, as in FACTOR.
+asct_factor (ASCT's A_t with FACTOR's token allocation) lives in factor_jax.methods, the
+package that depends on both.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from asct_jax.rl import advantages as adv
-from asct_jax.rl.credit import (CreditContext, from_turn_advantages, register,
+from asct_jax.rl.credit import (CreditContext, Method, from_turn_advantages,
                                 state_policy_fn, turn_states, value_targets_mc)
 from asct_jax.rl.types import Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
@@ -92,8 +92,6 @@ def _asct_factory(rule: str):
     return factory
 
 
-for _rule in ("uniform", "uct", "agentuct"):
-    register(f"asct_{_rule}")(_asct_factory(_rule))
 
 
 def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollouts: int,
@@ -133,7 +131,6 @@ def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollo
             jnp.sum(calls).astype(jnp.float32))
 
 
-@register("vineppo")
 def _vineppo(config, ctx: CreditContext):
     k = config.vineppo.k
 
@@ -146,19 +143,8 @@ def _vineppo(config, ctx: CreditContext):
     return credit
 
 
-@register("asct_factor")
-def _asct_factor(config, ctx: CreditContext):
-    """ASCT-AgentUCT's A_t as the action credit, HTA + APM as the token allocation."""
-    import factor_jax as fj  # via the registry only: asct_jax does not import it otherwise
-    from factor_jax.methods import teacher_log_probs
-    fc = config.factor
-
-    def credit(params, batch: Rollout, key, step):
-        a, metrics = searched_advantages(config, ctx, params, batch, key, step, "agentuct")
-        teacher = teacher_log_probs(ctx, params, batch)
-        scores = fj.hta_scores(teacher, batch.logp_old, a, batch.token_mask)
-        w = fj.apm_weights(scores, batch.token_mask, tau=fc.tau, transform=fc.transform)
-        coef = fj.token_coefficients(a, w, batch.token_mask)
-        return from_turn_advantages(batch, a, value_targets_mc(batch), metrics,
-                                    teacher_logp=teacher).replace(coef=coef)
-    return credit
+VINEPPO = Method("vineppo", _vineppo, restores_states_in_step=True)
+ASCT_UNIFORM = Method("asct_uniform", _asct_factory("uniform"), restores_states_in_step=True)
+ASCT_UCT = Method("asct_uct", _asct_factory("uct"), restores_states_in_step=True)
+ASCT_AGENTUCT = Method("asct_agentuct", _asct_factory("agentuct"), restores_states_in_step=True)
+METHODS = (VINEPPO, ASCT_UNIFORM, ASCT_UCT, ASCT_AGENTUCT)

@@ -1,4 +1,4 @@
-"""FACTOR's value calibration (METHODS.md 2) on real games driven on the host.
+"""FACTOR's value calibration (docs/methods.md, FACTOR) on real games driven on the host.
 
 The JAX environments calibrate inside the jitted credit step (factor_jax.methods.calibrate):
 restore the stored state of a few intermediate turns, roll pi_old out M times, use the
@@ -17,7 +17,7 @@ calls and action tokens of the calibration rollouts are counted.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -71,3 +71,15 @@ def host_calibrate(play: PlayFrom, batch: Rollout, host_states: List[List[HostSt
                                            jnp.asarray(mc), t)
     return {"targets": targets, "mask": mask, "aux_tokens": jnp.float32(tokens),
             "env_calls": jnp.float32(calls)}
+
+
+def calibrate_on_host(config, play: PlayFrom, batch: Rollout,
+                      host_states: List[List[HostState]], key: jax.Array,
+                      chunk: int) -> Optional[Dict[str, jax.Array]]:
+    """`host_calibrate` with config.factor's turns and rollouts (None when either is 0):
+    the `Method.host_calibration` of the FACTOR methods."""
+    fc = config.factor
+    if fc.calib_turns <= 0 or fc.calib_rollouts <= 0:
+        return None
+    return host_calibrate(play, batch, host_states, key, fc.calib_turns, fc.calib_rollouts,
+                          chunk)

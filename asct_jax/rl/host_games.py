@@ -1,0 +1,156 @@
+"""Real text games driven on the host (TextWorld tw-cooking) as a rollout source.
+
+    summary = trainer.train(config, method, source=HostGames(config, games))
+    # config: experiments/configs/textworld.py; games: {"train": [...], "eval": [...]}
+
+Each step plays B = rollout.num_groups * G episodes with `host_rollout` (num_groups
+training games drawn without replacement, G episodes each) and hands the batch to the
+jitted learn step (credit + PPO update). Held-out evaluation plays
+textworld.eval_episodes episodes of every held-out game (game seeds the policy never
+trains on) with a fixed key, so every method and seed is evaluated on the same episodes.
+
+A method that restores environment states inside the jitted step
+(`Method.restores_states_in_step`: search, VinePPO) cannot run here. A method with a
+`host_calibration` (FACTOR's value calibration) runs it on the host between the rollout
+and the learn step and hands the result in with the batch.
+
+The tokenizer lives in results/<experiment>/tokenizer (shared by the runs of an
+experiment). The step's keys are fold_in(key(seed), step) and its training games come
+from a NumPy generator seeded by (seed, step), so a resumed run replays the same steps.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List
+
+import jax
+import numpy as np
+
+from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
+from asct_jax.rl.credit import Method
+from asct_jax.rl.host_rollout import (CommandEncoder, HostShape, game_texts, host_rollout,
+                                      host_rollout_from, load_or_build_tokenizer)
+from asct_jax.rl.rollout import episode_metrics
+from asct_jax.rl.train_step import to_host
+from asct_jax.rl.trainer import EvalFn, Learner, StepFn, TextShape
+
+
+def build_tokenizer_for(config, games: Dict[str, List[str]]):
+    """The word-level tokenizer of the games (built once per experiment, then loaded).
+
+    Its vocabulary covers the texts of every game used (walkthrough + random episodes):
+    words only, no rewards, like the fixed vocabulary of a pretrained model.
+    """
+    tw = config.textworld
+    directory = os.path.join(config.train.results_dir, config.train.experiment, "tokenizer")
+    files = games["train"] + games["eval"]
+
+    def texts():
+        env = TextWorldEnv(files, max_turns=tw.max_turns)
+        try:
+            return game_texts(env, range(len(files)), random_episodes=tw.tokenizer_episodes,
+                              max_steps=tw.max_turns)
+        finally:
+            env.close()
+    return load_or_build_tokenizer(directory, texts, max_vocab=tw.max_vocab)
+
+
+def host_metrics(batch) -> Dict[str, float]:
+    """episode_metrics plus the score as a fraction of the game's maximum."""
+    m = to_host(episode_metrics(batch))
+    info = batch.final_info
+    if "max_score" in info:
+        m["env/norm_score"] = float(np.mean(np.asarray(info["score"])
+                                            / np.maximum(np.asarray(info["max_score"]), 1e-9)))
+    return m
+
+
+class HostGames:
+    """TextWorld games played on the host: a `trainer.RolloutSource`."""
+
+    env = env_params = None   # no JAX-native environment to restore states in
+
+    def __init__(self, config, games: Dict[str, List[str]]):
+        self.config, self.games = config, games
+        tw, rc = config.textworld, config.rollout
+        if rc.num_groups > len(games["train"]):
+            raise ValueError(f"rollout.num_groups = {rc.num_groups} > textworld.num_train = "
+                             f"{len(games['train'])} (groups use distinct games)")
+        self.tokenizer = build_tokenizer_for(config, games)
+        self.vocab_size = len(self.tokenizer)
+        self.shape = TextShape(tw.obs_len, tw.action_len, tw.feedback_len)
+        self.host_shape = HostShape(max_turns=tw.max_turns, obs_len=tw.obs_len,
+                                    feedback_len=tw.feedback_len, action_len=tw.action_len,
+                                    max_candidates=tw.max_candidates)
+        self.encoder = CommandEncoder(self.tokenizer, tw.action_len)
+        self.train_env = BatchedHostEnv([TextWorldEnv(games["train"], tw.max_turns)
+                                         for _ in range(rc.num_groups * rc.group_size)])
+        self.eval_env = BatchedHostEnv([TextWorldEnv(games["eval"], tw.max_turns)
+                                        for _ in range(len(games["eval"]) * tw.eval_episodes)])
+
+    def check(self, method: Method) -> None:
+        if method.restores_states_in_step:
+            raise ValueError(f"method: {method.name!r} restores environment states inside "
+                             "the jitted step, which host games cannot serve")
+
+    def train_seeds(self, step: int) -> List[int]:
+        rng = np.random.default_rng([self.config.seed, step])
+        n = len(self.games["train"])
+        return [int(s) for s in rng.choice(n, self.config.rollout.num_groups, replace=False)]
+
+    def make_step(self, learner: Learner) -> StepFn:
+        """Host rollout (+ the method's host calibration), then the jitted credit + update."""
+        learn, policy, config = learner.learn_step(), learner.policy, self.config
+        calibrate = learner.method.host_calibration
+
+        def play_from(params):   # pi_old played on from stored states (always B of them)
+            return lambda states, key: host_rollout_from(
+                policy, params, self.train_env, self.tokenizer, states, self.host_shape,
+                key=key, encoder=self.encoder)[0]
+
+        def step(state, step_index):
+            k_roll, k_learn, k_cal = jax.random.split(jax.random.fold_in(learner.key,
+                                                                          step_index), 3)
+            t0 = time.time()
+            batch, host_states = host_rollout(
+                policy, state.params, self.train_env, self.tokenizer,
+                self.train_seeds(step_index), self.host_shape,
+                group_size=config.rollout.group_size, key=k_roll, encoder=self.encoder)
+            t1 = time.time()
+            if calibrate is not None:
+                cal = calibrate(config, play_from(state.params), batch, host_states, k_cal,
+                                len(self.train_env))
+                if cal is not None:
+                    batch = batch.replace(calibration=cal)
+            t2 = time.time()
+            state, metrics = learn(state, batch, k_learn)
+            m = to_host(metrics)
+            m.update({"time/rollout_s": t1 - t0, "time/calibration_s": t2 - t1,
+                      "time/learn_s": time.time() - t2})
+            if "max_score" in batch.final_info:
+                m["rollout/env/norm_score"] = host_metrics(batch)["env/norm_score"]
+            return state, m
+        return step
+
+    def make_eval(self, learner: Learner) -> EvalFn:
+        """Held-out games, eval_episodes episodes each, fixed key (sampled or greedy)."""
+        tw, tc = self.config.textworld, self.config.train
+        key = jax.random.key(tc.eval_seed)
+
+        def evaluate(params):
+            batch, _ = host_rollout(learner.policy, params, self.eval_env, self.tokenizer,
+                                    list(range(len(self.games["eval"]))), self.host_shape,
+                                    group_size=tw.eval_episodes, key=key,
+                                    greedy=tc.eval_greedy, encoder=self.encoder)
+            return {f"eval/{k}": v for k, v in host_metrics(batch).items()}
+        return evaluate
+
+    def summary_extra(self):
+        return {"env": "textworld", "train_games": len(self.games["train"]),
+                "eval_games": len(self.games["eval"]),
+                "candidates_dropped": dict(self.encoder.stats)}
+
+    def close(self):
+        self.train_env.close()
+        self.eval_env.close()

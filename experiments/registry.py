@@ -1,0 +1,32 @@
+"""The one registry of credit methods: every `Method` record, by name.
+
+Filled by explicit imports of the packages that define methods, from the bottom of the
+dependency chain up (asct_jax.rl -> asct_jax.search -> factor_jax); no other list of
+method names exists. A new method is a `Method` in its package's METHODS tuple.
+"""
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+from asct_jax.rl import methods as rl_methods
+from asct_jax.rl.credit import Method
+from asct_jax.search import methods as search_methods
+from factor_jax import methods as factor_methods
+
+METHODS: Dict[str, Method] = {}
+for _method in (*rl_methods.METHODS, *search_methods.METHODS, *factor_methods.METHODS):
+    if _method.name in METHODS:
+        raise ValueError(f"credit method {_method.name!r} is defined twice")
+    METHODS[_method.name] = _method
+
+
+def names() -> Tuple[str, ...]:
+    """Every method name, in registry order (the allowed values of config.method)."""
+    return tuple(METHODS)
+
+
+def get(name: str) -> Method:
+    """The `Method` called `name`; a one-line ValueError naming the allowed values."""
+    if name not in METHODS:
+        raise ValueError(f"method: unknown credit method {name!r}; allowed: {', '.join(METHODS)}")
+    return METHODS[name]
