@@ -19,10 +19,10 @@ import time
 import jax
 import numpy as np
 
-from asct_jax.envs import make, module_of
+from asct_jax.envs import ENVS as ALL_ENVS, SIZES, make, module_of
 from asct_jax.envs.evaluate import rollout
 
-ENVS = ("rag_workflow", "household", "shop", "science")
+ENVS = tuple(e for e in ALL_ENVS if e != "toy_tree")     # the text environments
 
 
 def _timed(fn, *args, repeats: int):
@@ -78,7 +78,7 @@ def markdown(rows) -> str:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=1024)
-    ap.add_argument("--size", default="small", choices=("small", "hard"))
+    ap.add_argument("--size", default="small", choices=SIZES)
     ap.add_argument("--envs", default=",".join(ENVS))
     ap.add_argument("--out", default="results/bench/envs.json")
     args = ap.parse_args()

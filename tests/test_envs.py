@@ -329,3 +329,150 @@ def test_expert_beats_random(h):
     (e_ret, e_succ, e_score), (r_ret, r_succ, r_score) = results[True], results[False]
     assert e_succ >= 0.85 and r_succ <= 0.3
     assert e_ret > r_ret + 0.3 and e_score > r_score
+
+
+# ---------------------------------------------------------------------------- settings
+def test_allowed_names_exposed_once():
+    from asct_jax.envs import ENVS as ALL, SIZES
+
+    assert sorted(ALL) == list_envs() and set(ENVS) < set(ALL) and SIZES == ("small", "hard")
+    with pytest.raises(ValueError) as e:
+        make("nope")
+    assert "\n" not in str(e.value) and all(n in str(e.value) for n in ALL)
+    with pytest.raises(ValueError) as e:
+        make("shop", size="huge")
+    assert "\n" not in str(e.value) and "'small'" in str(e.value) and "'hard'" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ENVS + ("toy_tree",))
+def test_unknown_override_is_one_line_error_naming_the_fields(name):
+    with pytest.raises(ValueError) as e:
+        make(name, colour="red")
+    msg = str(e.value)
+    assert "\n" not in msg and "'colour'" in msg and name in msg and "allowed fields" in msg
+    assert "'max_turns'" in msg or name == "toy_tree"
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_one_settings_object_with_presets(name):
+    import dataclasses
+
+    env, params = make(name, size="hard")
+    cls = env.params_cls
+    assert type(params) is cls and params is env.params
+    # presets are values of the one settings class; sizes come from it
+    small, hard = cls.small(), cls.hard()
+    assert jax.tree.structure(make(name)[1]) == jax.tree.structure(small)
+    assert env.max_turns == hard.max_turns and env.obs_len == hard.obs_len
+    assert env.action_len == hard.action_len and env.feedback_len == hard.feedback_len
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        params.max_turns = 3
+    env7, p7 = make(name, size="hard", max_turns=7)
+    assert env7.max_turns == p7.max_turns == 7 and env.max_turns != 7
+    with pytest.raises(ValueError, match="max_turns"):
+        make(name, max_turns=0)
+
+
+def test_array_override_keeps_dtype():
+    env, p = make("rag_workflow", size="hard", lam=1)
+    assert p.lam.dtype == jnp.float32 and float(p.lam) == 1.0
+    assert float(make("rag_workflow", size="hard")[1].lam) == pytest.approx(0.3)
+    _, p = make("shop", can_research=False)
+    assert p.can_research.dtype == jnp.bool_
+    with pytest.raises(ValueError, match="shape"):
+        make("household", task_probs=[1.0, 0.0])
+
+
+def test_household_named_status_burnt():
+    from asct_jax.envs.household import Kind, Status, Task, slot_kind
+
+    env, p = make("household", size="small")
+    s, _ = env.reset(jax.random.PRNGKey(0), p)
+    R, N = env.R, env.N
+    assert [int(slot_kind(i, R, N)) for i in range(env.num_actions)] == \
+        [Kind.GO] * R + [Kind.TAKE] * N + [Kind.PUT, Kind.CLEAN, Kind.HEAT, Kind.COOL]
+    # hold the target at the microwave: heating twice burns it
+    micro = int(p.appliances[Task.HEAT - 1])
+    s = s.replace(held=s.target, obj_loc=s.obj_loc.at[s.target].set(-1), loc=jnp.int32(micro))
+    heat = env.legal_actions(s, p)[0][R + N + 1 + (Task.HEAT - 1)]
+    s, _ = env.step(s, heat, p)
+    assert bool(s.status[s.target, Status.HOT]) and not bool(s.status[s.target, Status.BURNT])
+    s, ts = env.step(s, heat, p)
+    assert bool(s.status[s.target, Status.BURNT]) and "burnt" in decode(ts.feedback)
+
+
+def test_shop_and_rag_named_fields():
+    from asct_jax.envs.rag_workflow import DECOMPOSE, Flag, Hop
+    from asct_jax.envs.shop import Goal, Page
+
+    env, p = make("shop")
+    s, ts = env.reset(jax.random.PRNGKey(0), p)
+    assert int(s.page) == Page.SEARCH and "search" in decode(ts.observation)
+    color = get_tokenizer().decode([int(env.w_color[int(s.goal[Goal.COLOR])])])
+    assert f"in {color}" in decode(ts.observation)
+    env, p = make("rag_workflow")
+    s, _ = env.reset(jax.random.PRNGKey(0), p)
+    assert np.all(np.asarray(s.status) == Hop.NONE)
+    slot = int(np.argmax(np.asarray(p.ctype) == DECOMPOSE))
+    s, _ = env.step(s, env.legal_actions(s, p)[0][slot], p)
+    assert bool(s.flags[Flag.DECOMPOSED]) and not bool(s.flags[Flag.VERIFIED])
+
+
+# ---------------------------------------------------------------------------- base class
+def test_base_step_bookkeeping():
+    """Environment.step wraps step_env: key split, turn counter, turn limit with
+    on_timeout, absorbing done with absorbing_feedback, TimeStep."""
+    import chex
+    from asct_jax.envs import Environment
+
+    @chex.dataclass(frozen=True)
+    class S:
+        key: chex.PRNGKey
+        turn: chex.Array
+        done: chex.Array
+        x: chex.Array
+
+    class Counter(Environment):
+        num_actions, action_len, obs_len, feedback_len, max_turns = 2, 2, 1, 2, 3
+        seen_keys = []
+
+        def reset_env(self, key, params):
+            return S(key=key, turn=jnp.int32(0), done=jnp.array(False), x=jnp.int32(0))
+
+        def step_env(self, state, action, key, params):
+            self.seen_keys.append(key)
+            x = state.x + action[0]
+            return state.replace(x=x, done=x >= 10), jnp.array([7, 7], jnp.int32), \
+                jnp.float32(1.0)
+
+        def on_timeout(self, state, feedback, params):
+            return state.replace(x=jnp.int32(-1)), jnp.array([9, 9], jnp.int32), \
+                jnp.float32(0.5)
+
+        def absorbing_feedback(self, params):
+            return jnp.array([5, 5], jnp.int32)
+
+        def observe(self, state, params):
+            return state.x[None]
+
+        def info(self, state, params):
+            return {"success": jnp.float32(0.0), "score": state.x.astype(jnp.float32)}
+
+    env = Counter()
+    s, ts = env.reset(jax.random.PRNGKey(0), None)
+    assert int(s.turn) == 0 and np.all(np.asarray(ts.feedback) == PAD_ID)
+    s1, ts = env.step(s, jnp.array([1, 0]), None)
+    k_next, k_step = jax.random.split(s.key)
+    assert key_data(s1.key).tolist() == key_data(k_next).tolist()
+    assert key_data(env.seen_keys[-1]).tolist() == key_data(k_step).tolist()
+    assert int(s1.turn) == 1 and float(ts.reward) == 1.0 and ts.feedback.tolist() == [7, 7]
+    s2, ts = env.step(s1, jnp.array([1, 0]), None)
+    s3, ts = env.step(s2, jnp.array([1, 0]), None)          # turn limit: on_timeout
+    assert bool(ts.done) and int(s3.x) == -1 and float(ts.reward) == 1.5
+    assert ts.feedback.tolist() == [9, 9] and int(ts.observation[0]) == -1
+    s4, ts = env.step(s3, jnp.array([1, 0]), None)          # absorbing
+    assert tree_equal(s4, s3) and float(ts.reward) == 0.0 and ts.feedback.tolist() == [5, 5]
+    s, _ = env.reset(jax.random.PRNGKey(1), None)
+    s, ts = env.step(s, jnp.array([10, 0]), None)           # step_env ends the episode
+    assert bool(ts.done) and int(s.x) == 10 and float(ts.reward) == 1.0
+    assert ts.feedback.tolist() == [7, 7]

@@ -6,19 +6,26 @@
   ignores them: an action is canonicalised (filler and everything from EOS on -> PAD,
   then compacted) before it is matched against the canonicalised candidates. So the
   object/component tokens of an action matter and its filler tokens do not.
-* `finish_step` implements the protocol's bookkeeping once for every environment:
-  no-match -> "nothing happens", turn counter, episode limit, absorbing done.
+* `TextEnvironment.step_env` parses the action against the legal candidates and calls the
+  environment's `transition` with the candidate index; no match -> "nothing happens".
+  The rest of the bookkeeping (turn counter, episode limit, absorbing done) is
+  `asct_jax.envs.base.Environment.step`.
+* Settings: every environment has ONE frozen `flax.struct` dataclass of settings (its
+  Params), with `small()` / `hard()` presets; fields marked `static_field()` fix shapes and
+  tables (they are part of the pytree structure, not traced), the others are arrays.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any, Callable, Dict, Iterable, Sequence
+from typing import Any, Dict, Iterable, Mapping, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
-from asct_jax.envs.base import EOS_ID, PAD_ID, TimeStep, match_action
+from asct_jax.envs.base import EOS_ID, PAD_ID, Environment, match_action, tree_select  # noqa: F401
 
 # Words the action parser ignores (they must never carry meaning in any environment).
 FILLER_WORDS = ("the", "a", "now", "carefully", "please", "then", "quickly", "slowly")
@@ -97,62 +104,10 @@ def parse_action(cands: jax.Array, legal: jax.Array, action: jax.Array,
     return match_action(canonical(cands, fillers), legal, a)
 
 
-def tree_select(pred: jax.Array, a: Any, b: Any) -> Any:
-    """Elementwise `a if pred else b` over two pytrees of the same structure."""
-    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
-
-
 def uniform_policy(legal: jax.Array, key: jax.Array) -> jax.Array:
     """Uniform random index among legal candidates ([K] bool -> [] int32)."""
     logits = jnp.where(legal, 0.0, -jnp.inf)
     return jax.random.categorical(key, logits).astype(jnp.int32)
-
-
-def finish_step(env, state, action, params,
-                transition: Callable, observe: Callable, info: Callable,
-                nothing_fb: np.ndarray, on_timeout: Callable | None = None):
-    """Protocol bookkeeping around an environment's `transition`.
-
-    transition(state, idx, rng, params) -> (state, feedback [F], reward []) is called with a
-    valid candidate index (the no-match case is handled here). `on_timeout(state, params)
-    -> (state, reward)` may add a terminal reward when the turn limit ends the episode.
-    """
-    cands, legal = env.legal_actions(state, params)
-    idx = parse_action(cands, legal, action, env._fillers)
-    key, rng = jax.random.split(state.key)
-    s_act, fb_act, r_act = transition(state, jnp.maximum(idx, 0), rng, params)
-    hit = idx >= 0
-    s1 = tree_select(hit, s_act, state)
-    fb = jnp.where(hit, fb_act, jnp.asarray(nothing_fb))
-    r = jnp.where(hit, r_act, 0.0).astype(jnp.float32)
-    s1 = s1.replace(key=key, turn=state.turn + 1)
-    timeout = (s1.turn >= env.max_turns) & ~s1.done
-    if on_timeout is not None:
-        s_to, r_to = on_timeout(s1, params)
-        s1 = tree_select(timeout, s_to, s1)
-        r = r + jnp.where(timeout, r_to, 0.0)
-    s1 = s1.replace(done=s1.done | timeout)
-    # Absorbing after done.
-    was_done = state.done
-    s_out = tree_select(was_done, state, s1)
-    ts = TimeStep(
-        observation=observe(s_out, params),
-        feedback=jnp.where(was_done, PAD_ID, fb).astype(jnp.int32),
-        reward=jnp.where(was_done, 0.0, r).astype(jnp.float32),
-        done=s_out.done,
-        info=info(s_out, params),
-    )
-    return s_out, ts
-
-
-def first_timestep(env, state, params, observe, info) -> TimeStep:
-    return TimeStep(
-        observation=observe(state, params),
-        feedback=jnp.full((env.feedback_len,), PAD_ID, jnp.int32),
-        reward=jnp.zeros((), jnp.float32),
-        done=state.done,
-        info=info(state, params),
-    )
 
 
 def f32(x) -> jax.Array:
@@ -164,19 +119,48 @@ def check_choice(field: str, value, allowed: Sequence) -> None:
         raise ValueError(f"{field}={value!r} is not allowed; allowed values: {list(allowed)}")
 
 
-class TextEnvMixin:
-    """Tokenizer property and filler ids for the text environments."""
+class TextEnvironment(Environment):
+    """Base of the text environments: action parsing, tokenizer, tables, settings.
 
+    Subclasses set `params_cls` (their settings dataclass) and implement
+    `transition(state, idx, key, params) -> (state, feedback [F], reward [])`, called with
+    the index of a legal candidate; an action that matches none is a "nothing happens"
+    step (state unchanged, reward 0, feedback `f_nothing`).
+    """
+
+    params_cls: Any = None
     _fillers: np.ndarray
+    f_nothing: Any
+
+    @classmethod
+    def from_size(cls, size: str = "small", **overrides) -> "TextEnvironment":
+        """The environment of preset `size` with settings fields overridden."""
+        return cls(with_overrides(cls.name, preset(cls.params_cls, size), overrides))
 
     def _init_text(self):
         self._fillers = filler_ids()
+        self.f_nothing = encode(NOTHING_TEXT, self.feedback_len)
 
     def _freeze_tables(self):
         """Turn every NumPy table attribute into a jnp array (indexable by tracers)."""
         for k, v in list(vars(self).items()):
             if isinstance(v, np.ndarray):
                 setattr(self, k, jnp.asarray(v))
+
+    def default_params(self):
+        return self.params
+
+    def step_env(self, state, action, key, params):
+        cands, legal = self.legal_actions(state, params)
+        idx = parse_action(cands, legal, action, self._fillers)
+        s_act, fb_act, r_act = self.transition(state, jnp.maximum(idx, 0), key, params)
+        hit = idx >= 0
+        return (tree_select(hit, s_act, state),
+                jnp.where(hit, fb_act, jnp.asarray(self.f_nothing)),
+                jnp.where(hit, r_act, 0.0).astype(jnp.float32))
+
+    def transition(self, state, idx, key, params):
+        raise NotImplementedError
 
     @property
     def tokenizer(self):
@@ -188,6 +172,64 @@ class TextEnvMixin:
         """Uniform random index among the legal candidates of `state`."""
         _, legal = self.legal_actions(state, params)
         return uniform_policy(legal, key)
+
+    def expert_policy(self, state, params, key=None):
+        return self._module().expert_policy(state, params, key)
+
+    def random_policy(self, state, params, key):
+        return self.uniform_random_policy(state, params, key)
+
+    @classmethod
+    def _module(cls):
+        import sys
+
+        return sys.modules[cls.__module__]
+
+
+# ---------------------------------------------------------------------------- settings
+SIZES = ("small", "hard")
+
+
+def static_field(**kw):
+    """A settings field that fixes shapes or tables: static (not traced) under jit."""
+    return struct.field(pytree_node=False, **kw)
+
+
+def settings_fields(cls) -> Tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def preset(params_cls, size: str):
+    """`params_cls.small()` / `params_cls.hard()`, or a ValueError naming the sizes."""
+    check_choice("size", size, SIZES)
+    return getattr(params_cls, size)()
+
+
+def check_fields(env_name: str, names: Iterable[str], allowed: Sequence[str]) -> None:
+    """One-line ValueError for a name that is not a settings field."""
+    for k in names:
+        if k not in allowed:
+            raise ValueError(f"unknown field {k!r} for environment {env_name!r}; "
+                             f"allowed fields: {list(allowed)}")
+
+
+def with_overrides(env_name: str, params, overrides: Mapping[str, Any]):
+    """`params` with fields replaced; array fields keep their dtype and shape."""
+    check_fields(env_name, overrides, settings_fields(type(params)))
+    static = {f.name for f in dataclasses.fields(params) if not f.metadata.get("pytree_node", True)}
+    new = {}
+    for k, v in overrides.items():
+        if k in static:
+            new[k] = v
+        else:
+            old = jnp.asarray(getattr(params, k))
+            v = jnp.asarray(v, old.dtype)
+            if v.shape != old.shape:
+                raise ValueError(f"{k} must have shape {old.shape}, got {v.shape}")
+            new[k] = v
+    params = params.replace(**new)
+    params.validate()
+    return params
 
 
 def info_dict(**kw) -> Dict[str, jax.Array]:

@@ -56,8 +56,30 @@ class TimeStep:
     info: Dict[str, chex.Array]
 
 
+def tree_select(pred: chex.Array, a: Any, b: Any) -> Any:
+    """Elementwise `a if pred else b` over two pytrees of the same structure."""
+    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+
 class Environment:
-    """Base class. Subclasses set the static sizes and implement the methods below."""
+    """Base class: `reset` / `step` do the protocol's bookkeeping once for every environment.
+
+    Subclasses set the static sizes and implement the hooks (gymnax style: `step` wraps
+    `step_env`):
+
+      reset_env(key, params) -> state          the first state (turn 0, done False, key)
+      step_env(state, action, key, params) -> (state, feedback [F], reward [])
+                                               one transition; may set state.done
+      observe(state, params) -> [O]            info(state, params) -> dict of [] float32
+      legal_actions(state, params) -> ([K, A], [K])
+
+    and may override `on_timeout` (terminal reward / feedback when the turn limit ends the
+    episode) and `absorbing_feedback` (feedback of a step taken after done).
+
+    `step` does: split the state's key (the second half goes to step_env), advance the turn
+    counter, end the episode at `max_turns` (calling on_timeout), make done absorbing
+    (state unchanged, reward 0, `absorbing_feedback`), and build the TimeStep.
+    """
 
     name: str = "base"
     num_actions: int  # K: candidate actions listed by legal_actions
@@ -69,11 +91,64 @@ class Environment:
     def default_params(self) -> Any:
         raise NotImplementedError
 
-    def reset(self, key: chex.PRNGKey, params: Any) -> Tuple[Any, TimeStep]:
+    # ------------------------------------------------------------------ subclass hooks
+    def reset_env(self, key: chex.PRNGKey, params: Any) -> Any:
+        """The initial state (carrying `key`, turn 0 and done False)."""
         raise NotImplementedError
 
-    def step(self, state: Any, action: chex.Array, params: Any) -> Tuple[Any, TimeStep]:
+    def step_env(self, state: Any, action: chex.Array, key: chex.PRNGKey,
+                 params: Any) -> Tuple[Any, chex.Array, chex.Array]:
+        """One transition of a not-done state: (new state, feedback [F] int32, reward []).
+
+        `key` is fresh randomness for this step; the bookkeeping (key, turn, turn limit,
+        absorbing done) is done by `step`.
+        """
         raise NotImplementedError
+
+    def on_timeout(self, state: Any, feedback: chex.Array,
+                   params: Any) -> Tuple[Any, chex.Array, chex.Array]:
+        """(state, feedback, extra reward) when the turn limit ends an episode."""
+        return state, feedback, jnp.zeros((), jnp.float32)
+
+    def absorbing_feedback(self, params: Any) -> chex.Array:
+        """[F] int32: the feedback of a step taken after done (all PAD)."""
+        return jnp.full((self.feedback_len,), PAD_ID, jnp.int32)
+
+    def info(self, state: Any, params: Any) -> Dict[str, chex.Array]:
+        """dict of [] float32 with at least "success" and "score"."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the protocol
+    def reset(self, key: chex.PRNGKey, params: Any) -> Tuple[Any, TimeStep]:
+        state = self.reset_env(key, params)
+        return state, TimeStep(
+            observation=self.observe(state, params),
+            feedback=jnp.full((self.feedback_len,), PAD_ID, jnp.int32),
+            reward=jnp.zeros((), jnp.float32),
+            done=state.done,
+            info=self.info(state, params),
+        )
+
+    def step(self, state: Any, action: chex.Array, params: Any) -> Tuple[Any, TimeStep]:
+        key, rng = jax.random.split(state.key)
+        s1, fb, r = self.step_env(state, action, rng, params)
+        s1 = s1.replace(key=key, turn=state.turn + 1)
+        timeout = (s1.turn >= self.max_turns) & ~s1.done
+        s_to, fb_to, r_to = self.on_timeout(s1, fb, params)
+        s1 = tree_select(timeout, s_to, s1)
+        fb = jnp.where(timeout, fb_to, fb)
+        r = r + jnp.where(timeout, r_to, 0.0)
+        s1 = s1.replace(done=s1.done | timeout)
+        # Absorbing after done.
+        was_done = state.done
+        s_out = tree_select(was_done, state, s1)
+        return s_out, TimeStep(
+            observation=self.observe(s_out, params),
+            feedback=jnp.where(was_done, self.absorbing_feedback(params), fb).astype(jnp.int32),
+            reward=jnp.where(was_done, 0.0, r).astype(jnp.float32),
+            done=s_out.done,
+            info=self.info(s_out, params),
+        )
 
     def observe(self, state: Any, params: Any) -> chex.Array:
         """[O] int32: the observation tokens x_t of a state (what reset/step return).

@@ -10,7 +10,7 @@ score = success. Ruin: heating an object that is already hot burns it; a burnt t
 makes the task unsolvable (the episode runs on to the turn limit). Recoverable mistakes:
 taking the wrong object (put it back anywhere), cooling instead of heating, detours.
 
-Candidates (K = R + N + 4, fixed slots):
+Candidates (K = R + N + 4, fixed slots; `slot_kind` gives their Kind):
   [0, R)      "go to the {recep}"
   [R, R+N)    "take the {obj} from the {current recep}"   (object here, hands empty)
   R+N         "put the {held} in the {current recep}"
@@ -19,16 +19,16 @@ Filler words ("the", "carefully") are ignored by the parser; names matter.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Tuple
 
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from asct_jax.envs import _common as C
-from asct_jax.envs.base import PAD_ID, SEP_ID, Environment, TimeStep
+from asct_jax.envs.base import PAD_ID, SEP_ID
 
 RECEPTACLES = ("counter", "table", "cabinet", "fridge", "microwave", "sink", "drawer", "shelf")
 OBJECTS = ("apple", "mug", "potato", "bread", "egg", "plate")
@@ -36,20 +36,33 @@ TASK_WORDS = ("put the {o} in the {r}", "put a clean {o} in the {r}",
               "put a hot {o} in the {r}", "put a cool {o} in the {r}")
 STATUS = ("clean", "hot", "cold", "burnt")
 APPLIANCES = ("sink", "microwave", "fridge")      # used by clean / heat / cool
-# Per-size settings: the receptacles (in slot order; R = len), where the agent starts,
-# objects N, storage
-# receptacles (where objects start and destinations lie), turn budget T, probabilities of
-# the place/clean/heat/cool tasks.
-SETTINGS = {
-    # small: a three-receptacle kitchen (no fridge: no cool tasks), one distractor object,
-    # place-heavy task mix, so a uniform random policy succeeds ~8% of the time.
-    "small": dict(rooms=("counter", "microwave", "sink"), start="counter", N=2,
-                  storage=("counter", "microwave", "sink"), max_turns=10,
-                  task_probs=(0.7, 0.15, 0.15, 0.0)),
-    "hard": dict(rooms=RECEPTACLES, start="table", N=6,
-                 storage=("counter", "table", "cabinet", "fridge", "drawer", "shelf"),
-                 max_turns=15, task_probs=(0.25, 0.25, 0.25, 0.25)),
-}
+
+
+class Task:
+    """HouseholdState.task. A task t > PLACE needs status t - 1 (see Status), made with
+    appliance t - 1 (see Appliance)."""
+    PLACE, CLEAN, HEAT, COOL = range(4)
+
+
+class Status:
+    """Index into HouseholdState.status[obj] (and STATUS)."""
+    CLEAN, HOT, COLD, BURNT = range(4)
+
+
+class Appliance:
+    """Index into APPLIANCES / params.appliances; also the offset of the apply slot."""
+    SINK, MICROWAVE, FRIDGE = range(3)
+
+
+class Kind:
+    """Kind of a candidate slot (see `slot_kind`). The apply kinds CLEAN..COOL are
+    `Kind.CLEAN + Appliance.*`, and the status they set is `kind - Kind.CLEAN`."""
+    GO, TAKE, PUT, CLEAN, HEAT, COOL = range(6)
+
+
+def required(task):
+    """Status needed by a task > PLACE and the appliance that makes it (both task - 1)."""
+    return jnp.maximum(task - 1, 0)
 
 
 def vocabulary():
@@ -60,19 +73,56 @@ def vocabulary():
                       "the is now", "task done", *STATUS) | set(RECEPTACLES) | set(OBJECTS)
 
 
-@dataclasses.dataclass(frozen=True)
-class HouseholdConfig:
-    size: str = "small"            # "small" | "hard"
-    max_turns: int = 0             # 0 -> size default (small 10, hard 15)
-
-    def __post_init__(self):
-        C.check_choice("size", self.size, ("small", "hard"))
-
-
-@chex.dataclass(frozen=True)
+@struct.dataclass
 class HouseholdParams:
-    task_probs: chex.Array         # [4] probabilities of place/clean/heat/cool
-    appliances: chex.Array         # [3] int32 receptacle slot of the sink, microwave, fridge
+    """Every setting of `household` (presets: `small()`, `hard()`).
+
+    rooms: the receptacles in slot order (R = len); start: where the agent starts;
+    num_objects: objects N (OBJECTS[:N]); storage: receptacles where objects start and
+    destinations lie; max_turns: turn budget T; action_len / obs_len / feedback_len: token
+    lengths A / O / F; task_probs: [4] probabilities of the place/clean/heat/cool tasks.
+    """
+
+    rooms: Tuple[str, ...] = C.static_field()
+    start: str = C.static_field()
+    num_objects: int = C.static_field()
+    storage: Tuple[str, ...] = C.static_field()
+    max_turns: int = C.static_field()
+    action_len: int = C.static_field()
+    obs_len: int = C.static_field()
+    feedback_len: int = C.static_field()
+    task_probs: chex.Array                     # [4] float32
+
+    @classmethod
+    def small(cls) -> "HouseholdParams":
+        """A three-receptacle kitchen (no fridge: no cool tasks), one distractor object,
+        place-heavy task mix, so a uniform random policy succeeds ~8% of the time."""
+        return cls(rooms=("counter", "microwave", "sink"), start="counter", num_objects=2,
+                   storage=("counter", "microwave", "sink"), max_turns=10, action_len=8,
+                   obs_len=48, feedback_len=12,
+                   task_probs=jnp.asarray((0.7, 0.15, 0.15, 0.0), jnp.float32))
+
+    @classmethod
+    def hard(cls) -> "HouseholdParams":
+        return cls(rooms=RECEPTACLES, start="table", num_objects=6,
+                   storage=("counter", "table", "cabinet", "fridge", "drawer", "shelf"),
+                   max_turns=15, action_len=8, obs_len=48, feedback_len=12,
+                   task_probs=jnp.asarray((0.25, 0.25, 0.25, 0.25), jnp.float32))
+
+    def validate(self) -> None:
+        for r in (self.start, *self.storage):
+            C.check_choice("receptacle", r, self.rooms)
+        if not 1 <= self.num_objects <= len(OBJECTS):
+            raise ValueError(f"num_objects must be in [1, {len(OBJECTS)}], got {self.num_objects}")
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+
+    @property
+    def appliances(self) -> jax.Array:
+        """[3] int32 receptacle slot of the sink, microwave, fridge; -1 if not in the rooms
+        (its action is then never legal)."""
+        return jnp.asarray([self.rooms.index(r) if r in self.rooms else -1
+                            for r in APPLIANCES], jnp.int32)
 
 
 @chex.dataclass(frozen=True)
@@ -83,33 +133,31 @@ class HouseholdState:
     loc: chex.Array                # [] int32 receptacle index of the agent
     obj_loc: chex.Array            # [N] int32 receptacle of each object, -1 = held
     held: chex.Array               # [] int32 object index or -1
-    status: chex.Array             # [N, 4] bool clean/hot/cold/burnt
+    status: chex.Array             # [N, 4] bool, indexed by Status
     seen: chex.Array               # [R] bool receptacles visited
-    task: chex.Array               # [] int32 0 place, 1 clean, 2 heat, 3 cool
+    task: chex.Array               # [] int32 Task
     target: chex.Array             # [] int32 object
     dest: chex.Array               # [] int32 receptacle
     success: chex.Array            # [] bool
 
 
-class Household(C.TextEnvMixin, Environment):
+class Household(C.TextEnvironment):
     name = "household"
+    params_cls = HouseholdParams
 
-    def __init__(self, config: HouseholdConfig = HouseholdConfig()):
-        self.config = config
-        sz = SETTINGS[config.size]
-        recs = tuple(sz["rooms"])
-        self.R, self.N = len(recs), sz["N"]
-        self.storage = np.asarray([recs.index(r) for r in sz["storage"]], np.int32)
-        # An appliance missing from the rooms gets slot -1 (its action is never legal).
-        self.appliances = np.asarray([recs.index(r) if r in recs else -1 for r in APPLIANCES],
-                                     np.int32)
-        self.start = recs.index(sz["start"])
-        self.task_probs = np.asarray(sz["task_probs"], np.float32)
-        self.num_actions = self.R + self.N + 4
-        self.action_len = 8
-        self.obs_len = 48
-        self.feedback_len = 12
-        self.max_turns = config.max_turns or sz["max_turns"]
+    def __init__(self, params: HouseholdParams | None = None):
+        params = HouseholdParams.small() if params is None else params
+        params.validate()
+        self.params = params
+        recs = tuple(params.rooms)
+        self.R, self.N = len(recs), params.num_objects
+        self.storage = np.asarray([recs.index(r) for r in params.storage], np.int32)
+        self.start = recs.index(params.start)
+        self.num_actions = self.R + self.N + 1 + len(APPLIANCES)
+        self.action_len = params.action_len
+        self.obs_len = params.obs_len
+        self.feedback_len = params.feedback_len
+        self.max_turns = params.max_turns
         self._init_text()
         R, N, A = self.R, self.N, self.action_len
         objs = OBJECTS[:N]
@@ -118,12 +166,12 @@ class Household(C.TextEnvMixin, Environment):
                                      A, eos=True).reshape(N, R, A)
         self.t_put = C.encode_table([f"put the {o} in the {r}" for o in objs for r in recs],
                                     A, eos=True).reshape(N, R, A)
-        self.t_apply = np.stack([
+        self.t_apply = np.stack([     # [N, 3, A], indexed by Appliance
             C.encode_table([f"carefully clean the {o} with the sink" for o in objs], A, eos=True),
             C.encode_table([f"heat the {o} with the microwave" for o in objs], A, eos=True),
             C.encode_table([f"cool the {o} with the fridge" for o in objs], A, eos=True)], 1)
         self.t_task = C.encode_table([t.format(o=o, r=r) for t in TASK_WORDS for o in objs
-                                      for r in recs], 8).reshape(4, N, R, 8)
+                                      for r in recs], 8).reshape(len(TASK_WORDS), N, R, 8)
         self.t_rec = C.encode_table(recs, 1)[:, 0]
         self.t_obj = C.encode_table(objs, 1)[:, 0]
         self.t_status = C.encode_table(STATUS, 1)[:, 0]
@@ -136,18 +184,13 @@ class Household(C.TextEnvMixin, Environment):
         self.f_in = C.encode("in the", F)
         self.f_now = C.encode("is now", F)
         self.f_done = C.encode("task done", F)
-        self.f_nothing = C.encode(C.NOTHING_TEXT, F)
         self._freeze_tables()
 
     # ------------------------------------------------------------------ protocol
-    def default_params(self) -> HouseholdParams:
-        return HouseholdParams(task_probs=jnp.asarray(self.task_probs),
-                               appliances=jnp.asarray(self.appliances))
-
-    def reset(self, key, params) -> Tuple[HouseholdState, TimeStep]:
+    def reset_env(self, key, params) -> HouseholdState:
         key, k_task, k_obj, k_dest, k_loc, k_shift = jax.random.split(key, 6)
         N = self.N
-        task = jax.random.choice(k_task, 4, p=params.task_probs).astype(jnp.int32)
+        task = jax.random.choice(k_task, len(TASK_WORDS), p=params.task_probs).astype(jnp.int32)
         target = jax.random.randint(k_obj, (), 0, N, jnp.int32)
         storage = jnp.asarray(self.storage)
         dest_i = jax.random.randint(k_dest, (), 0, storage.shape[0])
@@ -157,15 +200,14 @@ class Household(C.TextEnvMixin, Environment):
         shift = storage[(dest_i + 1 + jax.random.randint(k_shift, (), 0, storage.shape[0] - 1))
                         % storage.shape[0]]
         locs = locs.at[target].set(jnp.where(locs[target] == dest, shift, locs[target]))
-        state = HouseholdState(
+        return HouseholdState(
             key=key, turn=jnp.zeros((), jnp.int32), done=jnp.zeros((), bool),
             loc=jnp.asarray(self.start, jnp.int32),
             obj_loc=locs.astype(jnp.int32), held=jnp.asarray(-1, jnp.int32),
-            status=jnp.zeros((N, 4), bool),
+            status=jnp.zeros((N, len(STATUS)), bool),
             seen=jnp.zeros((self.R,), bool).at[self.start].set(True),
             task=task, target=target, dest=dest.astype(jnp.int32),
             success=jnp.zeros((), bool))
-        return state, C.first_timestep(self, state, params, self.observe, self._info)
 
     def legal_actions(self, state, params):
         held = jnp.maximum(state.held, 0)
@@ -176,48 +218,48 @@ class Household(C.TextEnvMixin, Environment):
             jnp.asarray(self.t_apply)[held]], 0)
         return cands.astype(jnp.int32), legal_mask(state, params)
 
-    def step(self, state, action, params):
-        return C.finish_step(self, state, action, params, self._transition, self.observe,
-                             self._info, self.f_nothing)
-
     # ------------------------------------------------------------------ dynamics
-    def _transition(self, s: HouseholdState, idx, rng, params):
+    def transition(self, s: HouseholdState, idx, rng, params):
         R, N, F = self.R, self.N, self.feedback_len
         held = jnp.maximum(s.held, 0)
-        kind = jnp.where(idx < R, 0, jnp.where(idx < R + N, 1, idx - R - N + 2))
-        # 0 go
+        kind = slot_kind(idx, R, N)
+        # go
         go_to = jnp.minimum(idx, R - 1)
         here = jnp.where(s.obj_loc == go_to, jnp.asarray(self.t_obj), PAD_ID)
         fb_go = C.render([self.f_arrive, jnp.asarray(self.t_rec)[go_to][None], self.f_see, here], F * 3)[:F]
         s_go = s.replace(loc=go_to, seen=s.seen.at[go_to].set(True))
-        # 1 take
+        # take
         j = jnp.clip(idx - R, 0, N - 1)
         fb_take = C.render([self.f_take, jnp.asarray(self.t_obj)[j][None]], F * 2)[:F]
         s_take = s.replace(obj_loc=s.obj_loc.at[j].set(-1), held=j)
-        # 2 put
+        # put
         obj_loc = s.obj_loc.at[held].set(s.loc)
         fb_put = C.render([self.f_put, jnp.asarray(self.t_obj)[held][None], self.f_in,
                            jnp.asarray(self.t_rec)[s.loc][None]], F * 4)[:F]
         s_put = s.replace(obj_loc=obj_loc, held=jnp.asarray(-1, jnp.int32))
-        req_ok = jnp.where(s.task == 0, True, s.status[s.target, jnp.maximum(s.task - 1, 0)])
-        success = ((kind == 2) & (held == s.target) & (s.loc == s.dest) & req_ok
-                   & ~s.status[s.target, 3])
+        req_ok = jnp.where(s.task == Task.PLACE, True, s.status[s.target, required(s.task)])
+        success = ((kind == Kind.PUT) & (held == s.target) & (s.loc == s.dest) & req_ok
+                   & ~s.status[s.target, Status.BURNT])
         s_put = s_put.replace(success=success, done=success)
         fb_put = jnp.where(success, C.render([fb_put[:8], self.f_done[:2]], F * 2)[:F], fb_put)
-        # 3..5 clean / heat / cool the held object
+        # clean / heat / cool the held object (heating a hot object burns it)
         st = s.status[held]
-        clean = st.at[0].set(True)
-        heat = st.at[1].set(True).at[2].set(False).at[3].set(st[3] | st[1])
-        cool = st.at[2].set(True).at[1].set(False)
-        new_st = jnp.stack([clean, heat, cool])[jnp.clip(kind - 3, 0, 2)]
-        word = jnp.where(new_st[3], 3, jnp.clip(kind - 3, 0, 2))
+        clean = st.at[Status.CLEAN].set(True)
+        heat = (st.at[Status.HOT].set(True).at[Status.COLD].set(False)
+                .at[Status.BURNT].set(st[Status.BURNT] | st[Status.HOT]))
+        cool = st.at[Status.COLD].set(True).at[Status.HOT].set(False)
+        applied = jnp.clip(kind - Kind.CLEAN, 0, 2)      # Appliance; also the Status it sets
+        new_st = jnp.stack([clean, heat, cool])[applied]
+        word = jnp.where(new_st[Status.BURNT], Status.BURNT, applied)
         fb_app = C.render([jnp.asarray(self.t_obj)[held][None], self.f_now[:2],
                            jnp.asarray(self.t_status)[word][None]], F * 2)[:F]
         s_app = s.replace(status=s.status.at[held].set(new_st))
-        states = [s_go, s_take, s_put, s_app, s_app, s_app]
-        fbs = [fb_go, fb_take, fb_put, fb_app, fb_app, fb_app]
+        states = {Kind.GO: s_go, Kind.TAKE: s_take, Kind.PUT: s_put, Kind.CLEAN: s_app,
+                  Kind.HEAT: s_app, Kind.COOL: s_app}
+        fbs = {Kind.GO: fb_go, Kind.TAKE: fb_take, Kind.PUT: fb_put, Kind.CLEAN: fb_app,
+               Kind.HEAT: fb_app, Kind.COOL: fb_app}
         out_s, out_fb = s_go, fb_go
-        for k in range(1, 6):
+        for k in (Kind.TAKE, Kind.PUT, Kind.CLEAN, Kind.HEAT, Kind.COOL):
             out_s = C.tree_select(kind == k, states[k], out_s)
             out_fb = jnp.where(kind == k, fbs[k], out_fb)
         return out_s, out_fb, success.astype(jnp.float32)
@@ -237,15 +279,15 @@ class Household(C.TextEnvMixin, Environment):
             [w["hold"]], hold_st, hold_obj[None], [SEP_ID],
             [w["seen"]], seen], self.obs_len)
 
-    def _info(self, s: HouseholdState, params):
+    def info(self, s: HouseholdState, params):
         return C.info_dict(success=s.success, score=s.success)
 
-    # ------------------------------------------------------------------ policies
-    def expert_policy(self, state, params, key=None):
-        return expert_policy(state, params, key)
 
-    def random_policy(self, state, params, key):
-        return self.uniform_random_policy(state, params, key)
+def slot_kind(idx, R: int, N: int) -> jax.Array:
+    """Kind of candidate slot idx: [0, R) go, [R, R+N) take, R+N put, then one apply slot
+    per Appliance."""
+    return jnp.where(idx < R, Kind.GO, jnp.where(idx < R + N, Kind.TAKE,
+                                                 idx - (R + N) + Kind.PUT))
 
 
 def expert_policy(s: HouseholdState, params, key=None) -> jax.Array:
@@ -254,15 +296,17 @@ def expert_policy(s: HouseholdState, params, key=None) -> jax.Array:
     Sizes come from the state's shapes (R = seen.shape[0], N = obj_loc.shape[0]).
     """
     R, N = s.seen.shape[-1], s.obj_loc.shape[-1]
-    need = s.task > 0
-    have_status = jnp.where(need, s.status[s.target, jnp.maximum(s.task - 1, 0)], True)
-    appliance = params.appliances[jnp.maximum(s.task - 1, 0)]
+    put_slot = R + N
+    need = s.task > Task.PLACE
+    have_status = jnp.where(need, s.status[s.target, required(s.task)], True)
+    appliance = params.appliances[required(s.task)]
     holding_t = s.held == s.target
     tl = s.obj_loc[s.target]
     a_fetch = jnp.where(s.loc == tl, R + s.target, tl)              # walk to it, take it
-    a_status = jnp.where(s.loc == appliance, R + N + s.task, appliance)  # clean/heat/cool
-    a_deliver = jnp.where(s.loc == s.dest, R + N, s.dest)           # walk to dest, put
-    a = jnp.where((s.held >= 0) & ~holding_t, R + N,                # put a wrong object down
+    # apply slot of appliance task - 1: put_slot + 1 + (task - 1)
+    a_status = jnp.where(s.loc == appliance, put_slot + s.task, appliance)  # clean/heat/cool
+    a_deliver = jnp.where(s.loc == s.dest, put_slot, s.dest)        # walk to dest, put
+    a = jnp.where((s.held >= 0) & ~holding_t, put_slot,             # put a wrong object down
                   jnp.where(~holding_t, a_fetch, jnp.where(~have_status, a_status, a_deliver)))
     return a.astype(jnp.int32)
 

@@ -37,16 +37,16 @@ description. Difficulty and wrong facts are hidden. Early choices pay off late
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Tuple
 
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from asct_jax.envs import _common as C
-from asct_jax.envs.base import PAD_ID, SEP_ID, Environment, TimeStep
+from asct_jax.envs.base import PAD_ID, SEP_ID
 
 # (name, three-word description, cost in tokens), by component type.
 COMPONENTS = {
@@ -84,6 +84,21 @@ STATUS_WORDS = ("none", "docs", "fact")
 RETRIEVE, DEEP, DECOMPOSE, REWRITE, READ, EXTRACT, VERIFY, ANSWER, RERANK, SUMMARIZE = range(10)
 
 
+class Question:
+    """RagWorkflowState.qtype."""
+    BRIDGE, COMPARISON = range(2)
+
+
+class Hop:
+    """RagWorkflowState.status[h] (and STATUS_WORDS)."""
+    NONE, DOCS, FACT = range(3)
+
+
+class Flag:
+    """Index into RagWorkflowState.flags."""
+    DECOMPOSED, REWRITTEN, RERANKED, VERIFIED = range(4)
+
+
 def vocabulary():
     words = set()
     for comps in COMPONENTS.values():
@@ -94,26 +109,25 @@ def vocabulary():
         "decomposed rewritten reranked turn :", "h1 h2 h3", *OUTCOMES, *STATUS_WORDS, "f1")
 
 
-@dataclasses.dataclass(frozen=True)
-class RagWorkflowConfig:
-    size: str = "small"                 # "small" | "hard"
-    component_set: str = "default"      # "default" | "transfer"
-    describe_components: bool = True    # component descriptions in the observation
-    lam: float = -1.0                   # cost weight per 1000 execution tokens; -1 -> size
-                                        # default (small 0.1, hard 0.3)
-    max_turns: int = 0                  # 0 -> size default (small 10, hard 14)
-
-    def __post_init__(self):
-        C.check_choice("size", self.size, ("small", "hard"))
-        C.check_choice("component_set", self.component_set, ("default", "transfer"))
-        C.check_choice("describe_components", self.describe_components, (True, False))
-
-
-@chex.dataclass(frozen=True)
+@struct.dataclass
 class RagWorkflowParams:
-    costs: chex.Array          # [K] float32 execution tokens of each candidate
-    ctype: chex.Array          # [K] int32 component type of each candidate
-    lam: chex.Array            # [] utility weight per 1000 tokens
+    """Every setting of `rag_workflow` (presets: `small()`, `hard()`).
+
+    Static (shapes and tables): component_set ("default" | "transfer"), describe_components
+    (component descriptions in the observation), num_hops H, num_actions K (8 or 10
+    components), max_turns T, action_len / obs_len / feedback_len. Arrays: the rest.
+    `costs` and `ctype` are derived from component_set and num_actions.
+    """
+
+    component_set: str = C.static_field()
+    describe_components: bool = C.static_field()
+    num_hops: int = C.static_field()
+    num_actions: int = C.static_field()
+    max_turns: int = C.static_field()
+    action_len: int = C.static_field()
+    obs_len: int = C.static_field()
+    feedback_len: int = C.static_field()
+    lam: chex.Array            # [] utility weight per 1000 execution tokens
     hop_probs: chex.Array      # [H] probability of 1..H hops
     p_bridge: chex.Array       # [] probability of a bridge (vs comparison) question
     p_hard: chex.Array         # [] probability that a hop is hard
@@ -124,7 +138,45 @@ class RagWorkflowParams:
     bridge_gate: chex.Array    # [] retrieval factor without the previous bridge entity
     p_read: chex.Array         # []
     p_wrong: chex.Array        # [2] wrong-fact probability of a read, easy / hard hop
-    max_turns: chex.Array      # [] int32, mirror of env.max_turns (for scripted policies)
+
+    @classmethod
+    def _make(cls, **kw) -> "RagWorkflowParams":
+        f = lambda x: jnp.asarray(x, jnp.float32)
+        dyn = dict(p_bridge=0.6, p_ret=[0.85, 0.3], p_deep=[0.97, 0.8], boost_decomp=0.15,
+                   boost_rewrite=0.35, bridge_gate=0.2, p_read=0.9, p_wrong=[0.1, 0.35])
+        dyn.update({k: kw.pop(k) for k in ("lam", "hop_probs", "p_hard")})
+        return cls(component_set="default", describe_components=True, action_len=8,
+                   feedback_len=8, **kw, **{k: f(v) for k, v in dyn.items()})
+
+    @classmethod
+    def small(cls) -> "RagWorkflowParams":
+        return cls._make(num_hops=2, num_actions=8, max_turns=10, obs_len=64, lam=0.1,
+                         hop_probs=[0.6, 0.4], p_hard=0.2)
+
+    @classmethod
+    def hard(cls) -> "RagWorkflowParams":
+        return cls._make(num_hops=3, num_actions=10, max_turns=14, obs_len=80, lam=0.3,
+                         hop_probs=[0.2, 0.4, 0.4], p_hard=0.5)
+
+    def validate(self) -> None:
+        C.check_choice("component_set", self.component_set, tuple(COMPONENTS))
+        C.check_choice("describe_components", self.describe_components, (True, False))
+        C.check_choice("num_actions", self.num_actions, (8, 10))
+        C.check_choice("num_hops", self.num_hops, (1, 2, 3))
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+
+    @property
+    def ctype(self) -> jax.Array:
+        """[K] int32 component type of each candidate slot."""
+        return jnp.asarray(ORDER[(self.component_set, self.num_actions)], jnp.int32)
+
+    @property
+    def costs(self) -> jax.Array:
+        """[K] float32 execution tokens of each candidate."""
+        comps = COMPONENTS[self.component_set]
+        return jnp.asarray([comps[t][2] for t in ORDER[(self.component_set, self.num_actions)]],
+                           jnp.float32)
 
 
 @chex.dataclass(frozen=True)
@@ -132,13 +184,13 @@ class RagWorkflowState:
     key: chex.PRNGKey
     turn: chex.Array           # [] int32
     done: chex.Array           # [] bool
-    qtype: chex.Array          # [] int32 0 bridge, 1 comparison
+    qtype: chex.Array          # [] int32 Question
     hops: chex.Array           # [] int32 1..H
     diff: chex.Array           # [H] int32 0 easy, 1 hard (hidden)
-    status: chex.Array         # [H] int32 0 none, 1 docs, 2 fact
+    status: chex.Array         # [H] int32 Hop
     wrong: chex.Array          # [H] bool wrong fact (hidden)
     bridge: chex.Array         # [H] bool bridge entity of hop h extracted
-    flags: chex.Array          # [4] bool decomposed, rewritten, reranked, verified
+    flags: chex.Array          # [4] bool, indexed by Flag
     answered: chex.Array       # [] bool
     f1: chex.Array             # [] float32
     cost: chex.Array           # [] float32 execution tokens so far
@@ -146,28 +198,29 @@ class RagWorkflowState:
     hist_out: chex.Array       # [3] int32 their outcomes
 
 
-class RagWorkflow(C.TextEnvMixin, Environment):
+class RagWorkflow(C.TextEnvironment):
     name = "rag_workflow"
+    params_cls = RagWorkflowParams
 
-    def __init__(self, config: RagWorkflowConfig = RagWorkflowConfig()):
-        self.config = config
-        small = config.size == "small"
-        self.H = 2 if small else 3
-        self.num_actions = 8 if small else 10
-        self.action_len = 8
-        self.obs_len = 64 if small else 80
-        self.feedback_len = 8
-        self.max_turns = config.max_turns or (10 if small else 14)
+    def __init__(self, params: RagWorkflowParams | None = None):
+        params = RagWorkflowParams.small() if params is None else params
+        params.validate()
+        self.params = params
+        self.H = params.num_hops
+        self.num_actions = params.num_actions
+        self.action_len = params.action_len
+        self.obs_len = params.obs_len
+        self.feedback_len = params.feedback_len
+        self.max_turns = params.max_turns
         self._init_text()
-        comps = COMPONENTS[config.component_set]
-        self.order = np.asarray(ORDER[(config.component_set, self.num_actions)], np.int32)
+        comps = COMPONENTS[params.component_set]
+        self.order = np.asarray(ORDER[(params.component_set, self.num_actions)], np.int32)
         A = self.action_len
         names = [c[0] for c in comps]
         self.t_cand = C.encode_table([f"now call the {names[t]} tool" for t in self.order], A,
                                      eos=True)
         self.w_name = C.encode_table(names, 1)[:, 0]                          # [10] by type
         self.t_desc = C.encode_table([f"{names[t]} {comps[t][1]}" for t in self.order], 4)
-        self.costs = np.asarray([comps[t][2] for t in self.order], np.float32)
         wid = lambda w: int(C.encode(w, 1)[0])
         self.w_out = np.asarray([wid(w) for w in OUTCOMES], np.int32)
         self.w_status = np.asarray([wid(w) for w in STATUS_WORDS], np.int32)
@@ -177,35 +230,22 @@ class RagWorkflow(C.TextEnvMixin, Environment):
                                                    "verified")], np.int32)
         self.w = {w: wid(w) for w in ("bridge", "comparison", "question", "hops", "evidence",
                                       "history", "turn", ":", "f1")}
-        self.f_nothing = C.encode(C.NOTHING_TEXT, self.feedback_len)
         self._freeze_tables()
 
     # ------------------------------------------------------------------ protocol
-    def default_params(self) -> RagWorkflowParams:
-        small = self.config.size == "small"
-        f = lambda x: jnp.asarray(x, jnp.float32)
-        return RagWorkflowParams(
-            costs=f(self.costs), ctype=jnp.asarray(self.order), lam=f(self.config.lam if self.config.lam >= 0 else (0.1 if small else 0.3)),
-            hop_probs=f([0.6, 0.4] if small else [0.2, 0.4, 0.4]),
-            p_bridge=f(0.6), p_hard=f(0.2 if small else 0.5),
-            p_ret=f([0.85, 0.3]), p_deep=f([0.97, 0.8]), boost_decomp=f(0.15),
-            boost_rewrite=f(0.35), bridge_gate=f(0.2), p_read=f(0.9), p_wrong=f([0.1, 0.35]),
-            max_turns=jnp.asarray(self.max_turns, jnp.int32))
-
-    def reset(self, key, params) -> Tuple[RagWorkflowState, TimeStep]:
+    def reset_env(self, key, params) -> RagWorkflowState:
         H = self.H
         key, k1, k2, k3 = jax.random.split(key, 4)
-        state = RagWorkflowState(
+        return RagWorkflowState(
             key=key, turn=jnp.zeros((), jnp.int32), done=jnp.zeros((), bool),
             qtype=(~jax.random.bernoulli(k1, params.p_bridge)).astype(jnp.int32),
             hops=(jax.random.choice(k2, H, p=params.hop_probs) + 1).astype(jnp.int32),
             diff=jax.random.bernoulli(k3, params.p_hard, (H,)).astype(jnp.int32),
-            status=jnp.zeros((H,), jnp.int32), wrong=jnp.zeros((H,), bool),
+            status=jnp.full((H,), Hop.NONE, jnp.int32), wrong=jnp.zeros((H,), bool),
             bridge=jnp.zeros((H,), bool), flags=jnp.zeros((4,), bool),
             answered=jnp.zeros((), bool), f1=jnp.zeros((), jnp.float32),
             cost=jnp.zeros((), jnp.float32), hist=jnp.full((3,), -1, jnp.int32),
             hist_out=jnp.zeros((3,), jnp.int32))
-        return state, C.first_timestep(self, state, params, self.observe, self._info)
 
     def legal_actions(self, state, params):
         return jnp.asarray(self.t_cand), jnp.ones((self.num_actions,), bool)
@@ -214,52 +254,49 @@ class RagWorkflow(C.TextEnvMixin, Environment):
         """[K] float32 execution tokens of each candidate component (strongly unequal)."""
         return params.costs
 
-    def step(self, state, action, params):
-        return C.finish_step(self, state, action, params, self._transition, self.observe,
-                             self._info, self.f_nothing, on_timeout=self._on_timeout)
-
     # ------------------------------------------------------------------ dynamics
-    def _transition(self, s: RagWorkflowState, idx, rng, params):
+    def transition(self, s: RagWorkflowState, idx, rng, params):
         H = self.H
         ar = jnp.arange(H)
         in_q = ar < s.hops
-        bridge_q = s.qtype == 0
-        dec, rew, rr, ver = s.flags[0], s.flags[1], s.flags[2], s.flags[3]
+        bridge_q = s.qtype == Question.BRIDGE
+        dec, rew = s.flags[Flag.DECOMPOSED], s.flags[Flag.REWRITTEN]
+        rr, ver = s.flags[Flag.RERANKED], s.flags[Flag.VERIFIED]
         t = params.ctype[idx]
         u = jax.random.uniform(rng, (3,))
         first = lambda m: (jnp.argmax(m), jnp.any(m))
 
         # retrieve / deep retrieve: the next hop without docs.
-        h, has_ret = first(in_q & (s.status == 0))
+        h, has_ret = first(in_q & (s.status == Hop.NONE))
         gate = jnp.where(bridge_q & (h > 0) & ~s.bridge[jnp.maximum(h - 1, 0)],
                          params.bridge_gate, 1.0)
         base = jnp.where(t == DEEP, params.p_deep[s.diff[h]], params.p_ret[s.diff[h]])
         p = jnp.minimum(0.98, base + params.boost_decomp * dec + params.boost_rewrite * rew)
         found = has_ret & (u[0] < p * gate)
-        st_ret = s.status.at[h].set(jnp.where(found, 1, s.status[h]))
+        st_ret = s.status.at[h].set(jnp.where(found, Hop.DOCS, s.status[h]))
         out_ret = jnp.where(~has_ret, USELESS, jnp.where(found, FOUND, MISSED))
         # read: the first hop with docs.
-        hr, has_read = first(in_q & (s.status == 1))
+        hr, has_read = first(in_q & (s.status == Hop.DOCS))
         read_ok = has_read & ((u[1] < params.p_read) | rr)
         q_wrong = params.p_wrong[s.diff[hr]] * jnp.where(dec, 0.5, 1.0) * jnp.where(rr, 0.5, 1.0)
         inherit = bridge_q & (hr > 0) & s.wrong[jnp.maximum(hr - 1, 0)]
-        st_read = s.status.at[hr].set(jnp.where(read_ok, 2, s.status[hr]))
+        st_read = s.status.at[hr].set(jnp.where(read_ok, Hop.FACT, s.status[hr]))
         wr_read = s.wrong.at[hr].set(jnp.where(read_ok, (u[2] < q_wrong) | inherit, s.wrong[hr]))
         out_read = jnp.where(~has_read, USELESS, jnp.where(read_ok, OK, FAILED))
         # extract bridge entity of the first read hop that lacks one.
-        hb, has_b = first(bridge_q & (ar < s.hops - 1) & (s.status == 2) & ~s.bridge)
+        hb, has_b = first(bridge_q & (ar < s.hops - 1) & (s.status == Hop.FACT) & ~s.bridge)
         br_ext = s.bridge.at[hb].set(s.bridge[hb] | has_b)
         # verify
-        hv, has_bad = first(in_q & (s.status == 2) & s.wrong)
-        complete = jnp.all(~in_q | (s.status == 2))
+        hv, has_bad = first(in_q & (s.status == Hop.FACT) & s.wrong)
+        complete = jnp.all(~in_q | (s.status == Hop.FACT))
         later = bridge_q & (ar > hv)
-        st_ver = jnp.where(ar == hv, 1, jnp.where(later, 0, s.status))
+        st_ver = jnp.where(ar == hv, Hop.DOCS, jnp.where(later, Hop.NONE, s.status))
         st_ver = jnp.where(has_bad, st_ver, s.status)
         wr_ver = jnp.where(has_bad, s.wrong & (ar < hv), s.wrong)
         br_ver = jnp.where(has_bad, s.bridge & (ar < hv), s.bridge)
         out_ver = jnp.where(has_bad, FLAGGED, jnp.where(complete, PASSED, MISSED))
         # answer
-        correct = in_q & (s.status == 2) & ~s.wrong
+        correct = in_q & (s.status == Hop.FACT) & ~s.wrong
         all_right = jnp.all(correct | ~in_q)
         f1 = jnp.where(all_right, 0.8 + 0.2 * ver,
                        0.4 * jnp.sum(correct) / s.hops).astype(jnp.float32)
@@ -269,7 +306,7 @@ class RagWorkflow(C.TextEnvMixin, Environment):
                                                       jnp.where(t == VERIFY, st_ver, s.status)))
         wrong = jnp.where(t == READ, wr_read, jnp.where(t == VERIFY, wr_ver, s.wrong))
         bridge = jnp.where(t == EXTRACT, br_ext, jnp.where(t == VERIFY, br_ver, s.bridge))
-        flags = jnp.stack([
+        flags = jnp.stack([       # in Flag order
             dec | (t == DECOMPOSE),
             jnp.where(t == REWRITE, True, jnp.where(is_ret & has_ret, False, rew)),
             jnp.where(t == RERANK, True, jnp.where((t == READ) & has_read, False, rr)),
@@ -300,42 +337,37 @@ class RagWorkflow(C.TextEnvMixin, Environment):
             self.feedback_len)
         return s2, fb, reward.astype(jnp.float32)
 
-    def _on_timeout(self, s: RagWorkflowState, params):
+    def on_timeout(self, s: RagWorkflowState, feedback, params):
         """Turn limit without an answer: F1 = 0, the last reward is -lam * tokens / 1000."""
-        return s, -params.lam * s.cost / 1000.0
+        return s, feedback, -params.lam * s.cost / 1000.0
 
     def observe(self, s: RagWorkflowState, params) -> jax.Array:
         """[O] int32: the observation tokens of state `s` (what reset/step return)."""
         w, H = self.w, self.H
         ar = jnp.arange(H)
         in_q = ar < s.hops
-        q = [jnp.where(s.qtype == 0, w["bridge"], w["comparison"]), w["question"],
+        q = [jnp.where(s.qtype == Question.BRIDGE, w["bridge"], w["comparison"]), w["question"],
              jnp.asarray(self.w_num)[s.hops], w["hops"]]
         ev = jnp.stack([jnp.asarray(self.w_hop)[:H], jnp.asarray(self.w_status)[s.status]], 1)
         ev = jnp.where(in_q[:, None], ev, PAD_ID).reshape(-1)
         hist = jnp.stack([jnp.asarray(self.w_name)[jnp.maximum(s.hist, 0)],
                           jnp.asarray(self.w_out)[s.hist_out]], 1)
         hist = jnp.where((s.hist >= 0)[:, None], hist, PAD_ID).reshape(-1)
-        flags = jnp.where(s.flags[:3], jnp.asarray(self.w_flag)[:3], PAD_ID)
+        pending = slice(Flag.DECOMPOSED, Flag.VERIFIED)         # shown after the history
+        flags = jnp.where(s.flags[pending], jnp.asarray(self.w_flag)[pending], PAD_ID)
         segs = [q, [SEP_ID, w["evidence"]], ev,
-                jnp.where(s.flags[3], jnp.asarray(self.w_flag)[3], PAD_ID)[None],
+                jnp.where(s.flags[Flag.VERIFIED], jnp.asarray(self.w_flag)[Flag.VERIFIED],
+                          PAD_ID)[None],
                 [SEP_ID, w["history"]], hist, flags,
                 [w["turn"], jnp.asarray(self.w_num)[s.turn]]]
-        if self.config.describe_components:
+        if self.params.describe_components:
             segs += [[SEP_ID], jnp.asarray(self.t_desc).reshape(-1)]
         return C.render(segs, self.obs_len)
 
-    def _info(self, s: RagWorkflowState, params):
+    def info(self, s: RagWorkflowState, params):
         utility = s.f1 - params.lam * s.cost / 1000.0
         return C.info_dict(success=s.answered & (s.f1 >= 0.8), score=utility, f1=s.f1,
                            exec_cost=s.cost, utility=utility)
-
-    # ------------------------------------------------------------------ policies
-    def expert_policy(self, state, params, key=None):
-        return expert_policy(state, params, key)
-
-    def random_policy(self, state, params, key):
-        return self.uniform_random_policy(state, params, key)
 
 
 def expert_policy(s: RagWorkflowState, params: RagWorkflowParams, key=None) -> jax.Array:
@@ -350,17 +382,18 @@ def expert_policy(s: RagWorkflowState, params: RagWorkflowParams, key=None) -> j
     ar = jnp.arange(H)
     in_q = ar < s.hops
     slot = lambda t: jnp.argmax(params.ctype == t).astype(jnp.int32)
-    has_docs = jnp.any(in_q & (s.status == 1))
-    has_bad = jnp.any(in_q & (s.status == 2) & s.wrong)
-    extractable = jnp.any((s.qtype == 0) & (ar < s.hops - 1) & (s.status == 2) & ~s.bridge)
-    todo = in_q & (s.status == 0)
+    has_docs = jnp.any(in_q & (s.status == Hop.DOCS))
+    has_bad = jnp.any(in_q & (s.status == Hop.FACT) & s.wrong)
+    extractable = jnp.any((s.qtype == Question.BRIDGE) & (ar < s.hops - 1)
+                          & (s.status == Hop.FACT) & ~s.bridge)
+    todo = in_q & (s.status == Hop.NONE)
     h = jnp.argmax(todo)
-    need_dec = (s.hops >= 2) & ~s.flags[0] & jnp.any(in_q & (s.diff == 1))
+    need_dec = (s.hops >= 2) & ~s.flags[Flag.DECOMPOSED] & jnp.any(in_q & (s.diff == 1))
     a_ret = jnp.where(need_dec, slot(DECOMPOSE),
                       jnp.where(s.diff[h] == 1, slot(DEEP), slot(RETRIEVE)))
     a = jnp.select(
         [s.turn >= params.max_turns - 1, has_docs, has_bad, extractable, jnp.any(todo),
-         ~s.flags[3]],
+         ~s.flags[Flag.VERIFIED]],
         [slot(ANSWER), slot(READ), slot(VERIFY), slot(EXTRACT), a_ret, slot(VERIFY)],
         slot(ANSWER))
     return a.astype(jnp.int32)
@@ -379,8 +412,9 @@ def greedy_policy(s: RagWorkflowState, params, key=None) -> jax.Array:
     ar = jnp.arange(H)
     in_q = ar < s.hops
     slot = lambda t: jnp.argmax(params.ctype == t).astype(jnp.int32)
-    extractable = jnp.any((s.qtype == 0) & (ar < s.hops - 1) & (s.status == 2) & ~s.bridge)
-    a = jnp.select([s.turn >= params.max_turns - 1, jnp.any(in_q & (s.status == 1)),
-                    extractable, jnp.any(in_q & (s.status == 0))],
+    extractable = jnp.any((s.qtype == Question.BRIDGE) & (ar < s.hops - 1)
+                          & (s.status == Hop.FACT) & ~s.bridge)
+    a = jnp.select([s.turn >= params.max_turns - 1, jnp.any(in_q & (s.status == Hop.DOCS)),
+                    extractable, jnp.any(in_q & (s.status == Hop.NONE))],
                    [slot(ANSWER), slot(READ), slot(EXTRACT), slot(RETRIEVE)], slot(ANSWER))
     return a.astype(jnp.int32)

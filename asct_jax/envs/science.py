@@ -9,7 +9,7 @@ per episode, only observing the bulb reveals it).
 A procedure is a table-driven machine over milestone bits: every candidate action has
 required bits, bits it sets and clears, a ruin flag or ruin-if-bits (e.g. focusing on the
 wrong thing, watering twice, freezing the seed), an optional hidden-variable condition and
-an optional chance of success (hard config: "wait" works with probability p_wait).
+an optional chance of success (hard preset: "wait" works with probability p_wait).
 
 Score = progress in [0, 100]: the sum of the weights of the milestones reached, 100 when
 the final milestone is reached (success; the episode ends), 0 after a ruin (the episode
@@ -19,23 +19,30 @@ Candidate slots are shuffled per episode.
 """
 from __future__ import annotations
 
-import dataclasses
+import functools
 from typing import Tuple
 
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from asct_jax.envs import _common as C
-from asct_jax.envs.base import PAD_ID, SEP_ID, Environment, TimeStep
+from asct_jax.envs.base import PAD_ID, SEP_ID
 
 NB = 6                      # milestone bits per procedure; the last one is the final one
+FINAL = NB - 1              # index of the final milestone bit (success)
+PLAN_LEN = 6                # steps of an expert plan (-1 = no step)
 SEEDS = ("bean", "pea", "corn")
 CONDUCT_OBJS = ("fork", "nail", "eraser", "coin", "pencil", "spoon")
 DISTRACT_SMALL = ("look around", "read the thermometer", "open the door")
 DISTRACT_HARD = ("close the door", "check the inventory")
-N_DISTRACT_SMALL = 0        # distractor actions of the small config (hard: all of them)
+
+
+class Family:
+    """Task family of a procedure variant."""
+    CHANGE_OF_STATE, GROW_PLANT, CONDUCTIVITY = range(3)
 
 
 def _act(text, req=(), set_=None, clear=(), ruin_if=(), ruin=False, need=-1, stoch=False):
@@ -43,8 +50,15 @@ def _act(text, req=(), set_=None, clear=(), ruin_if=(), ruin=False, need=-1, sto
                 need=need, stoch=stoch)
 
 
-def _procedures(hard: bool):
-    """List of procedure variants: dict(task, family, phrases[2][NB], weights[NB], acts, plan)."""
+def _procedures(num_seeds: int, num_conduct_objects: int, num_distractors: int,
+                hard_actions: bool):
+    """List of procedure variants: dict(task, family, phrases[2][NB], weights[NB], acts, plan).
+
+    num_distractors: how many of DISTRACT_SMALL every procedure lists; hard_actions: the
+    extra ruin / distractor actions (incl. DISTRACT_HARD) of the hard preset.
+    """
+    hard = hard_actions
+    distract = DISTRACT_SMALL[:num_distractors]
     out = []
     for goal in ("stove", "freezer"):
         boil = goal == "stove"
@@ -59,14 +73,15 @@ def _procedures(hard: bool):
                 _act("wait for a while", (3,), 4, stoch=True),
                 _act(f"focus on the {prod}", (4,), 5), _act("focus on the water", ruin=True),
                 _act(place(other), (1,)), _act("pour out the water", (1,), clear=(1, 2, 3, 4))]
-        acts += [_act(t) for t in DISTRACT_SMALL[: None if hard else N_DISTRACT_SMALL]]
+        acts += [_act(t) for t in distract]
         if hard:
             acts += [_act("focus on the pot", ruin=True), _act(f"activate the {other}")]
             acts += [_act(t) for t in DISTRACT_HARD]
-        out.append(dict(task=f"{'boil' if boil else 'freeze'} the water", family=0,
+        out.append(dict(task=f"{'boil' if boil else 'freeze'} the water",
+                        family=Family.CHANGE_OF_STATE,
                         phrases=[ph, ph], weights=[10, 15, 15, 20, 20, 20], acts=acts,
                         plan=[[0, 1, 2, 3, 4, 5]] * 2))
-    for seed in SEEDS[: 3 if hard else 2]:
+    for seed in SEEDS[:num_seeds]:
         ph = ["seed held", "seed planted", "soil watered", "pot sunlit", "plant grown",
               "plant focused"]
         acts = [_act(f"pick up the {seed} seed", set_=0),
@@ -78,14 +93,14 @@ def _procedures(hard: bool):
                 _act("focus on the flower pot", ruin=True),
                 _act("put the seed in the freezer", (0,), ruin=True),
                 _act("activate the stove")]
-        acts += [_act(t) for t in DISTRACT_SMALL[: None if hard else N_DISTRACT_SMALL]]
+        acts += [_act(t) for t in distract]
         if hard:
             acts += [_act("focus on the window", ruin=True), _act("pour out the water")]
             acts += [_act(t) for t in DISTRACT_HARD]
-        out.append(dict(task=f"grow a {seed} plant", family=1, phrases=[ph, ph],
+        out.append(dict(task=f"grow a {seed} plant", family=Family.GROW_PLANT, phrases=[ph, ph],
                         weights=[10, 15, 20, 15, 20, 20], acts=acts,
                         plan=[[0, 1, 2, 3, 4, 5]] * 2))
-    for obj in CONDUCT_OBJS[: 6 if hard else 4]:
+    for obj in CONDUCT_OBJS[:num_conduct_objects]:
         base = [f"{obj} held", f"{obj} wired", "bulb wired", None, "", "task complete"]
         ph = [[p if p is not None else f"bulb {s}" for p in base] for s in ("off", "on")]
         acts = [_act(f"pick up the {obj}", set_=0),
@@ -96,11 +111,12 @@ def _procedures(hard: bool):
                 _act(f"put the {obj} in the red box", (0,), 5, need=0),
                 _act("focus on the battery", ruin=True), _act("wait for a while"),
                 _act("activate the stove")]
-        acts += [_act(t) for t in DISTRACT_SMALL[: None if hard else N_DISTRACT_SMALL]]
+        acts += [_act(t) for t in distract]
         if hard:
             acts += [_act("focus on the wire", ruin=True), _act("pour out the water")]
             acts += [_act(t) for t in DISTRACT_HARD]
-        out.append(dict(task=f"test if the {obj} conducts electricity", family=2,
+        out.append(dict(task=f"test if the {obj} conducts electricity",
+                        family=Family.CONDUCTIVITY,
                         phrases=ph, weights=[10, 15, 15, 20, 0, 40], acts=acts,
                         plan=[[0, 1, 2, 3, 5, -1], [0, 1, 2, 3, 4, -1]]))
     return out
@@ -108,29 +124,90 @@ def _procedures(hard: bool):
 
 def vocabulary():
     words = set()
-    for hard in (False, True):
-        for p in _procedures(hard):
+    for params in (ScienceParams.small(), ScienceParams.hard()):
+        for p in params.procedures():
             words |= C.words_of(p["task"], *[a["text"] for a in p["acts"]],
                                 *[x for row in p["phrases"] for x in row])
     return words | C.words_of("task : score result nothing changes yet you ruined the task",
                               "task complete pot empty")
 
 
-@dataclasses.dataclass(frozen=True)
-class ScienceConfig:
-    size: str = "small"            # "small" | "hard"
-    max_turns: int = 0             # 0 -> size default (small 10, hard 14)
+@functools.lru_cache(maxsize=None)
+def _tables(num_seeds: int, num_conduct_objects: int, num_distractors: int,
+            hard_actions: bool):
+    """NumPy tables of the procedure variants (see `Science.__init__`)."""
+    procs = _procedures(num_seeds, num_conduct_objects, num_distractors, hard_actions)
+    family = np.asarray([p["family"] for p in procs], np.int32)
+    fam_count = np.bincount(family, minlength=3).astype(np.float32)
+    probs = 1.0 / (3.0 * fam_count[family])       # each family 1/3
+    sets = np.stack([[_mask(() if a["set"] is None else (a["set"],)) for a in p["acts"]]
+                     for p in procs])
+    return dict(variant_probs=probs / probs.sum(), sets=sets,
+                plan=np.asarray([p["plan"] for p in procs], np.int32))      # [V, 2, PLAN_LEN]
 
-    def __post_init__(self):
-        C.check_choice("size", self.size, ("small", "hard"))
 
-
-@chex.dataclass(frozen=True)
+@struct.dataclass
 class ScienceParams:
-    variant_probs: chex.Array      # [V] probability of each procedure variant
-    p_wait: chex.Array             # [] success probability of a stochastic ("wait") step
-    plan: chex.Array               # [V, 2, 6] int32 expert plan per variant and hidden bit
-    sets: chex.Array               # [V, K, NB] bool milestone set by each action
+    """Every setting of `science` (presets: `small()`, `hard()`).
+
+    Static: the procedure set (num_seeds of SEEDS for the plant tasks, num_conduct_objects
+    of CONDUCT_OBJS for the conductivity tasks, num_distractors of DISTRACT_SMALL,
+    hard_actions: the extra ruin / distractor actions), max_turns T, token lengths
+    action_len / obs_len / feedback_len. Array: p_wait, the success probability of a
+    stochastic ("wait") step. variant_probs, plan and sets are derived from the procedures.
+    """
+
+    num_seeds: int = C.static_field()
+    num_conduct_objects: int = C.static_field()
+    num_distractors: int = C.static_field()
+    hard_actions: bool = C.static_field()
+    max_turns: int = C.static_field()
+    action_len: int = C.static_field()
+    obs_len: int = C.static_field()
+    feedback_len: int = C.static_field()
+    p_wait: chex.Array             # []
+
+    @classmethod
+    def small(cls) -> "ScienceParams":
+        return cls(num_seeds=2, num_conduct_objects=4, num_distractors=0, hard_actions=False,
+                   max_turns=10, action_len=8, obs_len=40, feedback_len=8,
+                   p_wait=jnp.asarray(1.0, jnp.float32))
+
+    @classmethod
+    def hard(cls) -> "ScienceParams":
+        return cls(num_seeds=3, num_conduct_objects=6, num_distractors=len(DISTRACT_SMALL),
+                   hard_actions=True, max_turns=14, action_len=8, obs_len=40, feedback_len=8,
+                   p_wait=jnp.asarray(0.6, jnp.float32))
+
+    def validate(self) -> None:
+        if not (1 <= self.num_seeds <= len(SEEDS)
+                and 1 <= self.num_conduct_objects <= len(CONDUCT_OBJS)
+                and 0 <= self.num_distractors <= len(DISTRACT_SMALL)):
+            raise ValueError(f"science procedure set out of range: {self}")
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+
+    def _key(self):
+        return (self.num_seeds, self.num_conduct_objects, self.num_distractors,
+                self.hard_actions)
+
+    def procedures(self):
+        return _procedures(*self._key())
+
+    @property
+    def variant_probs(self) -> jax.Array:
+        """[V] probability of each procedure variant (each family 1/3)."""
+        return jnp.asarray(_tables(*self._key())["variant_probs"])
+
+    @property
+    def plan(self) -> jax.Array:
+        """[V, 2, PLAN_LEN] int32 expert plan per variant and hidden bit."""
+        return jnp.asarray(_tables(*self._key())["plan"])
+
+    @property
+    def sets(self) -> jax.Array:
+        """[V, K, NB] bool milestone set by each action."""
+        return jnp.asarray(_tables(*self._key())["sets"])
 
 
 @chex.dataclass(frozen=True)
@@ -152,20 +229,22 @@ def _mask(bits) -> np.ndarray:
     return m
 
 
-class Science(C.TextEnvMixin, Environment):
+class Science(C.TextEnvironment):
     name = "science"
+    params_cls = ScienceParams
 
-    def __init__(self, config: ScienceConfig = ScienceConfig()):
-        self.config = config
-        hard = config.size == "hard"
-        procs = _procedures(hard)
+    def __init__(self, params: ScienceParams | None = None):
+        params = ScienceParams.small() if params is None else params
+        params.validate()
+        self.params = params
+        procs = params.procedures()
         self.V = len(procs)
         self.num_actions = len(procs[0]["acts"])
         assert all(len(p["acts"]) == self.num_actions for p in procs)
-        self.action_len = 8
-        self.obs_len = 40
-        self.feedback_len = 8
-        self.max_turns = config.max_turns or (14 if hard else 10)
+        self.action_len = params.action_len
+        self.obs_len = params.obs_len
+        self.feedback_len = params.feedback_len
+        self.max_turns = params.max_turns
         self.family = np.asarray([p["family"] for p in procs], np.int32)
         self._init_text()
         K, A, V = self.num_actions, self.action_len, self.V
@@ -183,11 +262,10 @@ class Science(C.TextEnvMixin, Environment):
         self.ruin = np.asarray([[a["ruin"] for a in p["acts"]] for p in procs])
         self.need = np.asarray([[a["need"] for a in p["acts"]] for p in procs], np.int32)
         self.stoch = np.asarray([[a["stoch"] for a in p["acts"]] for p in procs])
-        self.plan = np.asarray([p["plan"] for p in procs], np.int32)        # [V, 2, 6]
+        self.plan = np.asarray([p["plan"] for p in procs], np.int32)   # [V, 2, PLAN_LEN]
         F = self.feedback_len
         self.w_num = np.asarray([int(C.encode(w, 1)[0]) for w in C.NUMBER_WORDS], np.int32)
         self.w = {w: int(C.encode(w, 1)[0]) for w in ("task", ":", "score", "result")}
-        self.f_nothing = C.encode(C.NOTHING_TEXT, F)
         self.f_nochange = C.encode("nothing changes", F)
         self.f_notyet = C.encode("nothing changes yet", F)
         self.f_ruin = C.encode("you ruined the task", F)
@@ -201,35 +279,22 @@ class Science(C.TextEnvMixin, Environment):
             "stoch", "plan")}
 
     # ------------------------------------------------------------------ protocol
-    def default_params(self) -> ScienceParams:
-        fam_count = np.bincount(self.family, minlength=3).astype(np.float32)
-        probs = 1.0 / (3.0 * fam_count[self.family])       # each family 1/3
-        return ScienceParams(variant_probs=jnp.asarray(probs / probs.sum()),
-                             p_wait=jnp.asarray(0.6 if self.config.size == "hard" else 1.0,
-                                                jnp.float32),
-                             plan=jnp.asarray(self.plan), sets=jnp.asarray(self.set))
-
-    def reset(self, key, params) -> Tuple[ScienceState, TimeStep]:
+    def reset_env(self, key, params) -> ScienceState:
         key, k1, k2, k3 = jax.random.split(key, 4)
-        state = ScienceState(
+        return ScienceState(
             key=key, turn=jnp.zeros((), jnp.int32), done=jnp.zeros((), bool),
             variant=jax.random.choice(k1, self.V, p=params.variant_probs).astype(jnp.int32),
             perm=jax.random.permutation(k2, self.num_actions).astype(jnp.int32),
             hidden=jax.random.bernoulli(k3).astype(jnp.int32),
             bits=jnp.zeros((NB,), bool), ruined=jnp.zeros((), bool),
             score=jnp.zeros((), jnp.float32))
-        return state, C.first_timestep(self, state, params, self.observe, self._info)
 
     def legal_actions(self, state, params):
         cands = jnp.asarray(self.t_act)[state.variant, state.perm]
         return cands.astype(jnp.int32), jnp.ones((self.num_actions,), bool)
 
-    def step(self, state, action, params):
-        return C.finish_step(self, state, action, params, self._transition, self.observe,
-                             self._info, self.f_nothing)
-
     # ------------------------------------------------------------------ dynamics
-    def _transition(self, s: ScienceState, idx, rng, params):
+    def transition(self, s: ScienceState, idx, rng, params):
         T = self._tables()
         v, a = s.variant, s.perm[idx]
         req, st, clr = T["req"][v, a], T["set"][v, a], T["clear"][v, a]
@@ -240,7 +305,7 @@ class Science(C.TextEnvMixin, Environment):
         ruin = (met & (T["ruin"][v, a] | wrong_hidden)) | jnp.any(s.bits & T["ruin_if"][v, a])
         effect = met & lucky & ~ruin
         bits = jnp.where(effect, (s.bits | st) & ~clr, s.bits)
-        final = bits[NB - 1]
+        final = bits[FINAL]
         score = jnp.where(ruin, 0.0, jnp.where(final, 100.0,
                                                 jnp.sum(jnp.where(bits, T["weights"][v], 0.0))))
         # Feedback: the phrase of the milestone set, "pot empty", or no change.
@@ -264,23 +329,16 @@ class Science(C.TextEnvMixin, Environment):
         return C.render([[self.w["task"], self.w[":"]], jnp.asarray(self.t_task)[s.variant],
                          [SEP_ID], shown, [SEP_ID], [self.w["score"], score_w]], self.obs_len)
 
-    def _info(self, s: ScienceState, params):
-        return C.info_dict(success=s.bits[NB - 1] & ~s.ruined, score=s.score)
-
-    # ------------------------------------------------------------------ policies
-    def expert_policy(self, state, params, key=None):
-        return expert_policy(state, params, key)
-
-    def random_policy(self, state, params, key):
-        return self.uniform_random_policy(state, params, key)
+    def info(self, s: ScienceState, params):
+        return C.info_dict(success=s.bits[FINAL] & ~s.ruined, score=s.score)
 
 
 def expert_policy(s: ScienceState, params: ScienceParams, key=None) -> jax.Array:
     """Privileged scripted expert: the first step of the variant's plan (given the hidden
     bit) whose milestone is not reached yet, mapped through the slot permutation.
     [] int32 slot index."""
-    steps = params.plan[s.variant, s.hidden]                            # [6]
-    sets = params.sets[s.variant, jnp.maximum(steps, 0)]                # [6, NB]
+    steps = params.plan[s.variant, s.hidden]                            # [PLAN_LEN]
+    sets = params.sets[s.variant, jnp.maximum(steps, 0)]                # [PLAN_LEN, NB]
     todo = (steps >= 0) & ~jnp.any(sets & s.bits, axis=-1)
     a = steps[jnp.argmax(todo)]
     return jnp.argmax(s.perm == a).astype(jnp.int32)

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from asct_jax.envs.base import BOS_ID, EOS_ID, PAD_ID, Environment, TimeStep
+from asct_jax.envs.base import BOS_ID, EOS_ID, PAD_ID, Environment
 
 ACTION_TOKEN_OFFSET = 5  # candidate k is the token 5 + k
 NODE_TOKEN_OFFSET = 16  # observation: node n -> token 16 + n
@@ -33,6 +33,10 @@ TURN_TOKEN_OFFSET = 8  # observation: turn t -> token 8 + t (t <= 7)
 FEEDBACK_NOTHING = 12  # feedback token: the action did nothing (illegal / unparseable)
 FEEDBACK_MOVED = 13  # feedback token: the action was executed
 FEEDBACK_DONE = 14  # feedback token: the episode ended
+
+# Constructor arguments of the sizes of `asct_jax.envs.make("toy_tree", size=...)`.
+PRESETS = {"small": dict(num_actions=4, depth=3, action_len=3),
+           "hard": dict(num_actions=4, depth=4, action_len=3)}
 
 
 @chex.dataclass(frozen=True)
@@ -71,6 +75,15 @@ class ToyTree(Environment):
     """Depth-T, K-ary toy tree with enumerable values (see the module docstring)."""
 
     name = "toy_tree"
+
+    @classmethod
+    def from_size(cls, size: str = "small", **overrides) -> "ToyTree":
+        """The tree of preset `size` (PRESETS) with constructor arguments overridden."""
+        from asct_jax.envs import _common as C
+
+        C.check_choice("size", size, tuple(PRESETS))
+        C.check_fields(cls.name, overrides, ["size"] + list(PRESETS[size]))
+        return cls(**{**PRESETS[size], **overrides})
 
     def __init__(self, num_actions: int = 4, depth: int = 3, action_len: int = 3):
         if num_actions < 2:
@@ -147,26 +160,18 @@ class ToyTree(Environment):
         """[O] int32: the observation tokens of a state (what reset/step return)."""
         return self._observation(state.node, state.turn)
 
-    def _info(self, state: ToyTreeState, params: ToyTreeParams) -> Dict[str, chex.Array]:
+    def info(self, state: ToyTreeState, params: ToyTreeParams) -> Dict[str, chex.Array]:
         success = state.done & (state.ret >= params.success_threshold)
         return {"success": success.astype(jnp.float32), "score": state.ret.astype(jnp.float32)}
 
-    def reset(self, key: chex.PRNGKey, params: ToyTreeParams) -> Tuple[ToyTreeState, TimeStep]:
-        state = ToyTreeState(
+    def reset_env(self, key: chex.PRNGKey, params: ToyTreeParams) -> ToyTreeState:
+        return ToyTreeState(
             node=jnp.int32(0),
             turn=jnp.int32(0),
             done=jnp.array(False),
             ret=jnp.float32(0.0),
             key=key,
         )
-        ts = TimeStep(
-            observation=self.observe(state, params),
-            feedback=jnp.full((self.feedback_len,), PAD_ID, jnp.int32),
-            reward=jnp.float32(0.0),
-            done=state.done,
-            info=self._info(state, params),
-        )
-        return state, ts
 
     def parse_action(self, action: chex.Array) -> Tuple[chex.Array, chex.Array]:
         """[A] tokens -> (candidate index k (clipped to [0, K)), well_formed bool)."""
@@ -176,37 +181,32 @@ class ToyTree(Environment):
         ok = ok & jnp.all(action[2:] == PAD_ID)
         return jnp.clip(k, 0, self.num_actions - 1).astype(jnp.int32), ok
 
-    def step(self, state: ToyTreeState, action: chex.Array, params: ToyTreeParams):
+    def _feedback(self, token) -> chex.Array:
+        return jnp.full((self.feedback_len,), PAD_ID, jnp.int32).at[0].set(token).at[1].set(EOS_ID)
+
+    def step_env(self, state: ToyTreeState, action: chex.Array, key: chex.PRNGKey,
+                 params: ToyTreeParams):
         k, ok = self.parse_action(action)
         node = state.node
         legal = ok & params.legal[node, k] & ~state.done
         terminates = params.terminates[node, k]
-        key, noise_key = jax.random.split(state.key)
-        noise = params.reward_noise * jax.random.normal(noise_key, (), jnp.float32)
+        noise = params.reward_noise * jax.random.normal(key, (), jnp.float32)
         reward = jnp.where(legal, params.rewards[node, k] + jnp.where(terminates, noise, 0.0), 0.0)
-        turn = state.turn + 1
-        done = (legal & terminates) | (turn >= self.max_turns)
-        new = ToyTreeState(
+        done = legal & terminates
+        new = state.replace(
             node=jnp.where(legal, node * self.num_actions + k + 1, node).astype(jnp.int32),
-            turn=turn.astype(jnp.int32),
             done=done,
             ret=state.ret + reward,
-            key=key,
         )
-        # Absorbing after done: state unchanged, reward 0.
-        new = jax.tree.map(lambda a, b: jnp.where(state.done, a, b), state, new)
-        reward = jnp.where(state.done, 0.0, reward).astype(jnp.float32)
-        fb_tok = jnp.where(new.done, FEEDBACK_DONE, jnp.where(legal, FEEDBACK_MOVED, FEEDBACK_NOTHING))
-        feedback = jnp.full((self.feedback_len,), PAD_ID, jnp.int32)
-        feedback = feedback.at[0].set(fb_tok).at[1].set(EOS_ID)
-        ts = TimeStep(
-            observation=self.observe(new, params),
-            feedback=feedback,
-            reward=reward,
-            done=new.done,
-            info=self._info(new, params),
-        )
-        return new, ts
+        fb = self._feedback(jnp.where(done, FEEDBACK_DONE,
+                                      jnp.where(legal, FEEDBACK_MOVED, FEEDBACK_NOTHING)))
+        return new, fb, reward
+
+    def on_timeout(self, state: ToyTreeState, feedback, params: ToyTreeParams):
+        return state, self._feedback(FEEDBACK_DONE), jnp.zeros((), jnp.float32)
+
+    def absorbing_feedback(self, params: ToyTreeParams) -> chex.Array:
+        return self._feedback(FEEDBACK_DONE)
 
     def legal_actions(self, state: ToyTreeState, params: ToyTreeParams):
         legal = params.legal[state.node] & ~state.done
