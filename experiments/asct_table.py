@@ -1,4 +1,4 @@
-"""The ASCT table (METHODS.md 1) on the rag_workflow analogue of HotpotQA agentic RAG.
+"""The ASCT table (docs/methods.md, ASCT) on the rag_workflow analogue of HotpotQA agentic RAG.
 
 For every method and seed: train, then evaluate the final actor on held-out episodes
 (utility = answer F1 - lambda * execution tokens, F1, execution cost) and, if

@@ -1,4 +1,4 @@
-"""The FACTOR table (METHODS.md 2) on the household / shop / science analogues.
+"""The FACTOR table (docs/methods.md, FACTOR) on the household / shop / science analogues.
 
 Every method trains with the same steps and group size. grpo_extended is GRPO given
 FACTOR's environment-call budget: its rollout.num_groups is scaled by the ratio of

@@ -10,21 +10,22 @@ the ToyTree constructor arguments. `params` is that settings object (toy_tree: i
 """
 from __future__ import annotations
 
-import importlib
+from types import ModuleType
 from typing import Any, Dict, Tuple
 
+from asct_jax.envs import household, rag_workflow, science, shop, toy_tree
 from asct_jax.envs._common import SIZES
 from asct_jax.envs.base import (  # noqa: F401  (re-exports)
     BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID, Environment, TimeStep,
     action_tokens_equal, match_action, vmap_reset, vmap_step)
 
-# name -> module:Class (a class with `from_size(size, **overrides)`). Imported on request.
-_REGISTRY: Dict[str, str] = {
-    "rag_workflow": "asct_jax.envs.rag_workflow:RagWorkflow",
-    "household": "asct_jax.envs.household:Household",
-    "shop": "asct_jax.envs.shop:Shop",
-    "science": "asct_jax.envs.science:Science",
-    "toy_tree": "asct_jax.envs.toy_tree:ToyTree",
+# name -> (module, class with `from_size(size, **overrides)`).
+_REGISTRY: Dict[str, Tuple[ModuleType, Any]] = {
+    "rag_workflow": (rag_workflow, rag_workflow.RagWorkflow),
+    "household": (household, household.Household),
+    "shop": (shop, shop.Shop),
+    "science": (science, science.Science),
+    "toy_tree": (toy_tree, toy_tree.ToyTree),
 }
 ENVS: Tuple[str, ...] = tuple(_REGISTRY)     # allowed environment names
 # SIZES: allowed `size` values (re-exported from _common).
@@ -47,16 +48,14 @@ def make(name: str, size: str = "small", **overrides) -> Tuple[Environment, Any]
     allowed values).
     """
     _check_name(name)
-    mod, attr = _REGISTRY[name].split(":")
-    env_cls = getattr(importlib.import_module(mod), attr)
-    env = env_cls.from_size(size, **overrides)
+    env = _REGISTRY[name][1].from_size(size, **overrides)
     return env, env.default_params()
 
 
 def module_of(name: str):
     """The module of a registered environment (its expert_policy / random_policy)."""
     _check_name(name)
-    return importlib.import_module(_REGISTRY[name].split(":")[0])
+    return _REGISTRY[name][0]
 
 
 __all__ = ["make", "list_envs", "module_of", "ENVS", "SIZES", "Environment", "TimeStep",

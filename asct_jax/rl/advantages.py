@@ -8,7 +8,7 @@ Per-turn quantities (rewards, values) are read only where the turn happened.
 Conventions shared by every estimator:
   m_t       = turn_mask[:, t]                      (m_T = 0: nothing after the horizon)
   V_{t+1}'  = m_{t+1} * V_{t+1}                    (the value after the last real turn is 0)
-  gamma     = 1 by default (METHODS.md: finite, undiscounted episodes).
+  gamma     = 1 by default (docs/methods.md, Conventions: finite, undiscounted episodes).
 
 Recurrences over time run as `lax.scan(..., reverse=True)` on time-major arrays; there is
 no Python loop over time or batch. Groups (GRPO / FACTOR) are contiguous: episode i

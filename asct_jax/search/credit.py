@@ -1,7 +1,8 @@
 """ASCT credit kernels: centre the searched Q table, then advantage of the taken action.
 
-METHODS.md section 1, steps 4-5. The lead registers these as credit methods
-(asct_uniform, asct_uct, asct_agentuct); here they are pure array kernels.
+docs/methods.md, ASCT > Centring and ASCT advantage. asct_jax.search.methods builds the
+credit methods (asct_uniform, asct_uct, asct_agentuct) from them; here they are pure
+array kernels.
 """
 from __future__ import annotations
 
@@ -75,8 +76,8 @@ def asct_advantage(
     restorable), when a_t is not among the candidates (action_index < 0), or when the
     search never visited a_t (q_mask False; non-restorable actions are never visited).
     Then the credit is `fallback`, which the caller sets to the trajectory-return
-    advantage (METHODS.md section 3: "the credit for such a step falls back to the
-    trajectory return"), and the step is counted in `used_fallback`. Note the two
+    advantage (a step that cannot be searched from falls back to the trajectory
+    return), and the step is counted in `used_fallback`. Note the two
     advantages live on the same return scale but have different baselines (V_phi vs the
     caller's return baseline).
 

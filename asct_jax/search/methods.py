@@ -1,6 +1,6 @@
 """ASCT and VinePPO as credit methods (`Method` records, see asct_jax.rl.credit).
 
-asct_uniform / asct_uct / asct_agentuct (METHODS.md 1), per training iteration:
+asct_uniform / asct_uct / asct_agentuct (docs/methods.md, ASCT), per training iteration:
   1. the rollout of pi_old is the batch (every visited state s_t is stored);
   2. `asct.states_per_episode` visited turns per episode (all real turns if larger than
      the episode) are chosen uniformly; a tree of `asct.num_simulations` simulations is
