@@ -26,6 +26,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -108,14 +109,14 @@ def _mctx_fns(env, params, policy_fn, batch, num_sims, kind):
 
 def _ours_fn(env, params, policy_fn, num_sims, kind):
     if kind == "ours_puct_critic":
-        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=env.max_turns, rule="puct",
-                             c=1.25, leaf_eval="critic")
+        selection_fn = functools.partial(S.puct, c=1.25)
+        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=env.max_turns, leaf_eval="critic")
     else:
-        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=env.max_turns, rule="agentuct",
-                             c=1.0, beta=1.0, leaf_eval="rollout")
+        selection_fn = functools.partial(S.agentuct, c=1.0, beta=1.0)
+        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=env.max_turns, leaf_eval="rollout")
 
     def run(root_states, key):
-        out = S.search(env, params, root_states, policy_fn, key, cfg)
+        out = S.search(env, params, root_states, policy_fn, key, selection_fn, cfg)
         return out.q, out.visits, out.aux_tokens, out.env_calls
 
     return run

@@ -1,4 +1,4 @@
-"""Tests of asct_jax.search (tree, selection, search, mc_return) on ToyTree.
+"""Tests of asct_jax.search (tree, selection, the search's stages, search, mc_return) on ToyTree.
 
 ToyTree's values are enumerable exactly (ToyTree.exact_q), so the search's Q table is
 compared with exact values at a tolerance set by the number of visits: 4 standard errors
@@ -15,6 +15,7 @@ from hypothesis import given, strategies as st
 from asct_jax import search as S
 from asct_jax.envs.base import EOS_ID, PAD_ID, Environment
 from asct_jax.envs.toy_tree import ToyTree
+from asct_jax.search.search import node_info, root_active
 
 ENV = ToyTree(num_actions=4, depth=3)
 K = ENV.num_actions
@@ -31,20 +32,22 @@ def _roots(params, b, seed=0):
 
 
 @functools.lru_cache(maxsize=None)
-def _jit_search(config):
-    """One compiled search per config; policy logits and params are traced inputs."""
+def _jit_search(selection_fn, config):
+    """One compiled search per (selection function, config); policy logits and params are
+    traced inputs."""
 
     def fn(params, logits, values, states, key):
         pi = ENV.policy_fn(params, logits, values)
-        return S.search(ENV, params, states, pi, key, config)
+        return S.search(ENV, params, states, pi, key, selection_fn, config)
 
     return jax.jit(fn)
 
 
-def _run(config, params, b, logits=None, values=None, seed=0):
+def _run(selection_fn, config, params, b, logits=None, values=None, seed=0):
     logits = _logits() if logits is None else logits
     values = np.zeros(ENV.num_nodes, np.float32) if values is None else values
-    out = _jit_search(config)(params, logits, values, _roots(params, b, seed), jax.random.PRNGKey(seed + 1))
+    out = _jit_search(selection_fn, config)(
+        params, logits, values, _roots(params, b, seed), jax.random.PRNGKey(seed + 1))
     return jax.device_get(out)
 
 
@@ -111,8 +114,8 @@ def test_q_converges_depth1_rollout():
     slightly downward.)"""
     params = ENV.make_params(seed=4)
     logits = _logits(2)
-    cfg = S.SearchConfig(num_simulations=48, max_depth=1, rule="uniform", leaf_eval="rollout")
-    out = _run(cfg, params, b=128, logits=logits)
+    cfg = S.SearchConfig(num_simulations=48, max_depth=1, leaf_eval="rollout")
+    out = _run(S.uniform, cfg, params, b=128, logits=logits)
     ex = ENV.exact_q(params, ENV.policy_probs(params, logits))
     legal = np.asarray(params.legal[0])
     assert np.all(out.q_mask[:, ~legal] == 0) and np.all(out.q_mask[:, legal])
@@ -122,7 +125,7 @@ def test_q_converges_depth1_rollout():
         assert abs(est - ex["q"][0, a]) <= 4 * std / np.sqrt(n) + 1e-5, (a, est, ex["q"][0, a], n)
 
 
-DEPTH2_UNIFORM = S.SearchConfig(num_simulations=64, max_depth=2, rule="uniform", leaf_eval="rollout")
+DEPTH2_UNIFORM = S.SearchConfig(num_simulations=64, max_depth=2, leaf_eval="rollout")
 
 
 def test_q_converges_depth2_uniform_mixture():
@@ -132,7 +135,7 @@ def test_q_converges_depth2_uniform_mixture():
     pooled estimate: (B_a Q^pi + (N_a - B_a) Q^mix) / N_a."""
     params = ENV.make_params(seed=5)
     logits = _logits(3)
-    out = _run(DEPTH2_UNIFORM, params, b=128, logits=logits)
+    out = _run(S.uniform, DEPTH2_UNIFORM, params, b=128, logits=logits)
     probs = ENV.policy_probs(params, logits)
     mix = probs.copy()
     lv1 = ENV.levels == 1
@@ -152,10 +155,10 @@ def test_critic_leaf_eval_is_exact_and_compiled_once():
     params = ENV.make_params(seed=6)
     logits = _logits(4)
     ex = ENV.exact_q(params, ENV.policy_probs(params, logits))
-    cfg = S.SearchConfig(num_simulations=8, max_depth=1, rule="agentuct", leaf_eval="critic", charge="expansion")
-    fn = S.make_search_fn(ENV, ENV.policy_fn(params, logits, ex["v"]), cfg)
+    cfg = S.SearchConfig(num_simulations=8, max_depth=1, leaf_eval="critic", charge="expansion")
+    fn = S.make_search_fn(ENV, ENV.policy_fn(params, logits, ex["v"]), S.make_selection("agentuct"), cfg)
     roots = _roots(params, 4)
-    out = jax.device_get(fn(params, roots, jax.random.PRNGKey(0), jnp.float32(1.0)))
+    out = jax.device_get(fn(params, roots, jax.random.PRNGKey(0), beta=jnp.float32(1.0)))
     legal = np.asarray(params.legal[0])
     np.testing.assert_allclose(out.q[:, legal], np.broadcast_to(ex["q"][0, legal], (4, legal.sum())), atol=1e-5)
     np.testing.assert_allclose(out.root_value, ex["v"][0], atol=1e-5)
@@ -163,32 +166,33 @@ def test_critic_leaf_eval_is_exact_and_compiled_once():
     costs = np.asarray(params.costs)
     assert np.all(out.aux_tokens == costs[legal].sum())  # each legal root edge expanded once
     done = roots.replace(done=jnp.array([False, True, False, True]))
-    out2 = jax.device_get(fn(params, done, jax.random.PRNGKey(1), jnp.float32(3.0)))
+    out2 = jax.device_get(fn(params, done, jax.random.PRNGKey(1), beta=jnp.float32(3.0)))
     assert fn._cache_size() == 1  # one compilation for every beta value
     assert np.all(out2.visits[[1, 3]] == 0) and np.all(out2.env_calls[[1, 3]] == 0)
     assert np.all(out2.aux_tokens[[1, 3]] == 0) and np.all(out2.visits[[0, 2]].sum(1) == 8)
 
 
 # ------------------------------------------------------------- tree invariants, costs
-RULE_CFGS = {
-    "uct": S.SearchConfig(num_simulations=64, max_depth=3, rule="uct", c=1.0),
-    "agentuct": S.SearchConfig(num_simulations=64, max_depth=3, rule="agentuct", c=1.0, beta=2.0),
-    "puct": S.SearchConfig(num_simulations=64, max_depth=3, rule="puct", leaf_eval="critic"),
-    "uniform": DEPTH2_UNIFORM,
+RULE_CFGS = {  # rule -> (selection function, SearchConfig)
+    "uct": (S.make_selection("uct", c=1.0), S.SearchConfig(num_simulations=64, max_depth=3)),
+    "agentuct": (S.make_selection("agentuct", {"c": 1.0, "beta": 2.0}),
+                 S.SearchConfig(num_simulations=64, max_depth=3)),
+    "puct": (S.puct, S.SearchConfig(num_simulations=64, max_depth=3, leaf_eval="critic")),
+    "uniform": (S.uniform, DEPTH2_UNIFORM),
 }
 
 
 @pytest.fixture(scope="module")
 def rule_runs():
     params = ENV.make_params(seed=0)  # costs 1, 3, 9, 27; all 4 root actions legal
-    return params, {r: _run(cfg, params, b=32, seed=11) for r, cfg in RULE_CFGS.items()}
+    return params, {r: _run(*sc, params, b=32, seed=11) for r, sc in RULE_CFGS.items()}
 
 
 @pytest.mark.parametrize("rule", list(RULE_CFGS))
 def test_visit_counts_add_up(rule_runs, rule):
     params, runs = rule_runs
     out, t = runs[rule], runs[rule].tree
-    cfg = RULE_CFGS[rule]
+    cfg = RULE_CFGS[rule][1]
     assert np.all(out.visits.sum(1) == cfg.num_simulations)
     assert np.all(t.node_visits[:, 0] == cfg.num_simulations)
     used = t.node_visits > 0
@@ -217,8 +221,11 @@ def test_agentuct_spends_fewer_tokens_than_uct(rule_runs):
     assert agent_tok < 0.7 * uct_tok, (agent_tok, uct_tok)
     # Root visits lean to cheaper actions: a lower visit-weighted mean root-action cost.
     costs = np.asarray(params.costs)
-    mean_cost = {r: (runs[r].visits * costs).sum(1).mean() / RULE_CFGS[r].num_simulations for r in ("uct", "agentuct")}
+    mean_cost = {r: (runs[r].visits * costs).sum(1).mean() / RULE_CFGS[r][1].num_simulations for r in ("uct", "agentuct")}
     assert mean_cost["agentuct"] < mean_cost["uct"], mean_cost
+
+
+UCT = S.make_selection("uct")
 
 
 @given(seed=st.integers(0, 10_000), p=st.floats(0.2, 0.9))
@@ -228,8 +235,8 @@ def test_illegal_and_unrestorable_never_searched(seed, p):
     restorable = rng.random(K) < 0.7
     restorable[rng.integers(K)] = True
     env_params = env_params.replace(restorable=jnp.asarray(restorable))
-    cfg = S.SearchConfig(num_simulations=16, max_depth=3, rule="uct", leaf_eval="critic")
-    out = _run(cfg, env_params, b=2)
+    cfg = S.SearchConfig(num_simulations=16, max_depth=3, leaf_eval="critic")
+    out = _run(UCT, cfg, env_params, b=2)
     t = out.tree
     ok = np.asarray(env_params.legal[0]) & restorable
     assert np.all(out.visits[:, ~ok] == 0) and np.all(~out.q_mask[:, ~ok])
@@ -250,7 +257,7 @@ def _stats(visits, vsum, logp, mask, costs, value=0.0):
         costs=jnp.asarray(costs, jnp.float32), value=jnp.float32(value))
 
 
-_RULES_JIT = {r: jax.jit(functools.partial(fn, c=1.0, beta=1.0, eps=1e-6)) for r, fn in S.RULES.items()}
+_RULES_JIT = {r: jax.jit(S.make_selection(r, {"c": 1.0, "beta": 1.0, "eps": 1e-6})) for r in S.RULES}
 
 
 @given(
@@ -289,11 +296,198 @@ def test_rule_formulas():
 
 # --------------------------------------------------------------------------- config
 @pytest.mark.parametrize("field,value", [
-    ("rule", "ucb"), ("leaf_eval", "mc"), ("num_simulations", 0), ("max_depth", 0),
-    ("c", -1.0), ("eps", 0.0), ("num_leaf_rollouts", 0),
+    ("leaf_eval", "mc"), ("num_simulations", 0), ("max_depth", 0), ("num_leaf_rollouts", 0),
+    ("charge", "all"),
 ])
 def test_config_errors_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         S.make_search_config({field: value})
     with pytest.raises(ValueError, match="unknown"):
         S.make_search_config({"num_sims": 4})
+    with pytest.raises(ValueError, match="unknown.*rule"):  # the rule is a function now
+        S.make_search_config({"rule": "uct"})
+
+
+@pytest.mark.parametrize("rule,field,value", [
+    ("ucb", "rule", None), ("uct", "c", -1.0), ("uniform", "eps", 0.0), ("agentuct", "beta", -2.0),
+    ("uct", "unknown", None),
+])
+def test_selection_errors_name_the_field(rule, field, value):
+    with pytest.raises(ValueError, match=field):
+        if field == "unknown":
+            S.make_selection(rule, cc=1.0)
+        else:
+            S.make_selection(rule, {} if value is None else {field: value})
+
+
+def test_make_selection_binds_the_rules_own_hyperparameters():
+    """The asct.search ConfigDict holds search and selection fields together: each side
+    reads its own; a rule is bound only the hyperparameters its signature names."""
+    import ml_collections
+
+    cd = ml_collections.ConfigDict(dict(num_simulations=4, max_depth=2, c=0.5, beta=2.0,
+                                        leaf_eval="critic", charge="expansion"))
+    assert set(S.RULES) == {"uniform", "uct", "puct", "agentuct"}
+    assert S.make_search_config(cd) == S.SearchConfig(num_simulations=4, max_depth=2,
+                                                      leaf_eval="critic", charge="expansion")
+    assert S.make_selection("uniform", cd).keywords == {}
+    assert S.make_selection("puct", cd).keywords == {"c": 0.5}
+    assert S.make_selection("uct", cd).keywords == {"c": 0.5}
+    beta = jnp.float32(4.0)
+    agent = S.make_selection("agentuct", cd, beta=beta, eps=None)
+    assert agent.func is S.agentuct and agent.keywords == {"c": 0.5, "beta": beta}
+    assert S.make_selection("agentuct", {"unvisited_first": False}).keywords == {"unvisited_first": False}
+
+
+# ------------------------------------------------------------------ search stages
+def _model(params, logits=None, values=None):
+    logits = _logits() if logits is None else logits
+    return S.EnvModel(ENV, params, ENV.policy_fn(params, logits, values))
+
+
+def _fresh_tree(model, roots, num_nodes):
+    """Trees holding only their roots (what `search` starts from)."""
+    info = jax.vmap(functools.partial(node_info, model))(roots)
+    return S.init_tree(num_nodes, roots, info.prior_logp, info.value, info.legal,
+                       info.searchable, info.costs, roots.done)
+
+
+def _last_selectable(key, node):
+    """A custom selection function: always the highest-index selectable candidate."""
+    del key
+    k = node.mask.shape[0]
+    return (k - 1 - jnp.argmax(node.mask[::-1])).astype(jnp.int32)
+
+
+def _np_tree(tree):
+    return {f: np.asarray(getattr(tree, f)) for f in (
+        "node_visits", "node_value_sum", "raw_value", "parents", "action_from_parent", "depth",
+        "terminal", "children_index", "children_visits", "children_value_sum",
+        "children_rewards", "prior_logp", "legal", "searchable", "costs")}
+
+
+def test_simulate_and_expand_on_a_fresh_tree():
+    params = ENV.make_params(seed=1)
+    model = _model(params)
+    roots = _roots(params, 3)
+    roots = roots.replace(done=jnp.array([False, True, False]))
+    tree = _fresh_tree(model, roots, num_nodes=4)
+    active = np.asarray(root_active(tree))
+    assert active.tolist() == [True, False, True]
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    sel = jax.device_get(S.simulate(keys, tree, _last_selectable, 3))
+    last = int(np.flatnonzero(np.asarray(params.legal[0]))[-1])
+    # An active root: the descent stops at once at the new edge (root, last) to expand.
+    assert sel.parent.tolist() == [0, 0, 0] and sel.action[0] == last and sel.action[2] == last
+    assert sel.expand.tolist() == [True, False, True] and sel.leaf.tolist() == [-1, 0, -1]
+    expanded = jnp.asarray(sel.expand & active)
+    tree2 = S.expand(tree, model, jnp.asarray(sel.parent), jnp.asarray(sel.action), jnp.int32(1), expanded)
+    t0, t1 = _np_tree(tree), _np_tree(tree2)
+    for b in (0, 2):
+        assert t1["children_index"][b, 0, last] == 1 and t1["parents"][b, 1] == 0
+        assert t1["action_from_parent"][b, 1] == last and t1["depth"][b, 1] == 1
+        assert t1["children_rewards"][b, 0, last] == pytest.approx(float(params.rewards[0, last]))
+        assert int(tree2.states.node[b, 1]) == last + 1  # ToyTree: child of the root via k is k + 1
+        np.testing.assert_array_equal(t1["legal"][b, 1], np.asarray(params.legal[last + 1]))
+    for f in t0:  # the tree that did not expand is unchanged; nothing written to slots 2, 3
+        np.testing.assert_array_equal(t1[f][1], t0[f][1], err_msg=f)
+        np.testing.assert_array_equal(t1[f][:, 2:], t0[f][:, 2:], err_msg=f)
+    # Now (root, last) exists: with D = 1 the descent re-evaluates the child, with D = 3
+    # it goes through it and stops at a new edge below it.
+    s1 = jax.device_get(S.simulate(keys, tree2, _last_selectable, 1))
+    assert s1.expand[[0, 2]].tolist() == [False, False] and s1.leaf[[0, 2]].tolist() == [1, 1]
+    s3 = jax.device_get(S.simulate(keys, tree2, _last_selectable, 3))
+    child_legal = np.asarray(params.legal[last + 1])
+    if child_legal.any() and not bool(tree2.terminal[0, 1]):
+        assert s3.parent[0] == 1 and s3.expand[0] and s3.action[0] == np.flatnonzero(child_legal)[-1]
+
+
+def test_backward_updates_exactly_the_path(rule_runs):
+    """backward adds one visit and G to the leaf, every ancestor and the edges between
+    them, and nothing anywhere else; an inactive tree is unchanged."""
+    _, runs = rule_runs
+    t = runs["uct"].tree
+    tree = jax.tree.map(jnp.asarray, t)
+    b = t.node_visits.shape[0]
+    used = t.node_visits > 0
+    leaf = np.argmax(np.where(used, t.depth, -1), axis=1).astype(np.int32)  # a deepest node
+    assert np.all(t.depth[np.arange(b), leaf] >= 2)
+    value = np.random.default_rng(0).normal(size=b).astype(np.float32)
+    active = np.ones(b, bool)
+    active[5] = False
+    new, path = S.backward(tree, jnp.asarray(leaf), jnp.asarray(value), jnp.asarray(active), 3)
+    n0, n1 = _np_tree(tree), _np_tree(new)
+    exp = {f: n0[f].copy() for f in ("node_visits", "node_value_sum", "children_visits", "children_value_sum")}
+    for i in np.flatnonzero(active):
+        node, g = leaf[i], np.float64(value[i])
+        exp["node_visits"][i, node] += 1
+        exp["node_value_sum"][i, node] += g
+        while node != 0:
+            p, a = t.parents[i, node], t.action_from_parent[i, node]
+            g += t.children_rewards[i, p, a]
+            exp["node_visits"][i, p] += 1
+            exp["node_value_sum"][i, p] += g
+            exp["children_visits"][i, p, a] += 1
+            exp["children_value_sum"][i, p, a] += g
+            node = p
+    for f in ("node_visits", "children_visits"):
+        np.testing.assert_array_equal(n1[f], exp[f], err_msg=f)
+    # Visit counts add up: D_leaf + 1 nodes and D_leaf edges per active tree.
+    path_len = t.depth[np.arange(b), leaf] * active
+    np.testing.assert_array_equal((n1["node_visits"] - n0["node_visits"]).sum(1), path_len + active)
+    np.testing.assert_array_equal((n1["children_visits"] - n0["children_visits"]).sum((1, 2)), path_len)
+    for f in ("node_value_sum", "children_value_sum"):
+        np.testing.assert_allclose(n1[f], exp[f], rtol=1e-6, atol=1e-5, err_msg=f)
+        changed = n1[f] != n0[f]
+        assert not changed[~active].any()
+    for f in n0:
+        if f not in exp:
+            np.testing.assert_array_equal(n1[f], n0[f], err_msg=f)
+    valid = np.asarray(path.valid)
+    np.testing.assert_array_equal(valid.sum(1), t.depth[np.arange(b), leaf] * active)
+    i = int(np.flatnonzero(active)[0])
+    np.testing.assert_array_equal(np.asarray(path.nodes)[i][valid[i]][0], t.parents[i, leaf[i]])
+
+
+def test_custom_selection_fn_is_used():
+    """search follows the selection function it is given: always the last selectable
+    candidate makes one chain per tree, every simulation through the same root action."""
+    params = ENV.make_params(seed=0)  # all 4 root actions legal
+    cfg = S.SearchConfig(num_simulations=8, max_depth=3, leaf_eval="critic")
+    out = _run(_last_selectable, cfg, params, b=4)
+    t = out.tree
+    assert np.all(out.visits[:, K - 1] == 8) and np.all(out.visits[:, : K - 1] == 0)
+    b, n, a = np.nonzero(t.children_index >= 0)
+    last = K - 1 - np.argmax(t.searchable[b, n][:, ::-1], axis=1)
+    np.testing.assert_array_equal(a, last)
+    assert np.all(np.bincount(b, minlength=4) <= 3)  # a chain: at most D edges per tree
+    # The same rule passed as a partial or built from a config by name gives the same search.
+    cfg2 = S.SearchConfig(num_simulations=8, max_depth=3)
+    o1 = _run(functools.partial(S.agentuct, c=1.3, beta=0.7), cfg2, params, b=4)
+    o2 = _run(S.make_selection("agentuct", {"c": 1.3, "beta": 0.7, "num_simulations": 8}), cfg2, params, b=4)
+    for f in ("q", "visits", "aux_tokens", "env_calls"):
+        np.testing.assert_array_equal(getattr(o1, f), getattr(o2, f))
+    assert not np.array_equal(o1.visits, out.visits)
+
+
+def test_simulation_cost_charges():
+    """traversal: the path's edges plus the leaf evaluation; expansion: the expanded edge
+    plus the leaf evaluation; nothing for an inactive tree's leaf evaluation."""
+    params = ENV.make_params(seed=0)
+    t = jax.tree.map(jnp.asarray, _run(S.make_selection("uct"), S.SearchConfig(
+        num_simulations=16, max_depth=3, leaf_eval="critic"), params, b=2).tree)
+    path = S.BackupPath(nodes=jnp.array([[2, 0, 0], [0, 0, 0]], jnp.int32),
+                        actions=jnp.array([[1, 3, 0], [2, 0, 0]], jnp.int32),
+                        valid=jnp.array([[True, True, False], [True, False, False]]))
+    sel = S.Selection(parent=jnp.array([2, 0], jnp.int32), action=jnp.array([1, 2], jnp.int32),
+                      expand=jnp.array([True, True]), leaf=jnp.array([-1, -1], jnp.int32))
+    expanded = jnp.array([True, False])
+    active = jnp.array([True, False])
+    leaf_cost = S.Cost(jnp.array([100.0, 100.0]), jnp.array([5, 5], jnp.int32))
+    costs = np.asarray(params.costs)
+    trav = S.simulation_cost("traversal", t, path, sel, expanded, active, leaf_cost)
+    np.testing.assert_array_equal(trav.aux_tokens, [costs[1] + costs[3] + 100.0, costs[2]])
+    np.testing.assert_array_equal(trav.env_calls, [2 + 5, 1])
+    exp_ = S.simulation_cost("expansion", t, path, sel, expanded, active, leaf_cost)
+    np.testing.assert_array_equal(exp_.aux_tokens, [costs[1] + 100.0, 0.0])
+    np.testing.assert_array_equal(exp_.env_calls, [1 + 5, 0])

@@ -2,18 +2,31 @@
 from asct_jax.search.credit import CENTRE_MODES, asct_advantage, centre_q
 from asct_jax.search.rollout_value import mc_return, rollout_return
 from asct_jax.search.search import (
+    BackupPath,
+    Cost,
+    EnvModel,
     SearchConfig,
     SearchOutput,
+    SearchState,
+    Selection,
+    backward,
+    evaluate_leaf,
+    expand,
     make_search_config,
     make_search_fn,
     search,
+    simulate,
+    simulation_cost,
 )
 from asct_jax.search.selection import (
+    HYPERPARAMS,
     RULES,
     NodeStats,
+    SelectionFn,
     agentuct,
     cost_hat,
     linear_schedule,
+    make_selection,
     puct,
     uct,
     uniform,
@@ -21,8 +34,10 @@ from asct_jax.search.selection import (
 from asct_jax.search.tree import Tree, init_tree
 
 __all__ = [
-    "CENTRE_MODES", "RULES", "NodeStats", "SearchConfig", "SearchOutput", "Tree",
-    "agentuct", "asct_advantage", "centre_q", "cost_hat", "init_tree", "linear_schedule",
-    "make_search_config", "make_search_fn", "mc_return", "puct", "rollout_return",
-    "search", "uct", "uniform",
+    "BackupPath", "CENTRE_MODES", "Cost", "EnvModel", "HYPERPARAMS", "RULES", "NodeStats",
+    "SearchConfig", "SearchOutput", "SearchState", "Selection", "SelectionFn", "Tree",
+    "agentuct", "asct_advantage", "backward", "centre_q", "cost_hat", "evaluate_leaf",
+    "expand", "init_tree", "linear_schedule", "make_search_config", "make_search_fn",
+    "make_selection", "mc_return", "puct", "rollout_return", "search", "simulate",
+    "simulation_cost", "uct", "uniform",
 ]

@@ -33,7 +33,7 @@ from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search.credit import asct_advantage, centre_q
 from asct_jax.search.rollout_value import mc_return
 from asct_jax.search.search import make_search_config, search
-from asct_jax.search.selection import linear_schedule
+from asct_jax.search.selection import linear_schedule, make_selection
 
 
 def choose_turns(turn_mask, key, num: int):
@@ -56,10 +56,11 @@ def searched_advantages(config, ctx: CreditContext, params, batch: Rollout, key,
     idx, valid = choose_turns(batch.turn_mask, k_turns, ac.states_per_episode)  # [B, S]
     s = idx.shape[1]
     roots = jax.tree.map(_flat, turn_states(batch, idx))
-    scfg = make_search_config(ac.search, rule=rule)
+    scfg = make_search_config(ac.search)
     beta = linear_schedule(step, ac.beta_start, ac.search.beta, ac.beta_steps)
+    selection_fn = make_selection(rule, ac.search, beta=beta)
     out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), k_search,
-                 scfg, beta=beta)
+                 selection_fn, scfg)
     q_c = centre_q(out.q, out.q_mask, out.prior_logp, ac.centring, ac.alpha)
     # Scatter the S searched rows back to their turns: [B, S, K] -> [B, T, K].
     onehot = jax.nn.one_hot(idx, t, dtype=jnp.float32) * valid[..., None]  # [B, S, T]

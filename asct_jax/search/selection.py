@@ -1,9 +1,17 @@
 """Selection rules: which candidate a simulation takes at one node.
 
-Each rule is one small function on the statistics of ONE node (unbatched; the search vmaps
-it over trees) and returns the chosen candidate index (int32 []). Illegal candidates (mask
-False: illegal or not restorable) are never chosen; the caller never asks a node with no
-selectable candidate. Ties are broken deterministically: the lowest index among the best.
+Each rule is one small function `rule(key, node: NodeStats, **hyperparameters)` on the
+statistics of ONE node (unbatched; the search vmaps it over trees) and returns the chosen
+candidate index (int32 []). Illegal candidates (mask False: illegal or not restorable) are
+never chosen; the caller never asks a node with no selectable candidate. Ties are broken
+deterministically: the lowest index among the best.
+
+The search takes a *selection function* `(key, node: NodeStats) -> int32 []`: a rule with
+its hyperparameters bound, e.g. `functools.partial(agentuct, c=1.0, beta=beta)`, or any
+other function of that signature. `make_selection(name, config, **overrides)` builds one
+from a rule name in RULES and a config (what the ASCT credit does); it binds exactly the
+hyperparameters (HYPERPARAMS) that the rule's signature names, so no caller special-cases
+a rule by its name.
 
 Notation: n(a) visits of edge a, N_node = sum_a n(a) the number of selections made at the
 node, Qbar(a) = mean backed-up return through a (the node's critic value V(s) for an
@@ -11,7 +19,9 @@ unvisited a, "first-play value"), pi_old(a|s) the frozen actor's prior.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict
+import functools
+import inspect
+from typing import Any, Callable, Dict, Mapping
 
 import chex
 import jax
@@ -39,6 +49,9 @@ class NodeStats:
     mask: chex.Array
     costs: chex.Array
     value: chex.Array
+
+
+SelectionFn = Callable[[chex.PRNGKey, "NodeStats"], chex.Array]
 
 
 def masked_argmax(x: chex.Array, mask: chex.Array) -> chex.Array:
@@ -72,20 +85,19 @@ def cost_hat(costs: chex.Array, mask: chex.Array) -> chex.Array:
     return jnp.where(m > 0, costs / jnp.where(m > 0, m, 1.0), 0.0)
 
 
-def uniform(key: chex.PRNGKey, node: NodeStats, **unused) -> chex.Array:
+def uniform(key: chex.PRNGKey, node: NodeStats) -> chex.Array:
     """Uniform: a ~ Uniform({a : mask(a)}). Monte-Carlo baseline with no prior."""
-    del unused
     u = jax.random.uniform(key, node.mask.shape)
     return masked_argmax(u, node.mask)
 
 
-def uct(key, node: NodeStats, c=1.0, eps=1e-6, unvisited_first=True, **unused) -> chex.Array:
+def uct(key, node: NodeStats, c=1.0, eps=1e-6, unvisited_first=True) -> chex.Array:
     """UCT (UCB1 informed by the actor).
 
     score(a) = Qbar(a) + c * sqrt(ln(N_node + 1) / (n(a) + eps));
     with unvisited_first, unvisited actions are taken first, in decreasing pi_old(a|s).
     """
-    del key, unused
+    del key
     n = node.child_visits.astype(jnp.float32)
     score = _qbar(node) + c * jnp.sqrt(jnp.log(_n_node(node) + 1.0) / (n + eps))  # UCB1
     if not unvisited_first:
@@ -93,13 +105,13 @@ def uct(key, node: NodeStats, c=1.0, eps=1e-6, unvisited_first=True, **unused) -
     return _unvisited_first(node.prior_logp, score, node)
 
 
-def puct(key, node: NodeStats, c=1.0, **unused) -> chex.Array:
+def puct(key, node: NodeStats, c=1.0) -> chex.Array:
     """PUCT (prior in the bonus, AlphaZero form).
 
     score(a) = Qbar(a) + c * pi_old(a|s) * sqrt(N_node + 1) / (1 + n(a)).
     (+1 under the root so that the prior orders the very first selection.)
     """
-    del key, unused
+    del key
     n = node.child_visits.astype(jnp.float32)
     prior = jnp.exp(jnp.where(node.mask, node.prior_logp, -jnp.inf))
     score = _qbar(node) + c * prior * jnp.sqrt(_n_node(node) + 1.0) / (1.0 + n)  # PUCT
@@ -107,7 +119,7 @@ def puct(key, node: NodeStats, c=1.0, **unused) -> chex.Array:
 
 
 def agentuct(
-    key, node: NodeStats, c=1.0, beta=1.0, eps=1e-6, unvisited_first=True, **unused
+    key, node: NodeStats, c=1.0, beta=1.0, eps=1e-6, unvisited_first=True
 ) -> chex.Array:
     """AgentUCT (cost-aware UCT): the token cost shrinks the exploration bonus.
 
@@ -116,7 +128,7 @@ def agentuct(
     With unvisited_first, unvisited actions are taken first, in decreasing
     pi_old(a|s) / (1 + beta * cost_hat(a)) (the prior shrunk by the same cost factor).
     """
-    del key, unused
+    del key
     n = node.child_visits.astype(jnp.float32)
     shrink = 1.0 + beta * cost_hat(node.costs, node.mask)
     bonus = c * jnp.sqrt(jnp.log(_n_node(node) + 1.0) / (n + eps)) / shrink  # AgentUCT bonus
@@ -126,12 +138,61 @@ def agentuct(
     return _unvisited_first(node.prior_logp - jnp.log(shrink), score, node)
 
 
+# The selection rules by name: the one place their names are declared (configs and
+# `make_selection` validate against it).
 RULES: Dict[str, Callable[..., chex.Array]] = {
     "uniform": uniform,
     "uct": uct,
     "puct": puct,
     "agentuct": agentuct,
 }
+
+# Every hyperparameter a rule may take; each rule binds the ones its signature names.
+HYPERPARAMS = ("c", "beta", "eps", "unvisited_first")
+
+
+def _config_get(config: Any, name: str) -> Any:
+    """config[name] / config.name, or None if absent."""
+    if config is None:
+        return None
+    if isinstance(config, Mapping):
+        return config.get(name)
+    return getattr(config, name, None)
+
+
+def make_selection(rule: str, config: Any = None, **overrides: Any) -> SelectionFn:
+    """The selection function `(key, node: NodeStats) -> int32 []` of rule `rule`.
+
+    Args:
+      rule: a name in RULES.
+      config: None, or a dict / ConfigDict / dataclass holding any of HYPERPARAMS (other
+        fields are ignored: it may be the whole `asct.search` ConfigDict).
+      **overrides: hyperparameters in HYPERPARAMS that replace the config's (None: keep
+        the config's); may be traced, e.g. a `beta` schedule.
+
+    Returns:
+      functools.partial(RULES[rule], **h), h the hyperparameters the rule's signature
+      names (a missing one keeps the rule's default). Python-number values are checked:
+      c >= 0, beta >= 0, eps > 0.
+    """
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {tuple(RULES)}, got {rule!r}")
+    unknown = sorted(set(overrides) - set(HYPERPARAMS))
+    if unknown:
+        raise ValueError(f"unknown selection hyperparameters {unknown}; allowed: {list(HYPERPARAMS)}")
+    given = {}
+    for name in HYPERPARAMS:
+        value = overrides.get(name)
+        given[name] = _config_get(config, name) if value is None else value
+    for name, ok, what in (("c", lambda v: v >= 0, ">= 0"), ("beta", lambda v: v >= 0, ">= 0"),
+                           ("eps", lambda v: v > 0, "> 0")):
+        value = given[name]
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not ok(value):
+            raise ValueError(f"{name} must be {what}, got {value!r}")
+    fn = RULES[rule]
+    accepted = inspect.signature(fn).parameters
+    bound = {k: v for k, v in given.items() if v is not None and k in accepted}
+    return functools.partial(fn, **bound)
 
 
 def linear_schedule(step, start: float, end: float, num_steps: int) -> chex.Array:
