@@ -1,4 +1,4 @@
-"""Batched ASCT tree search over an environment's candidate actions (METHODS.md section 1).
+"""Batched ASCT tree search over an environment's candidate actions (docs/methods.md, ASCT > Search).
 
 One call searches B independent trees, one per root state, each with N = num_simulations
 simulations, all under one jit (lax.fori_loop over simulations, vmap over trees,
