@@ -24,7 +24,7 @@ Variant = Tuple[str, Mapping[str, Any]]
 
 # Fields that do not change what a run computes.
 _NOT_COMPARED = ("table", "train.experiment", "train.resume", "train.results_dir",
-                 "train.progress")
+                 "train.progress", "train.compilation_cache")
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
@@ -57,6 +57,15 @@ def train_run(config, return_params: bool = False, source=None):
                          return_params=return_params)
 
 
+def train_seeds_run(configs, return_params: bool = False):
+    """trainer.train_seeds (one compiled program for the seeds of one config)."""
+    from asct_jax.rl import trainer
+    from experiments import registry
+
+    return trainer.train_seeds(configs, registry.get(configs[0].method),
+                               return_params=return_params)
+
+
 def enable_compilation_cache(path: str = "~/.cache/asct_jax/jax") -> None:
     jax.config.update("jax_compilation_cache_dir", os.path.expanduser(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -85,36 +94,51 @@ def run_grid(base, variants: Sequence[Variant], seeds: Sequence[int], experiment
 
     after_run(config, summary, params) may add entries to a run's summary (e.g. a transfer
     evaluation); it runs once, before summary.json is written. train(config,
-    return_params=True) -> (summary, params) trains one run (default: `train_run`, on the
-    JAX-native environment of config.env).
+    return_params=True) -> (summary, params) trains one run; by default the runs of a
+    variant that are not finished train together as one compiled program
+    (`train_seeds`) when config.train.batch_seeds is set, else one by one (`train_run`).
     """
-    train = train_run if train is None else train
-
     out: Dict[str, List[Dict[str, Any]]] = {}
     for name, overrides in variants:
-        out[name] = []
+        configs = []
         for seed in seeds:
             c = apply_overrides(base, dict(overrides, seed=seed))
             c.train.experiment = experiment
             c.train.run = f"{name}_s{seed}"
-            run_dir = os.path.join(c.train.results_dir, experiment, c.train.run)
-            done = os.path.join(run_dir, "summary.json")
-            if os.path.exists(done):
-                with open(os.path.join(run_dir, "config.json")) as f:
-                    diff = config_differences(json.load(f), c)
-                if diff:
-                    raise ValueError(
-                        f"{run_dir} finished with another config (fields {', '.join(diff)});"
-                        " set --config.train.experiment to a new name or delete that run")
-                with open(done) as f:
-                    summary = json.load(f)
-            else:
-                summary, params = train(c, return_params=True)
-                if after_run is not None:
-                    summary.update(after_run(c, summary, params))
-                atomic_write_json(done, summary)
-            out[name].append(summary)
+            configs.append(c)
+        done = {i: _finished_summary(c) for i, c in enumerate(configs)}
+        todo = [c for i, c in enumerate(configs) if done[i] is None]
+        if train is None and base.train.get("batch_seeds") and len(todo) > 1:
+            trained = train_seeds_run(todo, return_params=True)
+        else:
+            trained = [(train or train_run)(c, return_params=True) for c in todo]
+        for c, (summary, params) in zip(todo, trained):
+            if after_run is not None:
+                summary.update(after_run(c, summary, params))
+            atomic_write_json(_run_path(c, "summary.json"), summary)
+        new = iter(summary for summary, _ in trained)
+        out[name] = [done[i] if done[i] is not None else next(new) for i in range(len(configs))]
     return out
+
+
+def _run_path(config, name: str) -> str:
+    tc = config.train
+    return os.path.join(tc.results_dir, tc.experiment, tc.run, name)
+
+
+def _finished_summary(config) -> Optional[Dict[str, Any]]:
+    """The summary of a finished run of exactly this config, or None if it has not run."""
+    done = _run_path(config, "summary.json")
+    if not os.path.exists(done):
+        return None
+    with open(_run_path(config, "config.json")) as f:
+        diff = config_differences(json.load(f), config)
+    if diff:
+        raise ValueError(
+            f"{os.path.dirname(done)} finished with another config (fields {', '.join(diff)});"
+            " set --config.train.experiment to a new name or delete that run")
+    with open(done) as f:
+        return json.load(f)
 
 
 def write_table(results: Dict[str, List[Dict[str, Any]]], metrics: Mapping[str, str],

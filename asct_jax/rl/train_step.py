@@ -19,7 +19,7 @@ spans every device of every host and the same step runs unchanged.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import chex
 import jax
@@ -166,35 +166,69 @@ def make_learn_step(config, policy, credit_fn: Callable,
     return jax.jit(learn, out_shardings=(replicated, replicated))
 
 
-def make_train_step(config, policy, env, env_params, credit_fn: Callable,
-                    optimizer: optax.GradientTransformation, mesh: Mesh,
-                    ref_params: Any = None) -> Callable:
-    """Builds the jitted step(state, key): rollout -> credit -> update, compiled once."""
+def train_step_fn(config, policy, env, env_params, credit_fn: Callable,
+                  optimizer: optax.GradientTransformation, mesh: Mesh,
+                  ref_params: Any = None) -> Callable:
+    """The pure step(state, key): rollout -> credit -> update (make_train_step jits it,
+    make_seeds_train_step vmaps it over seeds first)."""
     num_groups, group_size = config.rollout.num_groups, config.rollout.group_size
     _check_batch(num_groups * group_size, mesh, config.ppo.minibatches)
     learn = _learn_fn(config, policy, credit_fn, optimizer, mesh, ref_params)
-    replicated = NamedSharding(mesh, P())
 
     def step(state: TrainState, key: chex.PRNGKey):
         k_roll, k_learn = jax.random.split(jax.random.fold_in(key, state.step))
         data = rollout(policy, state.params, env, env_params, k_roll, num_groups, group_size)
         return learn(state, data, k_learn)
+    return step
 
+
+def make_train_step(config, policy, env, env_params, credit_fn: Callable,
+                    optimizer: optax.GradientTransformation, mesh: Mesh,
+                    ref_params: Any = None) -> Callable:
+    """Builds the jitted step(state, key): rollout -> credit -> update, compiled once."""
+    step = train_step_fn(config, policy, env, env_params, credit_fn, optimizer, mesh,
+                         ref_params)
+    replicated = NamedSharding(mesh, P())
     return jax.jit(step, in_shardings=(replicated, replicated),
                    out_shardings=(replicated, replicated), donate_argnums=(0,))
 
 
+def make_seeds_train_step(config, policy, env, env_params, credit_fn: Callable,
+                          optimizer: optax.GradientTransformation, mesh: Mesh) -> Callable:
+    """step(states, keys) for S seeds as one program: every leaf of `states` and `keys`
+    has a leading seed axis [S, ...] (vmap, as PureJaxRL trains seeds together); the
+    metrics come back as [S] arrays. No KL reference (ppo.kl_coef must be 0)."""
+    if config.ppo.kl_coef > 0:
+        raise ValueError("ppo.kl_coef: seeds trained as one program support only 0; "
+                         "train the seeds as separate runs")
+    step = train_step_fn(config, policy, env, env_params, credit_fn, optimizer, mesh)
+    replicated = NamedSharding(mesh, P())
+    return jax.jit(jax.vmap(step), in_shardings=(replicated, replicated),
+                   out_shardings=(replicated, replicated), donate_argnums=(0,))
+
+
 def make_eval(policy, env, env_params, num_episodes: int, mesh: Mesh,
-              greedy: bool = True) -> Callable:
-    """Jitted held-out evaluation: `num_episodes` fresh episodes (group size 1)."""
+              greedy: bool = True, seeds: bool = False) -> Callable:
+    """Jitted held-out evaluation: `num_episodes` fresh episodes (group size 1).
+
+    seeds=True: params carry a leading seed axis [S, ...] and the metrics are [S]; every
+    seed plays the same episodes (the key is shared).
+    """
     replicated = NamedSharding(mesh, P())
 
     def evaluate(params, key):
         data = rollout(policy, params, env, env_params, key, num_episodes, 1, greedy=greedy)
         return episode_metrics(data)
 
-    return jax.jit(evaluate, in_shardings=(replicated, replicated), out_shardings=replicated)
+    fn = jax.vmap(evaluate, in_axes=(0, None)) if seeds else evaluate
+    return jax.jit(fn, in_shardings=(replicated, replicated), out_shardings=replicated)
 
 
 def to_host(metrics: Dict[str, Any]) -> Dict[str, float]:
     return {k: float(np.asarray(v)) for k, v in metrics.items()}
+
+
+def to_host_seeds(metrics: Dict[str, Any], num_seeds: int) -> List[Dict[str, float]]:
+    """[S]-valued metrics of a seed batch -> one host dict per seed."""
+    host = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
+    return [{k: float(v[i]) for k, v in host.items()} for i in range(num_seeds)]

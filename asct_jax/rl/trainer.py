@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Dict, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Optional, Protocol, Sequence, Tuple
 
 from absl import logging as absl_logging
 import jax
@@ -27,13 +27,16 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from asct_jax.envs import make as make_env
+from asct_jax.infra import compile_cache
 from asct_jax.infra.checkpoint import Checkpointer, check_finite
+from asct_jax.infra.config_cli import config_to_dict
 from asct_jax.infra.run_logger import RunLogger
 from asct_jax.models import Decoder, get_preset
 from asct_jax.rl.credit import CreditContext, CreditFn, Method
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.train_step import (TrainState, make_eval, make_learn_step, make_mesh,
-                                    make_optimizer, make_train_step, to_host)
+                                    make_optimizer, make_seeds_train_step, make_train_step,
+                                    to_host, to_host_seeds)
 
 MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size")
@@ -185,44 +188,164 @@ def _restore(ckpt: Checkpointer, tc, state, run_dir: str):
     return state, 0
 
 
+@dataclasses.dataclass
+class _RunFiles:
+    """One run's results/<experiment>/<run>/: checkpoints, metrics log, summary."""
+
+    config: Any
+    ckpt: Checkpointer
+    logger: Optional[RunLogger] = None
+
+    @classmethod
+    def open(cls, config) -> "_RunFiles":
+        tc = config.train
+        run_dir = os.path.join(tc.results_dir, tc.experiment, tc.run)
+        return cls(config, Checkpointer(os.path.join(run_dir, "checkpoints"),
+                                        save_every=tc.checkpoint_every, keep=tc.keep))
+
+    def restore(self, state):
+        tc = self.config.train
+        state, start = _restore(self.ckpt, tc, state,
+                                os.path.join(tc.results_dir, tc.experiment, tc.run))
+        self.logger = RunLogger(tc.results_dir, tc.experiment, tc.run, self.config,
+                                total_steps=tc.steps, resume_step=start if tc.resume else None,
+                                progress=tc.progress,
+                                progress_keys=("rollout/return", "eval/env/score"))
+        return state, start
+
+    def finish(self, extra: Dict[str, Any], wall_clock_s: float) -> Dict[str, Any]:
+        summary = _summary(self.config, self.logger.records, extra, wall_clock_s)
+        self.logger.write_summary(summary)
+        self.logger.plot([k for k in PLOT_KEYS if any(k in r for r in self.logger.records)])
+        self.logger.close()
+        self.ckpt.close()
+        return summary
+
+
+def _loop(runs, state, start: int, step_fn, evaluate, seed_slice) -> Tuple[Any, list]:
+    """The training loop shared by single runs and seed batches; returns (state, summaries).
+
+    step_fn(state, step) -> (state, [host metrics per run]); evaluate(params) -> [per run];
+    seed_slice(state, i) -> the state of run i (what its checkpoint holds).
+    """
+    tc = runs[0].config.train
+    t0 = time.time()
+    if start == 0:
+        for r, m in zip(runs, evaluate(state.params)):
+            r.logger.log(0, m)
+    for step in range(start, tc.steps):
+        state, metrics = step_fn(state, step)
+        for r, m in zip(runs, metrics):
+            check_finite(step + 1, {k: v for k, v in m.items() if k.startswith("train/")},
+                         r.ckpt.latest_step())
+        if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
+            for m, e in zip(metrics, evaluate(state.params)):
+                m.update(e)
+        for i, (r, m) in enumerate(zip(runs, metrics)):
+            r.logger.log(step + 1, m)
+            if r.ckpt.should_save(step + 1):
+                r.ckpt.save(step + 1, seed_slice(state, i), extra={"step": step + 1})
+    return state, time.time() - t0
+
+
 def train(config, method: Method, source: Optional[RolloutSource] = None,
           return_params: bool = False):
     """Runs config.train.steps steps (resuming if asked) and writes the run's results.
 
     Returns the summary dict (and the final parameters if `return_params`).
     """
-    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
+    _start_logging_and_cache(config)
+    cache_before = compile_cache.counts()
     source = JaxEnvSource(config) if source is None else source
     try:
         learner = build_learner(config, method, source)
         step_fn, evaluate = source.make_step(learner), source.make_eval(learner)
-        tc = config.train
-        run_dir = os.path.join(tc.results_dir, tc.experiment, tc.run)
-        ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"),
-                            save_every=tc.checkpoint_every, keep=tc.keep)
-        state, start = _restore(ckpt, tc, learner.init_state, run_dir)
-        logger = RunLogger(tc.results_dir, tc.experiment, tc.run, config, total_steps=tc.steps,
-                           resume_step=start if tc.resume else None, progress=tc.progress,
-                           progress_keys=("rollout/return", "eval/env/score"))
-        t0 = time.time()
-        if start == 0:
-            logger.log(0, evaluate(state.params))
-        for step in range(start, tc.steps):
+        run = _RunFiles.open(config)
+        state, start = run.restore(learner.init_state)
+
+        def step_one(state, step):
             state, m = step_fn(state, step)
-            check_finite(step + 1, {k: v for k, v in m.items() if k.startswith("train/")},
-                         ckpt.latest_step())
-            if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
-                m.update(evaluate(state.params))
-            logger.log(step + 1, m)
-            ckpt.save(step + 1, state, extra={"step": step + 1})
-        summary = _summary(config, logger.records, source.summary_extra(), time.time() - t0)
-        logger.write_summary(summary)
-        logger.plot([k for k in PLOT_KEYS if any(k in r for r in logger.records)])
-        logger.close()
-        ckpt.close()
+            return state, [m]
+        state, wall = _loop([run], state, start, step_one, lambda p: [evaluate(p)],
+                            lambda state, i: state)
+        summary = run.finish({**source.summary_extra(), **_cache_use(cache_before)}, wall)
     finally:
         source.close()
     return (summary, state.params) if return_params else summary
+
+
+def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = False):
+    """Trains the runs of `configs`, which differ only in seed and train.run, as ONE
+    compiled program on their JAX-native environment (the step vmapped over seeds).
+
+    Each run writes the same results/<experiment>/<run>/ as `train` would; its metrics
+    equal its separate run's to float tolerance (batched matmuls may round differently).
+    Returns the summaries (with the final parameters of each if `return_params`).
+    """
+    _check_seed_batch(configs)
+    config = configs[0]
+    _start_logging_and_cache(config)
+    cache_before = compile_cache.counts()
+    source = JaxEnvSource(config)
+    learners = [build_learner(c, method, source) for c in configs]
+    first = learners[0]
+    runs = [_RunFiles.open(c) for c in configs]
+    restored = [r.restore(l.init_state) for r, l in zip(runs, learners)]
+    starts = {start for _, start in restored}
+    if len(starts) > 1:
+        raise ValueError(f"train.resume: the seeds stopped at different steps {sorted(starts)}; "
+                         "resume them as separate runs")
+    stack = lambda *xs: jnp.stack(xs)  # noqa: E731
+    state = jax.device_put(jax.tree.map(stack, *[st for st, _ in restored]), first.replicated)
+    keys = jax.device_put(jax.tree.map(stack, *[l.key for l in learners]), first.replicated)
+    seeds_step = make_seeds_train_step(config, first.policy, source.env, source.env_params,
+                                       first.credit_fn, first.optimizer, first.mesh)
+    tc = config.train
+    eval_fn = make_eval(first.policy, source.env, source.env_params, tc.eval_episodes,
+                        first.mesh, greedy=tc.eval_greedy, seeds=True)
+    eval_key = jax.device_put(jax.random.key(tc.eval_seed), first.replicated)
+    n = len(configs)
+
+    def step_fn(state, step):
+        state, m = seeds_step(state, keys)
+        return state, to_host_seeds(m, n)
+
+    def evaluate(params):
+        return [{f"eval/{k}": v for k, v in m.items()}
+                for m in to_host_seeds(eval_fn(params, eval_key), n)]
+
+    state, wall = _loop(runs, state, starts.pop(), step_fn, evaluate,
+                        lambda state, i: jax.tree.map(lambda x: x[i], state))
+    extra = {**source.summary_extra(), **_cache_use(cache_before), "seed_batch": len(configs)}
+    summaries = [r.finish(extra, wall) for r in runs]
+    if return_params:
+        return [(s, jax.tree.map(lambda x: x[i], state.params))
+                for i, s in enumerate(summaries)]
+    return summaries
+
+
+def _start_logging_and_cache(config) -> None:
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
+    compile_cache.enable(config.train.get("compilation_cache", ""))
+
+
+def _cache_use(before: Dict[str, float]) -> Dict[str, float]:
+    """Persistent-cache hits / misses / compile seconds saved during this run."""
+    now = compile_cache.counts()
+    return {f"compile/cache_{k}": now[k] - before[k] for k in now}
+
+
+def _check_seed_batch(configs: Sequence[Any]) -> None:
+    """The runs of a seed batch must differ in seed and train.run only."""
+    def rest(c):
+        d = config_to_dict(c)
+        d.pop("seed")
+        d["train"].pop("run")
+        return d
+    if not configs:
+        raise ValueError("train_seeds: no runs given")
+    if any(rest(c) != rest(configs[0]) for c in configs[1:]):
+        raise ValueError("train_seeds: the configs differ in more than seed and train.run")
 
 
 def _summary(config, records, extra: Dict[str, Any], wall_clock_s: float) -> Dict[str, Any]:

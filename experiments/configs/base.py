@@ -99,6 +99,8 @@ def get_config():
     c.train.experiment = "train"
     c.train.run = "run"
     c.train.progress = True
+    c.train.batch_seeds = True      # table scripts train a variant's seeds as one program
+    c.train.compilation_cache = "~/.cache/asct_jax/jax"   # persistent XLA cache; "": off
     return c
 
 
