@@ -5,7 +5,7 @@
 """
 import ml_collections
 
-from asct_jax.infra.config_cli import Range
+from asct_jax.infra.checks import Range
 
 METHODS = ("ppo_return", "ppo_gae", "grpo", "vineppo", "asct_uniform", "asct_uct",
            "asct_agentuct", "factor", "factor_no_tac", "factor_no_hta", "factor_no_apm",
@@ -110,25 +110,36 @@ def use_test_model(c):
 
 
 def get_constraints():
+    """Allowed values come from the modules that use them; ranges are the config's own."""
+    import asct_jax.envs as envs
+    from asct_jax.models.config import PRESETS
+    from asct_jax.rl.losses import AGGREGATIONS
+    from asct_jax.search.credit import CENTRE_MODES
+    from asct_jax.search.search import CHARGES, LEAF_EVALS
+    from experiments import registry
+    from factor_jax.apm import TRANSFORMS
+
     return {
-        "method": METHODS,
-        "env.name": ENVS,
-        "env.size": ("small", "hard"),
-        "model.preset": ("tiny", "smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"),
-        "ppo.aggregation": ("token_mean", "sequence_mean", "action_mean"),
+        "method": registry.names(),
+        "env.name": getattr(envs, "ENVS", None) or tuple(envs.list_envs()),
+        # TODO(lead): no module exports these four sets yet (asct_jax.envs will export
+        # SIZES; rl/credit.py, factor_jax/methods.py read the other three).
+        "env.size": getattr(envs, "SIZES", None) or ("small", "hard"),
         "ppo.return_baseline": ("critic", "none"),
-        "asct.centring": ("logpi", "policy_mean", "none"),
-        "asct.search.leaf_eval": ("rollout", "critic"),
-        "asct.search.charge": ("traversal", "expansion"),
+        "factor.tac_values": ("calibrated", "critic"),
+        "factor.normalise": ("batch_std", "none"),
+        "model.preset": tuple(PRESETS),
+        "ppo.aggregation": AGGREGATIONS,
+        "asct.centring": CENTRE_MODES,
+        "asct.search.leaf_eval": LEAF_EVALS,
+        "asct.search.charge": CHARGES,
+        "factor.transform": TRANSFORMS,
         "asct.search.num_simulations": Range(1, None, integer=True),
         "asct.search.max_depth": Range(1, None, integer=True),
         "asct.search.c": Range(0.0, None),
         "asct.search.beta": Range(0.0, None),
         "asct.states_per_episode": Range(1, None, integer=True),
         "vineppo.k": Range(1, None, integer=True),
-        "factor.tac_values": ("calibrated", "critic"),
-        "factor.transform": ("exp", "softplus"),
-        "factor.normalise": ("batch_std", "none"),
         "factor.calib_turns": Range(0, None, integer=True),
         "factor.calib_rollouts": Range(0, None, integer=True),
         "factor.tau": Range(0.0, None, lo_open=True),
