@@ -1,24 +1,12 @@
-"""Config files through ml_collections.config_flags, validated before any work.
+"""Config files via ml_collections.config_flags, validated before any work.
 
-A config file defines `get_config([arg]) -> ConfigDict` and optionally
-`get_constraints() -> {field path: allowed values | Range}`, whose allowed sets come from
-the modules that use the values (e.g. factor_jax.apm.TRANSFORMS). A script runs
-
-    def main(config): ...
-    if __name__ == "__main__":
-        config_cli.run_main(main)
-
-    $ python script.py --config experiments/configs/base.py --config.ppo.lr=3e-4 \
-          --config.method grpo --config.train.resume --config.train.noprogress
-
-`config_flags.DEFINE_config_file` loads the file and types each override by the field's
-current type. Any problem (unknown field, wrong type, value outside the allowed set or
-range, missing or broken config file, stray argument) ends the program with status 2
-before main runs, printing one line to stderr and no traceback:
-
-    config error: <field>: <what is wrong>; allowed: <...>
-
-A ConfigError raised by main itself (cross-field checks) is reported the same way.
+A config file defines `get_config([arg])` and optionally `get_constraints()` -> {field:
+allowed values | Range}, the allowed sets imported from the modules that use them. A script
+calls `config_cli.run_main(main)`; `--config path.py[:arg] --config.a.b=v` is parsed by
+config_flags.DEFINE_config_file. Any problem (unknown field, wrong type, value outside the
+allowed set or range, missing or broken file, stray argument, or a ConfigError raised by
+main) exits with status 2 and one stderr line, no traceback:
+`config error: <field>: <what is wrong>; allowed: <...>`.
 """
 from __future__ import annotations
 
@@ -50,18 +38,16 @@ def _unknown_field(field: str, config: ml_collections.ConfigDict) -> ConfigError
         if not isinstance(child, ml_collections.ConfigDict):
             break
         node, prefix = child, f"{prefix}{part}."
-    close = difflib.get_close_matches(field, [k for k, _ in _leaves(config)], n=1)
+    close = difflib.get_close_matches(field, list(_flat_keys(config)), n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return ConfigError(field, f"unknown field{hint}",
                        ", ".join(prefix + k for k in sorted(node.keys())))
 
 
-def _leaves(node: Any, prefix: str = ""):
+def _flat_keys(node: Any, prefix: str = ""):
     for key, value in node.items():
-        if isinstance(value, ml_collections.ConfigDict):
-            yield from _leaves(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
+        is_dict = isinstance(value, ml_collections.ConfigDict)
+        yield from _flat_keys(value, f"{prefix}{key}.") if is_dict else [prefix + key]
 
 
 def validate(config: ml_collections.ConfigDict, constraints: Mapping[str, Any]) -> None:
@@ -73,8 +59,6 @@ def validate(config: ml_collections.ConfigDict, constraints: Mapping[str, Any]) 
             raise _unknown_field(field, config) from None
         check(field, value, rule)
 
-
-# ----------------------------------------------------------------------------- parsing
 
 def _normalise_argv(argv: Optional[Sequence[str]]) -> list:
     """absl-style argv: argv[0] is the program. A list starting with a flag gets one."""
@@ -125,7 +109,7 @@ def _load(path_arg: str):
                           f"{lines[-1]}", "a Python file with get_config()") from None
     if not isinstance(config, ml_collections.ConfigDict):
         raise ConfigError(CONFIG_FLAG, f"get_config() returned {type(config).__name__}",
-                          "an ml_collections.ConfigDict")
+                          "a ConfigDict")
     return module, config
 
 
@@ -164,19 +148,9 @@ def parse_config(argv: Optional[Sequence[str]] = None, *,
                  constraints: Optional[Mapping[str, Any]] = None,
                  default: Optional[str] = None,
                  flag_values: Optional[flags.FlagValues] = None) -> ml_collections.ConfigDict:
-    """Loads `--config path.py[:arg]`, applies `--config.<field>=<value>` overrides, validates.
-
-    Args:
-      argv: command line (absl style; a list that starts with a flag is taken as
-        sys.argv[1:]). Defaults to sys.argv.
-      constraints: extra {field: allowed values | Range}, merged over the file's.
-      default: config path used when --config is absent.
-      flag_values: absl FlagValues to parse into (default: a fresh one).
-    Returns:
-      The config (locked: fields can change, none can be added).
-    Raises:
-      ConfigError: for any problem, before any work is done.
-    """
+    """The locked config of `--config path.py[:arg]` (or `default`) with its overrides,
+    checked against the file's get_constraints() and `constraints`; ConfigError if not.
+    argv defaults to sys.argv (one that starts with a flag is taken as sys.argv[1:])."""
     argv = _normalise_argv(argv)
     path_arg = _config_arg(argv)
     if path_arg is None and default is not None:
@@ -204,8 +178,6 @@ def parse_config(argv: Optional[Sequence[str]] = None, *,
     return config
 
 
-# ----------------------------------------------------------------------------- scripts
-
 def exit_config_error(error: ConfigError) -> None:
     """Prints `config error: ...` as one line to stderr and exits with status 2."""
     sys.stderr.write(f"config error: {error}\n")
@@ -217,9 +189,8 @@ def run_main(main_fn: Callable[[ml_collections.ConfigDict], Any],
              argv: Optional[Sequence[str]] = None, *,
              constraints: Optional[Mapping[str, Any]] = None,
              default: Optional[str] = None) -> None:
-    """absl.app.run for config scripts: parse + validate into absl.flags.FLAGS (so absl's
-    own flags keep working), then `main_fn(config)`. A ConfigError from parsing or from
-    main_fn exits with status 2 and one line on stderr; other exceptions propagate."""
+    """absl.app.run: parse_config into absl.flags.FLAGS (absl's own flags keep working),
+    then main_fn(config); a ConfigError from either exits 2 with one line."""
     holder: Dict[str, ml_collections.ConfigDict] = {}
 
     def parser(args):
@@ -238,8 +209,6 @@ def run_main(main_fn: Callable[[ml_collections.ConfigDict], Any],
 
     app.run(main, argv=_normalise_argv(argv), flags_parser=parser)
 
-
-# ----------------------------------------------------------------------------- saving
 
 def config_to_dict(config: Any) -> Dict[str, Any]:
     """A JSON-compatible dict of a ConfigDict (or a plain mapping); tuples become lists."""

@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from asct_jax.envs import make as make_env
 from asct_jax.models import Decoder, get_preset
-from asct_jax.infra.checkpoint import Checkpointer, check_finite
+from asct_jax.infra.checkpoint import Checkpointer, check_finite, start_or_resume
 from asct_jax.rl.credit import CreditContext, make_credit
 from asct_jax.rl.policy import Policy
 from asct_jax.infra.run_logger import RunLogger
@@ -109,15 +109,7 @@ def run_training(config, exp, return_params: bool = False):
     run_dir = os.path.join(tc.results_dir, tc.experiment, tc.run)
     ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"), save_every=tc.checkpoint_every,
                         keep=tc.keep)
-    state, start = exp.init_state, 0
-    latest = ckpt.latest_step()
-    if latest is not None and not tc.resume:
-        raise FileExistsError(
-            f"{run_dir} already has checkpoints (step {latest}); pass "
-            f"--config.train.resume=True to continue it or choose another --config.train.run")
-    if tc.resume and latest is not None:
-        restored = ckpt.restore(state)
-        state, start = restored.state, restored.step
+    state, start = start_or_resume(ckpt, exp.init_state, tc.resume)
     logger = RunLogger(tc.results_dir, tc.experiment, tc.run, config, total_steps=tc.steps,
                        resume_step=start if tc.resume else None, progress=tc.progress,
                        progress_keys=("rollout/return", "eval/env/score"))
