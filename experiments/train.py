@@ -2,11 +2,16 @@
 
     python -m experiments.train --config experiments/configs/base.py \
         --config.method=grpo --config.env.name=household --config.train.run=grpo_s42
+
+Exit status 2 (one line on stderr) for a config error or when --config.train.resume=True
+finds checkpoints of which none reads back (nothing is deleted); 1 for a non-finite loss
+or a run directory that already holds checkpoints without resume.
 """
+import os
 import sys
 
 from asct_jax.infra import config_cli
-from asct_jax.infra.checkpoint import NonFiniteLossError
+from asct_jax.infra.checkpoint import NonFiniteLossError, NoReadableCheckpointError
 
 
 def main(config):
@@ -14,6 +19,10 @@ def main(config):
 
     try:
         summary = train_run(config)
+    except NoReadableCheckpointError as err:
+        print(f"checkpoint error: {err}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(2)  # skips orbax's event-loop noise at interpreter exit: one line only
     except (NonFiniteLossError, FileExistsError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)

@@ -1,6 +1,11 @@
-"""Tests for asct_jax.infra.checkpoint: round trip, keep-last-K, corrupt / incompatible."""
+"""Tests for asct_jax.infra.checkpoint: round trip, keep-last-K, corrupt / incompatible,
+resuming from the newest readable checkpoint."""
 import glob
+import json
 import os
+import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +14,10 @@ import optax
 import pytest
 
 from asct_jax.infra.checkpoint import (CheckpointError, Checkpointer, NonFiniteLossError,
-                                    check_finite)
+                                       NoReadableCheckpointError, check_finite,
+                                       restore_latest_readable)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _state(seed=0, width=4):
@@ -116,3 +124,113 @@ def test_check_finite():
     assert info.value.last_good_step == 10
     with pytest.raises(NonFiniteLossError, match="no checkpoint to go back to"):
         check_finite(1, {"loss": float("inf")}, None)
+
+
+def _corrupt(step_dir, pattern="state/**/d/*"):
+    """Truncates every file of `pattern` (default: the stored array chunks) to half."""
+    files = [f for f in glob.glob(os.path.join(str(step_dir), pattern), recursive=True)
+             if os.path.isfile(f)]
+    assert files
+    for f in files:
+        with open(f, "r+b") as fh:
+            fh.truncate(os.path.getsize(f) // 2)
+
+
+def test_restore_latest_readable_falls_back_one_line(tmp_path):
+    ckpt = Checkpointer(tmp_path / "ck", keep=5)
+    assert restore_latest_readable(ckpt, _state(0)) is None  # nothing to resume
+    for s in (1, 2, 3):
+        ckpt.save(s, _state(s), {"a": s})
+    _corrupt(tmp_path / "ck" / "3")
+    lines = []
+    state, extra, step = restore_latest_readable(ckpt, _state(0), log=lines.append)
+    assert step == 2 and extra == {"a": 2}
+    _assert_trees_equal(state, _state(2))
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert "step 3 (corrupt or unreadable" in lines[0] and lines[0].endswith("resuming from step 2")
+    # The unreadable step is kept aside, not deleted, and step 3 can be saved again.
+    assert ckpt.all_steps() == [1, 2]
+    assert len(glob.glob(str(tmp_path / "ck.unreadable" / "3-*"))) == 1
+    assert ckpt.save(3, _state(7))
+    _assert_trees_equal(ckpt.restore(_state(0)).state, _state(7))
+
+
+def test_restore_latest_readable_none_readable_or_incompatible(tmp_path):
+    ckpt = Checkpointer(tmp_path / "ck", keep=5)
+    ckpt.save(1, _state(1))
+    ckpt.save(2, _state(2))
+    with pytest.raises(CheckpointError, match="incompatible"):  # not a damaged file: loud
+        restore_latest_readable(ckpt, _state(0, width=5))
+    _corrupt(tmp_path / "ck" / "1")
+    _corrupt(tmp_path / "ck" / "2", "state/manifest.ocdbt")
+    with pytest.raises(NoReadableCheckpointError, match=r"none of steps \[1, 2\] is readable"):
+        restore_latest_readable(ckpt, _state(0))
+    assert ckpt.all_steps() == [1, 2] and not os.path.exists(tmp_path / "ck.unreadable")
+
+
+# ----------------------------------------------------------------------------- training
+
+def _small_config(results_dir, steps=3, run="run", resume=False):
+    from experiments.configs import base
+    c = base.use_test_model(base.get_config())
+    c.env.name = "household"
+    c.rollout.num_groups, c.rollout.group_size = 4, 4
+    c.ppo.epochs, c.ppo.minibatches = 1, 2
+    c.train.update(dict(steps=steps, eval_every=2, eval_episodes=8, checkpoint_every=1,
+                        keep=3, results_dir=str(results_dir), run=run, resume=resume,
+                        progress=False))
+    return c
+
+
+def _records(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as fh:
+        return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in fh]
+
+
+def test_resume_skips_a_corrupt_latest_checkpoint(tmp_path, capfd):
+    from experiments.runner import train_run as train
+    _, params = train(_small_config(tmp_path, run="full"), return_params=True)
+    full, broken = tmp_path / "train" / "full", tmp_path / "train" / "broken"
+    shutil.copytree(full, broken)
+    _corrupt(broken / "checkpoints" / "3")
+    capfd.readouterr()
+    _, resumed = train(_small_config(tmp_path, run="broken", resume=True), return_params=True)
+    lines = [l for l in capfd.readouterr().err.splitlines() if l.startswith("checkpoint:")]
+    assert len(lines) == 1 and "step 3" in lines[0] and "resuming from step 2" in lines[0]
+    # Step 3 was trained again from step 2: the same result as the uninterrupted run.
+    assert _records(broken) == _records(full)
+    for x, y in zip(jax.tree.leaves(params), jax.tree.leaves(resumed)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def _cli(results_dir, *extra):
+    return [sys.executable, "-m", "experiments.train",
+            "--config", os.path.join(ROOT, "experiments/configs/base.py"),
+            "--config.model.hidden_size=32", "--config.model.num_layers=1",
+            "--config.model.num_heads=2", "--config.model.num_kv_heads=1",
+            "--config.model.intermediate_size=64", "--config.rollout.num_groups=4",
+            "--config.rollout.group_size=4", "--config.ppo.epochs=1",
+            "--config.train.steps=2", "--config.train.checkpoint_every=1",
+            "--config.train.eval_episodes=8", f"--config.train.results_dir={results_dir}",
+            "--config.train.run=cli", "--config.train.progress=False", *extra]
+
+
+def test_cli_exits_2_when_no_checkpoint_is_readable(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    first = subprocess.run(_cli(tmp_path), env=env, cwd=ROOT, capture_output=True, text=True,
+                           timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    ckdir = tmp_path / "train" / "cli" / "checkpoints"
+    steps = sorted(os.listdir(ckdir))
+    assert steps == ["1", "2"]
+    for step in steps:
+        _corrupt(ckdir / step)
+    p = subprocess.run(_cli(tmp_path, "--config.train.resume=True"), env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert lines[0].startswith("checkpoint error: ") and "none of steps [1, 2]" in lines[0]
+    assert sorted(os.listdir(ckdir)) == steps  # nothing deleted or moved
+    assert not os.path.exists(str(ckdir) + ".unreadable")

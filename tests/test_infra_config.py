@@ -161,3 +161,26 @@ def test_script_runs(tmp_path, cfg):
     proc = _run_script(tmp_path, cfg, "--config.method", "grpo", "--config.env.max_turns=3")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "RAN grpo 0.001 3"
+
+
+def test_shared_validator():
+    from asct_jax.infra import checks
+    checks.check_choice("mode", "a", ("a", "b"))
+    checks.check_choice("fn", len, ("a",), allow_callable=True)
+    with pytest.raises(ValueError) as info:  # ConfigError is a ValueError
+        checks.check_choice("mode", "c", ("a", "b"))
+    assert str(info.value) == "mode: 'c' is not allowed; allowed: a, b"
+    checks.check_range("tau", object(), lo=0.0, lo_open=True)  # non-static values pass
+    with pytest.raises(ConfigError, match=r"^tau: 0.0 is out of range; allowed: \(0.0, inf\)$"):
+        checks.check_range("tau", 0.0, lo=0.0, lo_open=True)
+    import factor_jax._checks as fc
+    assert fc.check_choice is checks.check_choice and fc.check_range is checks.check_range
+
+
+def test_base_constraints_come_from_the_modules():
+    from experiments.configs import base
+    from factor_jax.apm import TRANSFORMS
+    from asct_jax.rl.losses import AGGREGATIONS
+    cons = base.get_constraints()
+    assert cons["factor.transform"] == TRANSFORMS and cons["ppo.aggregation"] == AGGREGATIONS
+    config_cli.validate(base.get_config(), cons)

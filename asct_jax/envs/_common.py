@@ -26,6 +26,7 @@ import numpy as np
 from flax import struct
 
 from asct_jax.envs.base import EOS_ID, PAD_ID, Environment, match_action, tree_select  # noqa: F401
+from asct_jax.infra.checks import check_choice  # noqa: F401  (C.check_choice in the envs)
 
 # Words the action parser ignores (they must never carry meaning in any environment).
 FILLER_WORDS = ("the", "a", "now", "carefully", "please", "then", "quickly", "slowly")
@@ -112,11 +113,6 @@ def uniform_policy(legal: jax.Array, key: jax.Array) -> jax.Array:
 
 def f32(x) -> jax.Array:
     return jnp.asarray(x, jnp.float32)
-
-
-def check_choice(field: str, value, allowed: Sequence) -> None:
-    if value not in allowed:
-        raise ValueError(f"{field}={value!r} is not allowed; allowed values: {list(allowed)}")
 
 
 class TextEnvironment(Environment):

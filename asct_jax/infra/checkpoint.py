@@ -1,36 +1,34 @@
-"""Orbax checkpoints of the train state, and the non-finite guard.
+"""Orbax checkpoints of the train state, resuming from the newest readable one, and the
+non-finite guard.
 
-A thin layer over orbax.checkpoint.CheckpointManager. Each step directory holds two
+A thin layer over orbax.checkpoint.CheckpointManager, whose CheckpointManagerOptions do the
+save interval, the keep-last-K and the step bookkeeping. Each step directory holds two
 items: `state` (any pytree of arrays: params, optimiser state, PRNG keys, step counter;
 sharded jax.Arrays are restored onto the target's sharding) and `extra` (a JSON dict:
 data-loader position, RNG seeds, the logger's step, anything small).
 
-Guarantees:
-  * atomic: orbax writes into a temporary directory and renames it on finalisation; a
-    step that was not finalised (crash mid-save) is invisible to `all_steps()`.
-  * keep the last K: older steps are deleted by orbax after a successful save.
-  * never overwrite: saving a step <= the latest one on disk raises CheckpointError;
-    discarding newer steps (a rollback) is an explicit call, `discard_after(step)`.
-  * loud failures: a truncated / corrupt checkpoint, or one whose tree structure, shapes
-    or dtypes differ from the target, raises CheckpointError naming the directory and
-    the step; restore never falls back silently to another step or to a fresh state.
+Added here: saves never overwrite or interleave with existing steps (`discard_after(step)`
+rolls back explicitly), a structure / shape / dtype mismatch with the target is a loud
+CheckpointError, and `restore_latest_readable` resumes from the newest checkpoint that
+reads back, moving unreadable newer ones aside (never deleting them):
 
-Usage in a training loop:
-
-    ckpt = Checkpointer(workdir / "checkpoints", save_every=cfg.ckpt_every, keep=3)
-    if ckpt.latest_step() is not None:
-        state, extra, start = ckpt.restore(state)         # target = freshly initialised
+    ckpt = Checkpointer(run_dir / "checkpoints", save_every=cfg.ckpt_every, keep=3)
+    restored = restore_latest_readable(ckpt, state)   # None: nothing to resume
+    start = 0 if restored is None else restored.step
     for step in range(start + 1, num_steps + 1):
         state, metrics = train_step(state, ...)
         check_finite(step, metrics, ckpt.latest_step())
-        ckpt.save(step, state, {"logger_step": step})     # no-op unless step % every == 0
-    ckpt.save(num_steps, state, force=True); ckpt.close()
+        ckpt.save(step, state, {"step": step})          # no-op unless orbax says it is due
+    ckpt.close()
 """
 from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, Mapping, NamedTuple, Optional
+import shutil
+import sys
+import time
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 import jax
 import numpy as np
@@ -44,7 +42,16 @@ class CheckpointError(RuntimeError):
 
     def __init__(self, directory: Any, step: Optional[int], problem: str):
         self.directory, self.step, self.problem = str(directory), step, problem
-        super().__init__(f"checkpoint {self.directory} step {step}: {problem}")
+        where = "" if step is None else f" step {step}"
+        super().__init__(f"checkpoint {self.directory}{where}: {problem}")
+
+
+class UnreadableCheckpointError(CheckpointError):
+    """A checkpoint whose files are missing, truncated or corrupt."""
+
+
+class NoReadableCheckpointError(CheckpointError):
+    """Checkpoints exist, but none of them reads back."""
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -142,15 +149,15 @@ def _describe_mismatch(stored: Mapping[tuple, Any], target: Mapping[tuple, Any])
 
 
 class Checkpointer:
-    """Save every `save_every` steps, keep the last `keep`, restore or fail loudly.
+    """orbax CheckpointManager with a `state` pytree item and an `extra` JSON item.
 
     Args:
       directory: where step directories live (created).
-      save_every: `save(step, ...)` writes only when step % save_every == 0 (or force).
-      keep: how many most recent checkpoints to keep (None: all).
+      save_every: `save(step, ...)` writes only when orbax's FixedIntervalPolicy says the
+        step is due (step % save_every == 0), unless forced.
+      keep: how many most recent checkpoints orbax keeps (None: all).
       async_save: let orbax write in a background thread (call `wait()` / `close()`
-        before reading or exiting). Off by default: CPU runs are small and a synchronous
-        save makes "saved" mean "on disk".
+        before reading or exiting). Off by default: "saved" then means "on disk".
     """
 
     def __init__(self, directory: Any, save_every: int = 1, keep: Optional[int] = 3,
@@ -158,54 +165,47 @@ class Checkpointer:
         if save_every < 1:
             raise ValueError(f"save_every must be >= 1, got {save_every}")
         self.directory = os.path.abspath(os.fspath(directory))
-        self.save_every = int(save_every)
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, create=True, enable_async_checkpointing=async_save)
+            save_interval_steps=save_every, max_to_keep=keep, create=True,
+            enable_async_checkpointing=async_save,
+            # orbax's interval policy alone (its default also saves the very first step).
+            save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(save_every))
         self._manager = ocp.CheckpointManager(
             self.directory, options=options,
             item_handlers={STATE: ocp.StandardCheckpointHandler(),
                            EXTRA: ocp.JsonCheckpointHandler()})
 
-    # -- queries ---------------------------------------------------------------------
     def all_steps(self) -> list:
         """Finalised steps on disk, ascending."""
         self._manager.reload()
         return sorted(self._manager.all_steps())
 
     def latest_step(self) -> Optional[int]:
-        """The newest finalised step, or None."""
-        steps = self.all_steps()
-        return steps[-1] if steps else None
+        self._manager.reload()
+        return self._manager.latest_step()
 
     def should_save(self, step: int) -> bool:
-        return step % self.save_every == 0
+        return self._manager.should_save(step)
 
-    # -- writing ---------------------------------------------------------------------
     def save(self, step: int, state: Any, extra: Optional[Mapping[str, Any]] = None,
              force: bool = False) -> bool:
-        """Writes `state` (pytree) and `extra` (JSON dict) as `step` if it is due.
+        """Writes `state` (pytree) and `extra` (JSON dict) as `step` if it is due (or forced).
 
-        Returns:
-          True if a checkpoint was written (or started, with async_save).
-        Raises:
-          CheckpointError: step <= the latest saved step (never overwritten), or orbax
-            failed.
+        Returns True if a checkpoint was written (or started, with async_save). Raises
+        CheckpointError for a step <= the latest one on disk, or when orbax fails.
         """
-        if not (force or self.should_save(step)):
-            return False
-        steps = self.all_steps()
-        if steps and step <= steps[-1]:
-            what = "already exists" if step in steps else f"is older than step {steps[-1]}"
+        latest = self.latest_step()
+        if latest is not None and step <= latest:
+            what = "already exists" if step in self.all_steps() else f"is older than step {latest}"
             raise CheckpointError(self.directory, step,
                                   f"{what}; refusing to overwrite or interleave "
                                   "(roll back explicitly with discard_after(step))")
         args = ocp.args.Composite(**{STATE: ocp.args.StandardSave(_storage_dict(state)),
                                      EXTRA: ocp.args.JsonSave(dict(extra or {}))})
         try:
-            saved = self._manager.save(step, args=args, force=True)
+            return bool(self._manager.save(step, args=args, force=force))
         except Exception as e:  # pylint: disable=broad-except
             raise CheckpointError(self.directory, step, f"save failed: {e}") from e
-        return bool(saved)
 
     def discard_after(self, step: Optional[int]) -> list:
         """Deletes every checkpoint newer than `step` (None: all). Returns their steps."""
@@ -214,6 +214,16 @@ class Checkpointer:
         for s in gone:
             self._manager.delete(s)
         return gone
+
+    def set_aside(self, step: int) -> str:
+        """Moves step `step` out of the manager's directory (kept, not deleted); returns
+        where it went: `<directory>.unreadable/<step>-<time>`."""
+        self.wait()
+        dest = os.path.join(self.directory + ".unreadable", f"{step}-{int(time.time())}")
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.move(os.path.join(self.directory, str(step)), dest)
+        self._manager.reload()
+        return dest
 
     def wait(self) -> None:
         """Blocks until a pending async save is finalised."""
@@ -229,31 +239,24 @@ class Checkpointer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- reading ---------------------------------------------------------------------
     def _stored_meta(self, step: int) -> Any:
         """The stored state's metadata tree (leaves with .shape and .dtype)."""
         try:
             meta = self._manager.item_metadata(step)[STATE]
         except Exception as e:  # pylint: disable=broad-except
-            raise CheckpointError(self.directory, step,
-                                  f"corrupt or unreadable metadata: {_brief(e)}") from e
+            raise UnreadableCheckpointError(
+                self.directory, step, f"corrupt or unreadable metadata: {_brief(e)}") from e
         tree = getattr(meta, "tree", meta)
         if tree is None:
-            raise CheckpointError(self.directory, step, "no state metadata (corrupt?)")
+            raise UnreadableCheckpointError(self.directory, step, "no state metadata (corrupt?)")
         return tree
 
     def restore(self, target: Any, step: Optional[int] = None) -> Restored:
         """Reads `step` (default: the latest) into the structure and shardings of `target`.
 
-        Args:
-          target: a pytree like the saved state (a freshly initialised train state, or
-            jax.ShapeDtypeStruct leaves with shardings).
-          step: which step; None for the latest.
-        Returns:
-          Restored(state, extra, step).
-        Raises:
-          CheckpointError: no checkpoint, missing step, incompatible tree (structure,
-            shapes, dtypes) or unreadable / truncated files.
+        Raises CheckpointError for no checkpoint / no such step / a tree that differs from
+        the target (structure, shapes, dtypes), UnreadableCheckpointError for missing,
+        truncated or corrupt files. Never falls back to another step by itself.
         """
         self.wait()
         steps = self.all_steps()
@@ -276,8 +279,8 @@ class Checkpointer:
             state = jax.tree.unflatten(jax.tree.structure(target),
                                        [flat[k] for k in flat_target])
         except Exception as e:  # pylint: disable=broad-except
-            raise CheckpointError(self.directory, step,
-                                  f"corrupt or unreadable: {_brief(e)}") from e
+            raise UnreadableCheckpointError(self.directory, step,
+                                            f"corrupt or unreadable: {_brief(e)}") from e
         return Restored(state, dict(out[EXTRA] or {}), step)
 
     def verify(self, step: int) -> None:
@@ -290,11 +293,7 @@ class Checkpointer:
         self.restore(abstract, step)
 
     def last_good_step(self) -> Optional[int]:
-        """The newest step whose checkpoint reads back completely (verify), or None.
-
-        Costs a full read per step tried, newest first; use it after a failure, not in
-        the hot loop.
-        """
+        """The newest step whose checkpoint reads back completely (verify), or None."""
         for step in reversed(self.all_steps()):
             try:
                 self.verify(step)
@@ -302,3 +301,76 @@ class Checkpointer:
             except CheckpointError:
                 continue
         return None
+
+
+def restore_latest_readable(ckpt: Checkpointer, target: Any,
+                            log: Callable[[str], None] = None) -> Optional[Restored]:
+    """Restores the newest checkpoint that reads back; None when there is none at all.
+
+    Unreadable newer steps are moved aside (Checkpointer.set_aside, nothing is deleted) so
+    that training can save those steps again; one line on stderr (or `log`) says which
+    step was skipped, why, and which step is used.
+
+    Raises:
+      NoReadableCheckpointError: checkpoints exist but none reads back (nothing moved).
+      CheckpointError: the newest readable step does not match `target` (structure,
+        shapes, dtypes): a different model or config, not a damaged file.
+    """
+    _quiet_closed_loop_callbacks()
+    steps = ckpt.all_steps()
+    failures = []
+    for step in reversed(steps):
+        try:
+            restored = ckpt.restore(target, step)
+        except UnreadableCheckpointError as e:
+            failures.append(e)
+            continue
+        if failures:
+            for e in failures:
+                ckpt.set_aside(e.step)
+            skipped = "; ".join(f"step {e.step} ({e.problem})" for e in failures)
+            (log or _stderr_line)(f"checkpoint: skipped unreadable {skipped}, moved to "
+                                  f"{ckpt.directory}.unreadable; resuming from step {step}")
+        return restored
+    if failures:
+        raise NoReadableCheckpointError(
+            ckpt.directory, None, f"none of steps {steps} is readable (newest: step "
+            f"{failures[0].step}: {failures[0].problem}); nothing was deleted")
+    return None
+
+
+def start_or_resume(ckpt: Checkpointer, state: Any, resume: bool):
+    """(state, step) to train from: `state` at step 0, or the newest readable checkpoint
+    when `resume` (restore_latest_readable). FileExistsError when checkpoints exist and
+    `resume` is False: a run is never silently restarted over its own checkpoints."""
+    if not resume:
+        latest = ckpt.latest_step()
+        if latest is not None:
+            raise FileExistsError(
+                f"{ckpt.directory} already has checkpoints (step {latest}); pass "
+                "--config.train.resume=True to continue it or choose another --config.train.run")
+        return state, 0
+    restored = restore_latest_readable(ckpt, state)
+    return (state, 0) if restored is None else (restored.state, restored.step)
+
+
+def _quiet_closed_loop_callbacks() -> None:
+    """A failed orbax read leaves tensorstore callbacks that fire after orbax's asyncio loop
+    closed; Python prints each as an unraisable RuntimeError('Event loop is closed').
+    Drops exactly those (every other unraisable exception is still reported)."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_asct_quiet", False):
+        return
+
+    def hook(unraisable):
+        value = unraisable.exc_value
+        if not (isinstance(value, RuntimeError) and str(value) == "Event loop is closed"):
+            previous(unraisable)
+
+    hook._asct_quiet = True
+    sys.unraisablehook = hook
+
+
+def _stderr_line(text: str) -> None:
+    sys.stderr.write(" ".join(text.split()) + "\n")
+    sys.stderr.flush()

@@ -12,6 +12,9 @@ from asct_jax.rl.credit import (Credit, CreditContext, CreditFn, Method, Rollout
                                 from_turn_advantages, value_targets_mc)
 
 
+RETURN_BASELINES = ("critic", "none")   # config.ppo.return_baseline of ppo_return
+
+
 def _ppo_return(config, ctx: CreditContext) -> CreditFn:
     """Trajectory-return PPO: A_t = G_t - V(x_t) (return-to-go minus the critic;
     `config.ppo.return_baseline = "none"` uses the raw return-to-go)."""

@@ -28,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from asct_jax.envs import make as make_env
 from asct_jax.infra import compile_cache
-from asct_jax.infra.checkpoint import Checkpointer, check_finite
+from asct_jax.infra.checkpoint import Checkpointer, check_finite, start_or_resume
 from asct_jax.infra.config_cli import config_to_dict
 from asct_jax.infra.run_logger import RunLogger
 from asct_jax.models import Decoder, get_preset
@@ -175,19 +175,6 @@ class JaxEnvSource:
         pass
 
 
-def _restore(ckpt: Checkpointer, tc, state, run_dir: str):
-    """(state, first step): resumed from the latest checkpoint if asked, else fresh."""
-    latest = ckpt.latest_step()
-    if latest is not None and not tc.resume:
-        raise FileExistsError(
-            f"{run_dir} already has checkpoints (step {latest}); pass "
-            f"--config.train.resume=True to continue it or choose another --config.train.run")
-    if tc.resume and latest is not None:
-        restored = ckpt.restore(state)
-        return restored.state, restored.step
-    return state, 0
-
-
 @dataclasses.dataclass
 class _RunFiles:
     """One run's results/<experiment>/<run>/: checkpoints, metrics log, summary."""
@@ -205,8 +192,7 @@ class _RunFiles:
 
     def restore(self, state):
         tc = self.config.train
-        state, start = _restore(self.ckpt, tc, state,
-                                os.path.join(tc.results_dir, tc.experiment, tc.run))
+        state, start = start_or_resume(self.ckpt, state, tc.resume)
         self.logger = RunLogger(tc.results_dir, tc.experiment, tc.run, self.config,
                                 total_steps=tc.steps, resume_step=start if tc.resume else None,
                                 progress=tc.progress,

@@ -71,4 +71,5 @@ def get_config(arg: str = "full"):
 
 
 def get_constraints():
-    return dict(base.get_constraints(), **{"table.methods": base.METHODS})
+    cons = base.get_constraints()
+    return dict(cons, **{"table.methods": cons["method"]})

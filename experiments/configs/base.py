@@ -5,12 +5,7 @@
 """
 import ml_collections
 
-from asct_jax.infra.config_cli import Range
-
-METHODS = ("ppo_return", "ppo_gae", "grpo", "vineppo", "asct_uniform", "asct_uct",
-           "asct_agentuct", "factor", "factor_no_tac", "factor_no_hta", "factor_no_apm",
-           "serl", "grpo_extended", "asct_factor")
-ENVS = ("rag_workflow", "household", "shop", "science", "toy_tree")
+from asct_jax.infra.checks import Range
 
 
 def get_config():
@@ -112,25 +107,35 @@ def use_test_model(c):
 
 
 def get_constraints():
+    """Allowed values come from the modules that use them; ranges are the config's own."""
+    from asct_jax.envs import ENVS, SIZES
+    from asct_jax.models.config import PRESETS
+    from asct_jax.rl.losses import AGGREGATIONS
+    from asct_jax.rl.methods import RETURN_BASELINES
+    from asct_jax.search.credit import CENTRE_MODES
+    from asct_jax.search.search import CHARGES, LEAF_EVALS
+    from experiments import registry
+    from factor_jax.apm import TRANSFORMS
+
     return {
-        "method": METHODS,
+        "method": registry.names(),
         "env.name": ENVS,
-        "env.size": ("small", "hard"),
-        "model.preset": ("tiny", "smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"),
-        "ppo.aggregation": ("token_mean", "sequence_mean", "action_mean"),
-        "ppo.return_baseline": ("critic", "none"),
-        "asct.centring": ("logpi", "policy_mean", "none"),
-        "asct.search.leaf_eval": ("rollout", "critic"),
-        "asct.search.charge": ("traversal", "expansion"),
+        "env.size": SIZES,
+        "ppo.return_baseline": RETURN_BASELINES,
+        "factor.tac_values": ("calibrated", "critic"),
+        "factor.normalise": ("batch_std", "none"),
+        "model.preset": tuple(PRESETS),
+        "ppo.aggregation": AGGREGATIONS,
+        "asct.centring": CENTRE_MODES,
+        "asct.search.leaf_eval": LEAF_EVALS,
+        "asct.search.charge": CHARGES,
+        "factor.transform": TRANSFORMS,
         "asct.search.num_simulations": Range(1, None, integer=True),
         "asct.search.max_depth": Range(1, None, integer=True),
         "asct.search.c": Range(0.0, None),
         "asct.search.beta": Range(0.0, None),
         "asct.states_per_episode": Range(1, None, integer=True),
         "vineppo.k": Range(1, None, integer=True),
-        "factor.tac_values": ("calibrated", "critic"),
-        "factor.transform": ("exp", "softplus"),
-        "factor.normalise": ("batch_std", "none"),
         "factor.calib_turns": Range(0, None, integer=True),
         "factor.calib_rollouts": Range(0, None, integer=True),
         "factor.tau": Range(0.0, None, lo_open=True),

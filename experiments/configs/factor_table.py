@@ -43,5 +43,6 @@ def get_config(arg: str = "full"):
 
 
 def get_constraints():
-    return dict(base.get_constraints(), **{"table.methods": base.METHODS,
-                                           "table.envs": ("household", "shop", "science")})
+    cons = base.get_constraints()
+    return dict(cons, **{"table.methods": cons["method"],
+                         "table.envs": ("household", "shop", "science")})

@@ -21,5 +21,5 @@ def get_config():
 
 
 def get_constraints():
-    return dict(base.get_constraints(), **{"table.methods": base.METHODS,
-                                           "table.envs": base.ENVS})
+    cons = base.get_constraints()
+    return dict(cons, **{"table.methods": cons["method"], "table.envs": cons["env.name"]})

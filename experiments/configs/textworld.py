@@ -18,8 +18,6 @@ import ml_collections
 from experiments.configs import base
 
 METHODS = ("grpo", "factor")
-HOST_METHODS = ("grpo", "ppo_return", "ppo_gae", "serl", "factor", "factor_no_tac",
-                "factor_no_hta", "factor_no_apm", "grpo_extended")
 
 
 def get_config(arg: str = "full"):
@@ -70,13 +68,17 @@ def get_config(arg: str = "full"):
 
 
 def get_constraints():
-    from asct_jax.infra.config_cli import Range
+    from asct_jax.infra.checks import Range
+    from experiments import registry
 
+    # Host games serve every method that does not restore states inside the jitted step.
+    host_methods = tuple(n for n in registry.names()
+                         if not registry.get(n).restores_states_in_step)
     cons = dict(base.get_constraints())
     cons.update({
-        "method": HOST_METHODS,
+        "method": host_methods,
         "env.name": ("textworld",),
-        "table.methods": HOST_METHODS,
+        "table.methods": host_methods,
         "textworld.go": (1, 6, 9, 12),
         "textworld.num_train": Range(1, None, integer=True),
         "textworld.num_eval": Range(1, None, integer=True),
