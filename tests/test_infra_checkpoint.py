@@ -13,6 +13,8 @@ import numpy as np
 import optax
 import pytest
 
+from tests.test_rl_train import _cli_args, small_config
+
 from asct_jax.infra.checkpoint import (CheckpointError, Checkpointer, NonFiniteLossError,
                                        NoReadableCheckpointError, check_finite,
                                        restore_latest_readable)
@@ -171,14 +173,7 @@ def test_restore_latest_readable_none_readable_or_incompatible(tmp_path):
 # ----------------------------------------------------------------------------- training
 
 def _small_config(results_dir, steps=3, run="run", resume=False):
-    from experiments.configs import base
-    c = base.use_test_model(base.get_config())
-    c.env.name = "household"
-    c.rollout.num_groups, c.rollout.group_size = 4, 4
-    c.ppo.epochs, c.ppo.minibatches = 1, 2
-    c.train.update(dict(steps=steps, eval_every=2, eval_episodes=8, checkpoint_every=1,
-                        keep=3, results_dir=str(results_dir), run=run, resume=resume,
-                        progress=False))
+    c = small_config(results_dir, steps=steps, keep=3, run=run, resume=resume)
     return c
 
 
@@ -203,22 +198,10 @@ def test_resume_skips_a_corrupt_latest_checkpoint(tmp_path, capfd):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-def _cli(results_dir, *extra):
-    return [sys.executable, "-m", "experiments.train",
-            "--config", os.path.join(ROOT, "experiments/configs/base.py"),
-            "--config.model.hidden_size=32", "--config.model.num_layers=1",
-            "--config.model.num_heads=2", "--config.model.num_kv_heads=1",
-            "--config.model.intermediate_size=64", "--config.rollout.num_groups=4",
-            "--config.rollout.group_size=4", "--config.ppo.epochs=1",
-            "--config.train.steps=2", "--config.train.checkpoint_every=1",
-            "--config.train.eval_episodes=8", f"--config.train.results_dir={results_dir}",
-            "--config.train.run=cli", "--config.train.progress=False", *extra]
-
-
 def test_cli_exits_2_when_no_checkpoint_is_readable(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    first = subprocess.run(_cli(tmp_path), env=env, cwd=ROOT, capture_output=True, text=True,
+    first = subprocess.run(_cli_args(tmp_path, "cli", 2), env=env, cwd=ROOT, capture_output=True, text=True,
                            timeout=600)
     assert first.returncode == 0, first.stderr[-2000:]
     ckdir = tmp_path / "train" / "cli" / "checkpoints"
@@ -226,7 +209,7 @@ def test_cli_exits_2_when_no_checkpoint_is_readable(tmp_path):
     assert steps == ["1", "2"]
     for step in steps:
         _corrupt(ckdir / step)
-    p = subprocess.run(_cli(tmp_path, "--config.train.resume=True"), env=env, cwd=ROOT,
+    p = subprocess.run(_cli_args(tmp_path, "cli", 2, ["--config.train.resume=True"]), env=env, cwd=ROOT,
                        capture_output=True, text=True, timeout=600)
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert p.returncode == 2, p.stderr[-2000:]
