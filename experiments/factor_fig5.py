@@ -1,4 +1,4 @@
-"""FACTOR diagnostics, the paper's Figure 5 (METHODS.md section 2, "Diagnostics").
+"""FACTOR diagnostics, the paper's Figure 5 (docs/methods.md, FACTOR > Diagnostics).
 
     python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py
     python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py:quick
@@ -11,7 +11,7 @@ three panels on fresh diagnostic batches (`config.fig5.*`):
     omega are computed exactly as the `factor` credit computes them (value calibration ->
     TAC -> HTA -> APM, same calls, same key use as factor_jax/methods.py), and the
     distribution of |mean_j omega_{t,j} - 1| over all real actions is plotted; the no-APM
-    softmax variant (normalisation="softmax", weights summing to 1, error 1 - 1/L_t) is
+    softmax variant (fj.softmax_weights, weights summing to 1, error 1 - 1/L_t) is
     overlaid for contrast.
 
 (b) Calibration. For the early and the late parameters, each on its own batch: the TAC
@@ -70,7 +70,9 @@ Outputs: results/factor_fig5/<fig5.name>.png (three panels) and .json (the numbe
 written atomically, and a printed summary. The Monte-Carlo rollouts (panels b, c) are
 jitted and vmapped over states, rollouts and variants (jax.lax.map in chunks of
 `fig5.chunk` rollouts to bound memory); only the choice of which states/actions to use is
-made on the host (so the compiled shapes are padded to whole chunks).
+made on the host (so the compiled shapes are padded to whole chunks). The kernels are
+factor_jax.diagnostics (conservation, mc_state_values, mc_credit, perturbable_actions,
+perturbed_actions, perturbation_returns); this file runs them.
 
 Runtime on 2 shared (loaded) CPU cores, measured: quick 88 s from scratch (30 s of it the
 4 training steps; 35 s when the finished training run is reused); full default 445 s
@@ -98,7 +100,6 @@ from asct_jax.envs.base import UNK_ID
 from asct_jax.infra import config_cli
 from asct_jax.rl.credit import state_policy_fn
 from asct_jax.rl.rollout import rollout
-from asct_jax.search.rollout_value import mc_return, rollout_return
 from factor_jax.methods import factor_pieces
 
 
@@ -110,35 +111,23 @@ def filler_id() -> int:
     return int(get_tokenizer().get_vocab()[FILLER_WORDS[0]])
 
 
-# ----------------------------------------------------------------------------- kernels
+# ----------------------------------------------------------------------------- panels
 
-def factor_parts(ctx, config, params, batch, key) -> Dict[str, Any]:
+def factor_parts(ctx, config, params, batch, key):
     """The `factor` credit's pieces (factor_jax.methods.factor_pieces, the same code the
-    credit runs), plus the softmax (no-APM) weights. Jittable (ctx, config static)."""
+    credit runs), panel (a)'s conservation errors (with the softmax, no-APM weights of the
+    same scores) and TAC's telescoping error [B]. Jittable (ctx, config static).
+
+    Returns (FactorPieces, fj.Conservation, tac_sum_err [B])."""
     p = factor_pieces(config, ctx, params, batch, key)
-    args = (batch.rewards, p["values"], p["baseline"], batch.turn_mask, p["teacher"],
-            batch.logp_old, batch.token_mask)
-    _, m_soft = fj.factor_coefficients(*args, tau=config.factor.tau,
-                                       transform=config.factor.transform,
-                                       normalisation="softmax")
-    real = jnp.any(batch.token_mask, axis=-1)
-    cons = lambda w: jnp.where(real, fj.conservation_error(w, batch.token_mask), 0.0)  # noqa: E731
-    return dict(coef=p["coef"], credit=p["credit"], weights=p["weights"],
-                weights_softmax=m_soft["weights"], cons_apm=cons(p["weights"]),
-                cons_softmax=cons(m_soft["weights"]), real=real, baseline=p["baseline"],
-                returns=p["returns"], calibrated=p["calibrated"],
-                tac_sum_err=fj.credit_conservation_error(p["credit"], batch.rewards,
-                                                         p["baseline"], batch.turn_mask))
+    cons = fj.conservation(p.weights, p.scores, batch.token_mask, tau=config.factor.tau,
+                           transform=config.factor.transform)
+    return p, cons, fj.credit_conservation_error(p.credit, batch.rewards, p.baseline,
+                                                 batch.turn_mask)
 
 
 def _take(tree, *idx):
     return jax.tree.map(lambda x: x[idx], tree)
-
-
-def _divisor_at_most(n: int, cap: int) -> int:
-    """The largest divisor of n that is <= cap (lax.map batch size without a remainder,
-    which would compile the body twice)."""
-    return next(b for b in range(min(n, cap), 0, -1) if n % b == 0)
 
 
 def _pad_idx(n: int, multiple: int) -> int:
@@ -146,7 +135,8 @@ def _pad_idx(n: int, multiple: int) -> int:
 
 
 class Diagnostics:
-    """The jitted pieces for one experiment (env, policy, credit context, config)."""
+    """The jitted factor_jax.diagnostics kernels for one experiment (env, policy, credit
+    context, config), and the host-side choice of which states and actions they see."""
 
     def __init__(self, config, env, env_params, policy, ctx):
         self.config, self.env, self.env_params, self.ctx = config, env, env_params, ctx
@@ -164,17 +154,14 @@ class Diagnostics:
                 str(ctx.group_size))
         self.collect = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, ng, gs))
         self.parts = jax.jit(lambda p, batch, k: factor_parts(ctx, config, p, batch, k))
-        self._mc = jax.jit(self._mc_values)
+        self._mc = jax.jit(lambda p, states, keys: fj.mc_state_values(
+            env, env_params, state_policy_fn(ctx, p), states, keys, self.M,
+            self.mc_states_per_chunk))
         self._perturb = jax.jit(self._perturb_returns)
+        self._eligible = jax.jit(fj.perturbable_actions)
 
-    # -- (b) high-sample Monte-Carlo values of stored states --------------------------
-    def _mc_values(self, params, states, keys):
-        policy_fn = state_policy_fn(self.ctx, params)
-        one = lambda a: mc_return(self.env, self.env_params, a[0], policy_fn, a[1], self.M)[0]
-        return jax.lax.map(one, (states, keys), batch_size=self.mc_states_per_chunk)
-
-    def mc_credit(self, params, batch, parts, key):
-        """A^MC [B, T] (numpy) and V_MC [B, T] (0 at t = 0 and on padding)."""
+    def mc_credit(self, params, batch, pieces, key):
+        """Panel (b): A^MC [B, T] (numpy) and V_MC [B, T] (0 at t = 0 and on padding)."""
         tm = np.asarray(batch.turn_mask)
         bi, ti = np.nonzero(tm & (np.arange(tm.shape[1])[None] >= 1))
         n = len(bi)
@@ -186,82 +173,32 @@ class Diagnostics:
             states = _take(batch.states, bi_p, ti_p)
             keys = jax.random.split(key, n_pad)
             v[bi, ti] = np.asarray(self._mc(params, states, keys))[:n]
-        a_mc = fj.tac_credit(batch.rewards, jnp.asarray(v), parts["baseline"],
-                             batch.turn_mask)
+        a_mc = fj.mc_credit(batch.rewards, jnp.asarray(v), pieces.baseline, batch.turn_mask)
         return np.asarray(a_mc), v
 
-    # -- (c) token perturbations ----------------------------------------------------
-    def variants(self, actions, hi, lo, cands, legal):
-        """[N, A] actions -> [N, V, A]: the original, then (hi, lo) for each mode.
-
-        cands [N, K, A], legal [N, K]: the candidates at x_t (for "swap")."""
-        a_len = actions.shape[-1]
-        out = [actions]
-        for mode in self.modes:
-            for j in (hi, lo):
-                onehot = jax.nn.one_hot(j, a_len, dtype=bool)  # [N, A]
-                if mode == "swap":
-                    # Another legal candidate equal to the action everywhere but at j.
-                    same = cands == actions[:, None, :]  # [N, K, A]
-                    other = legal & jnp.all(same | onehot[:, None, :], axis=-1) & \
-                        ~jnp.any(same & onehot[:, None, :], axis=-1)
-                    k = jnp.argmax(other, axis=-1)
-                    sub = jnp.take_along_axis(cands[jnp.arange(len(k)), k], j[:, None], -1)[:, 0]
-                    tok = jnp.where(jnp.any(other, axis=-1), sub, self.filler)[:, None]
-                else:
-                    tok = self.filler if mode == "delete" else UNK_ID
-                out.append(jnp.where(onehot, tok, actions))
-        return jnp.stack(out, axis=1)
-
     def _perturb_returns(self, params, states, actions, hi, lo, cands, legal, keys):
-        """states [N], actions [N, A], hi/lo [N], cands [N, K, A], legal [N, K],
-        keys [N, R] -> (returns [N, V, R],
-        changed [N, V] bool: immediate feedback/reward differs from the original's)."""
-        env, ep = self.env, self.env_params
-        policy_fn = state_policy_fn(self.ctx, params)
-        var = self.variants(actions, hi, lo, cands, legal)
-        n, nv, a_len = var.shape
-        r = keys.shape[1]
-        lane_states = jax.tree.map(
-            lambda x: jnp.broadcast_to(x[:, None, None], (n, nv, r) + x.shape[1:]).reshape(
-                (n * nv * r,) + x.shape[1:]), states)
-        lane_actions = jnp.broadcast_to(var[:, :, None], (n, nv, r, a_len)).reshape(-1, a_len)
-        lane_keys = jnp.broadcast_to(keys[:, None], (n, nv, r)).reshape(-1)  # same keys per v
+        var = fj.perturbed_actions(actions, hi, lo, cands, legal, self.modes, self.filler,
+                                   UNK_ID)
+        return fj.perturbation_returns(self.env, self.env_params,
+                                       state_policy_fn(self.ctx, params), states, var, keys,
+                                       int(self.config.fig5.chunk))
 
-        def one(args):
-            s, a, k = args
-            s1, ts = env.step(s, a, ep)
-            g, _, _ = rollout_return(env, ep, s1, policy_fn, k)
-            return ts.reward + g, ts.feedback, ts.reward
-
-        ret, fb, rew = jax.lax.map(one, (lane_states, lane_actions, lane_keys),
-                                   batch_size=_divisor_at_most(n * nv * r,
-                                                               int(self.config.fig5.chunk)))
-        ret = ret.reshape(n, nv, r)
-        fb = fb.reshape(n, nv, r, -1)[:, :, 0]
-        rew = rew.reshape(n, nv, r)[:, :, 0]
-        changed = jnp.any(fb != fb[:, :1], axis=-1) | (rew != rew[:, :1])
-        return ret, changed
-
-    def select_actions(self, batch, parts, seed):
-        """Host: up to fig5.perturb_actions actions of each credit sign (random)."""
+    def select_actions(self, batch, pieces, seed):
+        """Host: up to fig5.perturb_actions eligible actions of each credit sign (random)."""
         f5 = self.config.fig5
-        credit = np.asarray(parts["credit"])
-        tmask = np.asarray(batch.token_mask)
-        hi, lo = (np.asarray(x) for x in fj.extreme_tokens(parts["weights"], batch.token_mask))
-        ok = (np.asarray(parts["real"]) & (tmask.sum(-1) >= 2) & (hi != lo))
+        pos, neg, hi, lo = (np.asarray(x) for x in self._eligible(
+            pieces.credit, pieces.weights, batch.token_mask, f5.min_abs_credit))
         rng = np.random.default_rng(seed)
         chosen = {}
-        for name, sel in (("pos", credit >= f5.min_abs_credit),
-                          ("neg", credit <= -f5.min_abs_credit)):
-            bi, ti = np.nonzero(ok & sel)
+        for name, sel in (("pos", pos), ("neg", neg)):
+            bi, ti = np.nonzero(sel)
             take = rng.permutation(len(bi))[: int(f5.perturb_actions)]
             chosen[name] = (bi[take], ti[take])
         return chosen, hi, lo
 
-    def perturbation(self, params, batch, parts, key, seed) -> Dict[str, Any]:
+    def perturbation(self, params, batch, pieces, key, seed) -> Dict[str, Any]:
         """Panel (c): the return-change table (see the module docstring)."""
-        chosen, hi, lo = self.select_actions(batch, parts, seed)
+        chosen, hi, lo = self.select_actions(batch, pieces, seed)
         bi = np.concatenate([chosen["pos"][0], chosen["neg"][0]])
         ti = np.concatenate([chosen["pos"][1], chosen["neg"][1]])
         n_pos, n = len(chosen["pos"][0]), len(bi)
@@ -279,7 +216,7 @@ class Diagnostics:
                                      jnp.asarray(np.asarray(batch.cand_mask)[bi_p, ti_p]), keys)
         ret, changed = np.asarray(ret)[:n], np.asarray(changed)[:n]
         delta = (ret[:, 1:] - ret[:, :1]).mean(-1)  # [n, V-1] per-action mean change
-        credit = np.asarray(parts["credit"])[bi, ti]
+        credit = np.asarray(pieces.credit)[bi, ti]
         # A token with log pi_old = 0 had a single allowed continuation (forced: structure
         # words shared by every candidate, EOS): its hindsight delta is 0.
         logp = np.asarray(batch.logp_old)[bi, ti]
@@ -323,22 +260,22 @@ def run_diagnostics(config, pieces, early_params, late_params,
     for phase, params in (("late", late_params), ("early", early_params)):
         t0 = time.time()
         batch = diag.collect(params, k[f"roll_{phase}"])
-        parts = diag.parts(params, batch, k[f"cred_{phase}"])
-        a_mc, v_mc = diag.mc_credit(params, batch, parts, k[f"mc_{phase}"])
+        pieces, cons, tac_sum_err = diag.parts(params, batch, k[f"cred_{phase}"])
+        a_mc, v_mc = diag.mc_credit(params, batch, pieces, k[f"mc_{phase}"])
         tm = np.asarray(batch.turn_mask)
-        credit = np.asarray(parts["credit"])
+        credit = np.asarray(pieces.credit)
         cal = {kk: float(vv) for kk, vv in fj.calibration_metrics(
             jnp.asarray(credit), jnp.asarray(a_mc), jnp.asarray(tm)).items()}
-        cal["return_mean"] = float(np.asarray(parts["returns"]).mean())
+        cal["return_mean"] = float(np.asarray(pieces.returns).mean())
         cal["episode_len_mean"] = float(tm.sum(-1).mean())
-        cal["tac_sum_err_max"] = float(np.max(np.asarray(parts["tac_sum_err"])))
-        cal["calibrated_frac"] = float(np.asarray(parts["calibrated"])[tm].mean())
+        cal["tac_sum_err_max"] = float(np.max(np.asarray(tac_sum_err)))
+        cal["calibrated_frac"] = float(np.asarray(pieces.calibrated)[tm].mean())
         res[f"calibration_{phase}"] = cal
         arrays[f"credit_{phase}"], arrays[f"mc_{phase}"] = credit[tm], a_mc[tm]
         res["timing_s"][f"{phase}_rollout_credit_mc"] = time.time() - t0
         if phase == "late":
-            real = np.asarray(parts["real"])
-            ca, cs = np.asarray(parts["cons_apm"])[real], np.asarray(parts["cons_softmax"])[real]
+            real = np.asarray(cons.real)
+            ca, cs = np.asarray(cons.cons_apm)[real], np.asarray(cons.cons_softmax)[real]
             lens = np.asarray(batch.token_mask).sum(-1)[real]
             res["conservation"] = {
                 "n_actions": int(real.sum()),
@@ -349,7 +286,7 @@ def run_diagnostics(config, pieces, early_params, late_params,
             }
             arrays["cons_apm"], arrays["cons_softmax"] = ca, cs
             t0 = time.time()
-            res["perturbation"] = diag.perturbation(params, batch, parts, k["perturb"],
+            res["perturbation"] = diag.perturbation(params, batch, pieces, k["perturb"],
                                                     seed=int(config.seed) + int(config.fig5.seed))
             res["timing_s"]["perturbation"] = time.time() - t0
     res["_arrays"] = arrays

@@ -1,4 +1,5 @@
-"""APM: action-mean preserving token weights (METHODS.md section 2).
+"""APM: action-mean preserving token weights (docs/methods.md, FACTOR > APM), and the
+weights of its ablations (docs/methods.md, FACTOR > Ablations).
 
 From per-token scores s_{t,j} (HTA) to weights omega_{t,j} whose mean over the L_t real
 tokens of each action is exactly 1, so that C_{t,j} = A*_t * omega_{t,j} keeps
@@ -15,14 +16,13 @@ import jax.numpy as jnp
 from factor_jax._checks import check_choice, check_range, is_static_number
 
 TRANSFORMS = ("exp", "softplus")
-NORMALISATIONS = ("apm", "softmax", "unnormalised")
 
 # log u is floored at this value below the action's largest log u, so every real token
 # keeps a strictly positive weight (hence sign(C) = sign(A*) on every real token) and the
 # clipped renormalisation below always has a solution. It changes nothing unless two
 # tokens of one action have scores more than 60 * tau apart.
 LOG_FLOOR = -60.0
-# The "unnormalised" ablation returns u itself: log u is clamped to [-30, 30] there so it
+# The unnormalised ablation (unnormalised_weights) returns u itself: log u is clamped to [-30, 30] there so it
 # stays finite and positive in float32.
 MAX_LOG_U = 30.0
 # Bisection steps on log c for the clipped renormalisation: the bracket is at most
@@ -144,11 +144,28 @@ def _check_clip(clip):
     return lo, hi
 
 
+def _checked_scores(scores, token_mask, tau, transform):
+    """Shape / type / range checks shared by the weight functions; scores as constants."""
+    chex.assert_equal_shape([scores, token_mask])
+    chex.assert_type([scores, token_mask], [float, bool])
+    check_choice("transform", transform, TRANSFORMS, allow_callable=True)
+    check_range("tau", tau, lo=0.0, lo_open=True)
+    return jax.lax.stop_gradient(scores)
+
+
+def _shifted_u(scores, token_mask, tau, transform):
+    """(e, denom): e_{t,j} = u_{t,j} / max_j u_{t,j} (floored, 0 at padding) [..., A] and
+    denom = max(sum_j e_{t,j}, 1) [..., 1], so that u / sum_j u = e / denom."""
+    rel = _relative_log_u(scores, token_mask, tau, transform)
+    e = jnp.where(token_mask, jnp.exp(rel), 0.0)  # the max token contributes exactly 1
+    return e, jnp.maximum(jnp.sum(e, axis=-1, keepdims=True), 1.0)
+
+
 def apm_weights(scores: chex.Array, token_mask: chex.Array, tau: float = 1.0,
                 transform: Transform = "exp",
-                clip: Optional[Tuple[Optional[float], Optional[float]]] = None,
-                normalisation: str = "apm") -> chex.Array:
-    """Token weights from hindsight scores, action-mean preserving.
+                clip: Optional[Tuple[Optional[float], Optional[float]]] = None) -> chex.Array:
+    """APM: token weights from hindsight scores, action-mean preserving
+    (docs/methods.md, FACTOR > APM).
 
       u_{t,j}     = exp(s_{t,j} / tau)   (transform="exp"; "softplus" or any callable
                                           non-negative map also works)
@@ -166,40 +183,21 @@ def apm_weights(scores: chex.Array, token_mask: chex.Array, tau: float = 1.0,
     With lo > 0 weights stay positive; with lo = 0 a token can get exactly 0 when the
     tokens clipped at hi already carry the whole mass L_t.
 
-    normalisation (ablations of APM):
-      "apm":          as above (default).
-      "softmax":      u / sum_j u, sums to 1 over the action (shrinks credit by 1/L_t).
-      "unnormalised": u itself (log u clamped to [-MAX_LOG_U, MAX_LOG_U]).
+    The ablations of APM are separate functions: `softmax_weights` (sum to 1) and
+    `unnormalised_weights` (u itself).
 
     Args:
       scores: [..., A] float, s_{t,j} (HTA scores).
       token_mask: [..., A] bool, real action tokens.
       tau: temperature > 0.
       transform: "exp", "softplus" or a callable non-negative map.
-      clip: None or (lo, hi); only with normalisation="apm".
-      normalisation: one of NORMALISATIONS.
+      clip: None or (lo, hi).
     Returns:
       [..., A] weights omega (constants: stop-gradient), 0 at padding.
     """
-    chex.assert_equal_shape([scores, token_mask])
-    chex.assert_type([scores, token_mask], [float, bool])
-    check_choice("normalisation", normalisation, NORMALISATIONS)
-    check_choice("transform", transform, TRANSFORMS, allow_callable=True)
-    check_range("tau", tau, lo=0.0, lo_open=True)
+    scores = _checked_scores(scores, token_mask, tau, transform)
     clip = _check_clip(clip)
-    if clip is not None and normalisation != "apm":
-        raise ValueError(f"clip applies only to normalisation='apm', got "
-                         f"normalisation={normalisation!r} with clip={clip!r}")
-    scores = jax.lax.stop_gradient(scores)
-    if normalisation == "unnormalised":
-        z = jnp.where(token_mask, scores, 0.0) / tau
-        log_u = jnp.clip(log_transform(z, transform), -MAX_LOG_U, MAX_LOG_U)
-        return jnp.where(token_mask, jnp.exp(log_u), 0.0)  # u itself
-    rel = _relative_log_u(scores, token_mask, tau, transform)
-    e = jnp.where(token_mask, jnp.exp(rel), 0.0)  # the max token contributes exactly 1
-    denom = jnp.maximum(jnp.sum(e, axis=-1, keepdims=True), 1.0)
-    if normalisation == "softmax":
-        return e / denom  # u / sum_j u
+    e, denom = _shifted_u(scores, token_mask, tau, transform)
     length = jnp.sum(token_mask, axis=-1, keepdims=True).astype(scores.dtype)
     omega = e * (length / denom)  # omega = L_t * u / sum_j u
     if clip is None:
@@ -207,6 +205,35 @@ def apm_weights(scores: chex.Array, token_mask: chex.Array, tau: float = 1.0,
     return clip_renormalise(omega, token_mask, *clip)
 
 
+def softmax_weights(scores: chex.Array, token_mask: chex.Array, tau: float = 1.0,
+                    transform: Transform = "exp") -> chex.Array:
+    """The "without APM" ablation (docs/methods.md, FACTOR > Ablations): weights that sum
+    to 1 over each action instead of averaging 1, shrinking its credit by 1/L_t.
+
+      omega_{t,j} = u_{t,j} / sum_j u_{t,j}   =>  |(1/L_t) sum_j omega_{t,j} - 1| = 1 - 1/L_t
+
+    Same u, log-domain shift and floor as `apm_weights`. Args as apm_weights (no clip).
+    Returns [..., A] weights (stop-gradient), 0 at padding.
+    """
+    scores = _checked_scores(scores, token_mask, tau, transform)
+    e, denom = _shifted_u(scores, token_mask, tau, transform)
+    return e / denom  # u / sum_j u
+
+
+def unnormalised_weights(scores: chex.Array, token_mask: chex.Array, tau: float = 1.0,
+                         transform: Transform = "exp") -> chex.Array:
+    """Ablation: u_{t,j} = transform(s_{t,j} / tau) itself, no normalisation; log u is
+    clamped to [-MAX_LOG_U, MAX_LOG_U] so u stays finite and positive in float32.
+
+    Args as apm_weights (no clip). Returns [..., A] weights (stop-gradient), 0 at padding.
+    """
+    scores = _checked_scores(scores, token_mask, tau, transform)
+    z = jnp.where(token_mask, scores, 0.0) / tau
+    log_u = jnp.clip(log_transform(z, transform), -MAX_LOG_U, MAX_LOG_U)
+    return jnp.where(token_mask, jnp.exp(log_u), 0.0)  # u itself
+
+
 def uniform_weights(token_mask: chex.Array, dtype=jnp.float32) -> chex.Array:
-    """omega = 1 on real tokens, 0 at padding: the "without HTA" ablation. [..., A]."""
+    """omega = 1 on real tokens, 0 at padding: the "without HTA" ablation
+    (docs/methods.md, FACTOR > Ablations). [..., A]."""
     return token_mask.astype(dtype)

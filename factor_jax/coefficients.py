@@ -1,16 +1,19 @@
-"""Per-token coefficients C_{t,j} = A*_t * omega_{t,j}, and the whole FACTOR credit.
+"""Per-token coefficients C_{t,j} = A*_t * omega_{t,j} (docs/methods.md, FACTOR > Token
+coefficients), the allocation of an action credit over its tokens, and the whole FACTOR
+credit.
 
 Shapes: [B, T] per action, [B, T, A] per token.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+import functools
+from typing import Callable, Optional, Tuple
 
 import chex
 import jax
 import jax.numpy as jnp
 
-from factor_jax.apm import apm_weights, uniform_weights
+from factor_jax.apm import apm_weights
 from factor_jax.hta import hta_scores
 from factor_jax.tac import tac_credit
 
@@ -37,46 +40,76 @@ def token_coefficients(credit: chex.Array, weights: chex.Array,
     return jax.lax.stop_gradient(jnp.where(token_mask, coef, 0.0))
 
 
+# weigh(scores [B, T, A], token_mask [B, T, A]) -> omega [B, T, A]: where among an
+# action's tokens its credit goes (apm_weights, softmax_weights, uniform, ...).
+TokenWeights = Callable[[chex.Array, chex.Array], chex.Array]
+
+
+@chex.dataclass(frozen=True)
+class Allocation:
+    """How an action credit was spread over its tokens (hindsight_allocation).
+
+    Attributes:
+      credit: [B, T] float, A_t the action credit (0 on padded turns).
+      delta: [B, T, A] float, log pi_T - log pi_S (HTA).
+      scores: [B, T, A] float, s_{t,j} = sign(A_t) delta_{t,j} (HTA).
+      weights: [B, T, A] float, omega_{t,j} (APM, or an ablation's weights).
+    """
+
+    credit: chex.Array
+    delta: chex.Array
+    scores: chex.Array
+    weights: chex.Array
+
+
+def hindsight_allocation(credit: chex.Array, teacher_logp: chex.Array,
+                         student_logp: chex.Array, token_mask: chex.Array,
+                         weigh: TokenWeights) -> Tuple[chex.Array, Allocation]:
+    """HTA scores -> token weights -> C: spreads an action credit over its tokens
+    (docs/methods.md, FACTOR > HTA, APM, Token coefficients).
+
+      s_{t,j} = sign(A_t) (log pi_T - log pi_S)       (HTA)
+      omega   = weigh(s, token_mask)                   (APM: apm_weights; ablations:
+                                                       softmax_weights, uniform)
+      C_{t,j} = sg(A_t omega_{t,j})
+
+    Args:
+      credit: [B, T] float, A_t (TAC's A*_t, or another action credit such as GRPO's),
+        0 on padded turns.
+      teacher_logp, student_logp: [B, T, A] float. token_mask: [B, T, A] bool.
+      weigh: (scores, token_mask) -> weights [B, T, A].
+    Returns:
+      (coef [B, T, A], Allocation).
+    """
+    scores, delta = hta_scores(teacher_logp, student_logp, credit, token_mask,
+                               return_delta=True)
+    weights = weigh(scores, token_mask)
+    coef = token_coefficients(credit, weights, token_mask)
+    return coef, Allocation(credit=credit, delta=delta, scores=scores, weights=weights)
+
+
 def factor_coefficients(rewards: chex.Array, values: chex.Array, baseline: chex.Array,
                         turn_mask: chex.Array, teacher_logp: chex.Array,
                         student_logp: chex.Array, token_mask: chex.Array,
                         tau: float = 1.0, transform="exp",
-                        clip: Optional[Tuple[float, float]] = None,
-                        normalisation: str = "apm", use_tac: bool = True,
-                        use_hta: bool = True,
-                        action_credit: Optional[chex.Array] = None
-                        ) -> Tuple[chex.Array, Dict[str, chex.Array]]:
-    """TAC -> HTA -> APM -> C: the FACTOR per-token coefficients of a batch.
+                        clip: Optional[Tuple[float, float]] = None
+                        ) -> Tuple[chex.Array, Allocation]:
+    """TAC -> HTA -> APM -> C: the FACTOR per-token coefficients of a batch
+    (docs/methods.md, FACTOR). The ablations compose the same pieces differently
+    (factor_jax.methods).
 
-      A*_t = r_t + V~(x_{t+1}) - V~(x_t)               (TAC; or `action_credit` if given,
-                                                       e.g. GRPO's, for "without TAC")
-      s_{t,j} = sign(A*_t) (log pi_T - log pi_S)        (HTA; omega = 1 if not use_hta)
+      A*_t = r_t + V~(x_{t+1}) - V~(x_t)               (TAC, see tac_credit)
+      s_{t,j} = sign(A*_t) (log pi_T - log pi_S)        (HTA)
       omega_{t,j} = L_t u_{t,j} / sum_j u_{t,j}         (APM, see apm_weights)
       C_{t,j} = sg(A*_t omega_{t,j})
 
     Args:
       rewards, values: [B, T] float. baseline: [B] float. turn_mask: [B, T] bool.
       teacher_logp, student_logp: [B, T, A] float. token_mask: [B, T, A] bool.
-      tau, transform, clip, normalisation: see apm_weights.
-      use_tac: False requires action_credit [B, T] (the "without TAC" ablation).
-      use_hta: False gives omega = 1 (the "without HTA" ablation).
+      tau, transform, clip: see apm_weights.
     Returns:
-      (coef [B, T, A], aux) with aux = {"credit" [B, T], "delta", "scores", "weights"
-      [B, T, A]}.
+      (coef [B, T, A], Allocation with credit A* [B, T], delta, scores, weights [B, T, A]).
     """
-    if use_tac:
-        credit = tac_credit(rewards, values, baseline, turn_mask)
-    else:
-        if action_credit is None:
-            raise ValueError("use_tac=False needs action_credit [B, T] (e.g. GRPO advantages)")
-        chex.assert_equal_shape([action_credit, turn_mask])
-        credit = jnp.where(turn_mask, action_credit, 0.0)
-    scores, delta = hta_scores(teacher_logp, student_logp, credit, token_mask,
-                               return_delta=True)
-    if use_hta:
-        weights = apm_weights(scores, token_mask, tau=tau, transform=transform, clip=clip,
-                              normalisation=normalisation)
-    else:
-        weights = uniform_weights(token_mask, scores.dtype)
-    coef = token_coefficients(credit, weights, token_mask)
-    return coef, {"credit": credit, "delta": delta, "scores": scores, "weights": weights}
+    credit = tac_credit(rewards, values, baseline, turn_mask)
+    weigh = functools.partial(apm_weights, tau=tau, transform=transform, clip=clip)
+    return hindsight_allocation(credit, teacher_logp, student_logp, token_mask, weigh)

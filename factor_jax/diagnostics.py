@@ -1,13 +1,22 @@
-"""FACTOR diagnostics (the paper's Figure 5): conservation and calibration.
+"""FACTOR diagnostics, the paper's Figure 5 (docs/methods.md, FACTOR > Diagnostics):
+conservation, calibration of TAC against Monte-Carlo credit, token perturbation.
 
-Shapes: [B, T] per action, [B, T, A] per token.
+Pure, jit- and vmap-able kernels; experiments/factor_fig5.py runs them (training, the
+choice of states and actions on the host, plotting). Shapes: [B, T] per action,
+[B, T, A] per token, N selected states / actions, K candidates, V action variants,
+R rollouts.
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Any, Callable, Sequence, Tuple
 
 import chex
+import jax
 import jax.numpy as jnp
+
+from asct_jax.search.rollout_value import mc_return, rollout_return
+from factor_jax.apm import softmax_weights
+from factor_jax.tac import tac_credit
 
 
 def conservation_error(weights: chex.Array, token_mask: chex.Array) -> chex.Array:
@@ -37,12 +46,28 @@ def credit_conservation_error(credit: chex.Array, rewards: chex.Array,
     return jnp.abs(total - (ret - baseline))
 
 
+@chex.dataclass(frozen=True)
+class CalibrationMetrics:
+    """TAC credit vs a reference credit (calibration_metrics); each field []. A mapping
+    (`.items()`, `m["corr"]`) as well as a pytree.
+
+    Attributes:
+      corr: Pearson r. mae, rmse: mean absolute / root-mean-square error.
+      bias: mean(credit - reference). count: number of masked entries.
+    """
+
+    corr: chex.Array
+    mae: chex.Array
+    rmse: chex.Array
+    bias: chex.Array
+    count: chex.Array
+
+
 def calibration_metrics(credit: chex.Array, reference: chex.Array,
-                        mask: chex.Array) -> Dict[str, chex.Array]:
+                        mask: chex.Array) -> CalibrationMetrics:
     """TAC credit vs an independent high-sample MC credit on the masked actions.
 
-    Returns {"corr": Pearson r, "mae", "rmse", "bias": mean(credit - reference),
-    "count"}, each []. Arrays of any equal shape.
+    Arrays of any equal shape. Returns CalibrationMetrics (corr, mae, rmse, bias, count).
     """
     chex.assert_equal_shape([credit, reference, mask])
     m = mask.astype(jnp.float32)
@@ -54,9 +79,9 @@ def calibration_metrics(credit: chex.Array, reference: chex.Array,
     cov = jnp.sum(dx * dy)
     corr = cov / jnp.sqrt(jnp.maximum(jnp.sum(dx**2) * jnp.sum(dy**2), 1e-30))
     err = (x - y) * m
-    return {"corr": corr, "mae": jnp.sum(jnp.abs(err)) / n,
-            "rmse": jnp.sqrt(jnp.sum(err**2) / n), "bias": jnp.sum(err) / n,
-            "count": jnp.sum(m)}
+    return CalibrationMetrics(corr=corr, mae=jnp.sum(jnp.abs(err)) / n,
+                              rmse=jnp.sqrt(jnp.sum(err**2) / n), bias=jnp.sum(err) / n,
+                              count=jnp.sum(m))
 
 
 def extreme_tokens(weights: chex.Array, token_mask: chex.Array) -> Tuple[chex.Array, chex.Array]:
@@ -69,3 +94,185 @@ def extreme_tokens(weights: chex.Array, token_mask: chex.Array) -> Tuple[chex.Ar
     hi = jnp.argmax(jnp.where(token_mask, weights, -jnp.inf), axis=-1)
     lo = jnp.argmin(jnp.where(token_mask, weights, jnp.inf), axis=-1)
     return hi.astype(jnp.int32), lo.astype(jnp.int32)
+
+
+# ------------------------------------------------------------------ (a) conservation
+
+@chex.dataclass(frozen=True)
+class Conservation:
+    """Panel (a): per-action conservation errors of APM and of the no-APM softmax.
+
+    Attributes:
+      real: [B, T] bool, actions with at least one real token.
+      weights_softmax: [B, T, A] float, softmax_weights of the same scores.
+      cons_apm: [B, T] float, conservation_error of the APM weights (0 off `real`).
+      cons_softmax: [B, T] float, the same for the softmax weights (1 - 1/L_t).
+    """
+
+    real: chex.Array
+    weights_softmax: chex.Array
+    cons_apm: chex.Array
+    cons_softmax: chex.Array
+
+
+def conservation(weights: chex.Array, scores: chex.Array, token_mask: chex.Array,
+                 tau: float = 1.0, transform="exp") -> Conservation:
+    """|mean_j omega_{t,j} - 1| of FACTOR's APM weights and, for contrast, of the softmax
+    weights (sum to 1) computed from the same HTA scores.
+
+    Args:
+      weights: [B, T, A] float, APM weights omega. scores: [B, T, A] float, HTA scores.
+      token_mask: [B, T, A] bool. tau, transform: as apm_weights.
+    Returns:
+      Conservation.
+    """
+    chex.assert_equal_shape([weights, scores, token_mask])
+    soft = softmax_weights(scores, token_mask, tau=tau, transform=transform)
+    real = jnp.any(token_mask, axis=-1)
+    cons = lambda w: jnp.where(real, conservation_error(w, token_mask), 0.0)  # noqa: E731
+    return Conservation(real=real, weights_softmax=soft, cons_apm=cons(weights),
+                        cons_softmax=cons(soft))
+
+
+# ------------------------------------------------------------------ (b) calibration
+
+def mc_state_values(env, env_params, policy_fn: Callable, states: Any, keys: chex.Array,
+                    num_rollouts: int, batch_size: int) -> chex.Array:
+    """V_MC(x) = mean return of `num_rollouts` rollouts of the policy from each state.
+
+      V_MC(x_n) = (1/M) sum_m G^(m)(x_n)
+
+    Args:
+      env, env_params: the JAX environment. policy_fn: state -> (logp [K], value [])
+        (asct_jax.rl.credit.state_policy_fn).
+      states: env state pytree with leading [N]. keys: [N] PRNG keys.
+      num_rollouts: M (static). batch_size: states per jax.lax.map chunk (memory).
+    Returns:
+      [N] float32.
+    """
+    one = lambda a: mc_return(env, env_params, a[0], policy_fn, a[1], num_rollouts)[0]  # noqa: E731
+    return jax.lax.map(one, (states, keys), batch_size=batch_size)
+
+
+def mc_credit(rewards: chex.Array, mc_values: chex.Array, baseline: chex.Array,
+              turn_mask: chex.Array) -> chex.Array:
+    """The Monte-Carlo reference credit, with TAC's boundaries:
+
+      A^MC_t = r_t + V_MC(x_{t+1}) - V_MC(x_t),   V(x_0) = b,  V(x_T) = 0.
+
+    Args:
+      rewards, mc_values: [B, T] float (mc_values read where 0 < t < T_i).
+      baseline: [B] float. turn_mask: [B, T] bool.
+    Returns:
+      [B, T] float, 0 on padded turns.
+    """
+    return tac_credit(rewards, mc_values, baseline, turn_mask)
+
+
+# ------------------------------------------------------------------ (c) perturbation
+
+def perturbable_actions(credit: chex.Array, weights: chex.Array, token_mask: chex.Array,
+                        min_abs_credit: float) -> Tuple[chex.Array, chex.Array,
+                                                        chex.Array, chex.Array]:
+    """Actions eligible for the perturbation panel, and their extreme tokens.
+
+    Eligible: at least two real tokens, distinct highest- and lowest-weighted tokens, and
+    A*_t >= min_abs_credit (positive) or A*_t <= -min_abs_credit (negative).
+
+    Args:
+      credit: [B, T] float, A*_t. weights: [B, T, A] float. token_mask: [B, T, A] bool.
+      min_abs_credit: |A*_t| below this counts as neither sign.
+    Returns:
+      (positive [B, T] bool, negative [B, T] bool, hi [B, T] int32, lo [B, T] int32),
+      hi / lo as extreme_tokens.
+    """
+    chex.assert_equal_shape_prefix([credit, weights, token_mask], 2)
+    hi, lo = extreme_tokens(weights, token_mask)
+    ok = jnp.any(token_mask, axis=-1) & (jnp.sum(token_mask, axis=-1) >= 2) & (hi != lo)
+    return ok & (credit >= min_abs_credit), ok & (credit <= -min_abs_credit), hi, lo
+
+
+def perturbed_actions(actions: chex.Array, hi: chex.Array, lo: chex.Array,
+                      cands: chex.Array, legal: chex.Array, modes: Sequence[str],
+                      filler: int, unk: int) -> chex.Array:
+    """The original action, then for each mode its highest- and lowest-allocated token
+    replaced: [N, A] -> [N, V, A], V = 1 + 2 len(modes), order (orig, m0 hi, m0 lo, ...).
+
+      "delete": token -> `filler` (a word every parser drops: the token is deleted).
+      "swap":   token -> the token another legal candidate has at that position, that
+                candidate being equal to the action everywhere else; `filler` where no
+                such candidate exists.
+      "unk":    token -> `unk` (the action becomes unparseable).
+
+    Args:
+      actions: [N, A] int32. hi, lo: [N] int, token positions.
+      cands: [N, K, A] int32, legal: [N, K] bool: the candidates at x_t (for "swap").
+      modes: static sequence of "delete" | "swap" | "unk". filler, unk: token ids.
+    Returns:
+      [N, V, A] int32.
+    """
+    chex.assert_rank([actions, hi, lo, cands, legal], [2, 1, 1, 3, 2])
+    a_len = actions.shape[-1]
+    out = [actions]
+    for mode in modes:
+        for j in (hi, lo):
+            onehot = jax.nn.one_hot(j, a_len, dtype=bool)  # [N, A]
+            if mode == "swap":
+                # Another legal candidate equal to the action everywhere but at j.
+                same = cands == actions[:, None, :]  # [N, K, A]
+                other = legal & jnp.all(same | onehot[:, None, :], axis=-1) & \
+                    ~jnp.any(same & onehot[:, None, :], axis=-1)
+                k = jnp.argmax(other, axis=-1)
+                sub = jnp.take_along_axis(cands[jnp.arange(len(k)), k], j[:, None], -1)[:, 0]
+                tok = jnp.where(jnp.any(other, axis=-1), sub, filler)[:, None]
+            else:
+                tok = filler if mode == "delete" else unk
+            out.append(jnp.where(onehot, tok, actions))
+    return jnp.stack(out, axis=1)
+
+
+def divisor_at_most(n: int, cap: int) -> int:
+    """The largest divisor of n that is <= cap (lax.map batch size without a remainder,
+    which would compile the body twice)."""
+    return next(b for b in range(min(n, cap), 0, -1) if n % b == 0)
+
+
+def perturbation_returns(env, env_params, policy_fn: Callable, states: Any,
+                         variants: chex.Array, keys: chex.Array,
+                         chunk: int) -> Tuple[chex.Array, chex.Array]:
+    """Return of each action variant from its stored state, with common random numbers.
+
+      ret_{n,v,r} = r_t(a_{n,v}) + G_{>t}^{(r)}   (step a_{n,v} from x_n, then the policy
+                                                  to the end with key r, the same key for
+                                                  every variant v)
+
+    Args:
+      env, env_params, policy_fn: as mc_state_values.
+      states: env state pytree with leading [N]. variants: [N, V, A] int32
+        (perturbed_actions; v = 0 the original). keys: [N, R] PRNG keys.
+      chunk: lanes per jax.lax.map chunk (memory; a divisor of N V R is used).
+    Returns:
+      (returns [N, V, R] float32, changed [N, V] bool: the immediate feedback or reward
+      differs from the original's, first rollout).
+    """
+    n, nv, a_len = variants.shape
+    r = keys.shape[1]
+    lane_states = jax.tree.map(
+        lambda x: jnp.broadcast_to(x[:, None, None], (n, nv, r) + x.shape[1:]).reshape(
+            (n * nv * r,) + x.shape[1:]), states)
+    lane_actions = jnp.broadcast_to(variants[:, :, None], (n, nv, r, a_len)).reshape(-1, a_len)
+    lane_keys = jnp.broadcast_to(keys[:, None], (n, nv, r)).reshape(-1)  # same keys per v
+
+    def one(args):
+        s, a, k = args
+        s1, ts = env.step(s, a, env_params)
+        g, _, _ = rollout_return(env, env_params, s1, policy_fn, k)
+        return ts.reward + g, ts.feedback, ts.reward
+
+    ret, fb, rew = jax.lax.map(one, (lane_states, lane_actions, lane_keys),
+                               batch_size=divisor_at_most(n * nv * r, int(chunk)))
+    ret = ret.reshape(n, nv, r)
+    fb = fb.reshape(n, nv, r, -1)[:, :, 0]
+    rew = rew.reshape(n, nv, r)[:, :, 0]
+    changed = jnp.any(fb != fb[:, :1], axis=-1) | (rew != rew[:, :1])
+    return ret, changed

@@ -1,4 +1,4 @@
-"""FACTOR's value calibration (docs/methods.md, FACTOR) on real games driven on the host.
+"""FACTOR's value calibration (docs/methods.md, FACTOR > Value calibration) on real games driven on the host.
 
 The JAX environments calibrate inside the jitted credit step (factor_jax.methods.calibrate):
 restore the stored state of a few intermediate turns, roll pi_old out M times, use the
@@ -9,7 +9,7 @@ jit, so the same computation runs here, between the rollout and the learn step:
     G^(m)(x_t) = sum_{t' >= t} r^(m)_t'   for m = 1..M rollouts of pi_old from x_t
     target(x_t) = (1/M) sum_m G^(m)(x_t)                                 # [B, T]
 
-and the result travels in `Rollout.calibration`, which FACTOR reads instead of
+and the result, a `Calibration`, travels in `Rollout.calibration`, which FACTOR reads instead of
 calibrating itself. The restored rollouts are played B at a time on the training games'
 environments (the games restore from their save blob, else reset + replay). Environment
 calls and action tokens of the calibration rollouts are counted.
@@ -17,7 +17,7 @@ calls and action tokens of the calibration rollouts are counted.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +25,7 @@ import numpy as np
 
 import factor_jax as fj
 from asct_jax.envs.external.base import HostState
-from asct_jax.rl.types import Rollout
+from asct_jax.rl.types import Calibration, Rollout
 
 # play(states, key) -> Rollout of pi_old continued from `states` (always `chunk` states).
 PlayFrom = Callable[[Sequence[HostState], jax.Array], Rollout]
@@ -33,7 +33,7 @@ PlayFrom = Callable[[Sequence[HostState], jax.Array], Rollout]
 
 def host_calibrate(play: PlayFrom, batch: Rollout, host_states: List[List[HostState]],
                    key: jax.Array, num_turns: int, num_rollouts: int,
-                   chunk: int) -> Dict[str, jax.Array]:
+                   chunk: int) -> Calibration:
     """Monte-Carlo value targets at `num_turns` intermediate turns of every episode.
 
     Args:
@@ -45,8 +45,8 @@ def host_calibrate(play: PlayFrom, batch: Rollout, host_states: List[List[HostSt
       chunk: how many states one `play` call takes (the number of environments); the
         last call is filled up with finished states, which are never stepped.
     Returns:
-      dict(targets [B, T] f32, mask [B, T] bool, aux_tokens [] f32, env_calls [] f32),
-      the `Rollout.calibration` FACTOR reads.
+      Calibration(targets [B, T] f32, mask [B, T] bool, aux_tokens [] f32,
+      env_calls [] f32), the `Rollout.calibration` FACTOR reads.
     """
     b, t = batch.turn_mask.shape
     k_turns, k_roll = jax.random.split(key)
@@ -69,13 +69,13 @@ def host_calibrate(play: PlayFrom, batch: Rollout, host_states: List[List[HostSt
         mc[i, s] = returns[n * num_rollouts:(n + 1) * num_rollouts]
     targets, mask = fj.calibration_targets(jnp.asarray(idx), jnp.asarray(valid),
                                            jnp.asarray(mc), t)
-    return {"targets": targets, "mask": mask, "aux_tokens": jnp.float32(tokens),
-            "env_calls": jnp.float32(calls)}
+    return Calibration(targets=targets, mask=mask, aux_tokens=jnp.float32(tokens),
+                       env_calls=jnp.float32(calls))
 
 
 def calibrate_on_host(config, play: PlayFrom, batch: Rollout,
                       host_states: List[List[HostState]], key: jax.Array,
-                      chunk: int) -> Optional[Dict[str, jax.Array]]:
+                      chunk: int) -> Optional[Calibration]:
     """`host_calibrate` with config.factor's turns and rollouts (None when either is 0):
     the `Method.host_calibration` of the FACTOR methods."""
     fc = config.factor

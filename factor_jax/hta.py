@@ -1,4 +1,4 @@
-"""HTA: hindsight-teacher token allocation scores (METHODS.md section 2).
+"""HTA: hindsight-teacher token allocation scores (docs/methods.md, FACTOR > HTA).
 
 A frozen teacher (pi_old) reads action a_t *with* the post-action feedback o_{t+1} in its
 context and scores every action token; the student score is the same token without

@@ -1,27 +1,32 @@
 """FACTOR, its ablations, SERL and ASCT + FACTOR as credit methods (`Method` records,
-see asct_jax.rl.credit).
+see asct_jax.rl.credit; docs/methods.md, FACTOR).
 
-factor            TAC ("how much") -> HTA + APM ("where"), calibrated values, action-mean
-factor_no_tac     GRPO action credit + HTA/APM
-factor_no_hta     TAC with omega = 1
-factor_no_apm     TAC + HTA with softmax weights (sum to 1: credit shrunk by 1/L_t)
+Each FACTOR method composes two stages (docs/methods.md, FACTOR > Ablations): an action
+credit ("how much": tac_action_credit | grpo_action_credit) and token weights ("where":
+apm_token_weights | uniform_token_weights | softmax_token_weights), then C = A_t omega.
+
+factor            TAC -> HTA + APM, calibrated values, action-mean
+factor_no_tac     GRPO action credit -> HTA + APM
+factor_no_hta     TAC -> omega = 1
+factor_no_apm     TAC -> HTA + softmax weights (sum to 1: credit shrunk by 1/L_t)
 serl              GRPO advantage with clipped hindsight token weights, lambda 0.5 -> 0
 grpo_extended     GRPO; the experiment gives it FACTOR's environment-call budget by
                   scaling rollout.num_groups (experiments/factor_table.py)
 asct_factor       ASCT-AgentUCT's searched A_t as "how much", HTA + APM as "where";
                   mean_j C_{t,j} = A_t per action, as in FACTOR
 
-Value calibration (METHODS.md 2): for each episode, `factor.calib_turns` intermediate
-turns are chosen (factor_jax.calibration_turns), the stored environment state of each is
-restored and pi_old is rolled out `factor.calib_rollouts` = M times to the end. The mean
+Value calibration (docs/methods.md, FACTOR > Value calibration): for each episode,
+`factor.calib_turns` intermediate turns are chosen (factor_jax.calibration_turns), the
+stored environment state of each is restored and pi_old is rolled out
+`factor.calib_rollouts` = M times to the end. The mean
 return-to-go is the Monte-Carlo target of the value head at that turn, and (with
 `factor.tac_values = "calibrated"`) replaces V_psi(x_t) inside TAC there:
 
     V~(x_t) = MC_t if t was calibrated, else V_psi(x_t);  V~(x_0) = b;  V~(x_T) = 0.
 
 Elsewhere the value head regresses on the episode's own return-to-go. Host games
-calibrate outside the jitted step and hand the result in as `batch.calibration`
-(factor_jax.host_calibration); it is then used instead.
+calibrate outside the jitted step and hand the result in as `batch.calibration`, a
+`Calibration` (factor_jax.host_calibration); it is then used instead.
 
 Scale: with `factor.normalise = "batch_std"` (default) the coefficients are divided by
 max(std of the batch's returns, factor.std_floor), one scalar per batch, as GRPO divides
@@ -34,8 +39,10 @@ The hindsight teacher is pi_old (the behaviour parameters, frozen for the update
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict
+import functools
+from typing import Any, Callable
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -44,7 +51,7 @@ from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, Method, state_policy_fn, turn_states,
                                 value_targets_mc)
 from asct_jax.rl.methods import GRPO
-from asct_jax.rl.types import Credit, Rollout
+from asct_jax.rl.types import Calibration, Credit, Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search.methods import searched_advantages
 from factor_jax.host_calibration import calibrate_on_host
@@ -61,11 +68,9 @@ def teacher_log_probs(ctx: CreditContext, params, batch: Rollout):
 
 
 def calibrate(ctx: CreditContext, params, batch: Rollout, key, num_turns: int,
-              num_rollouts: int):
-    """Monte-Carlo values at chosen intermediate turns.
-
-    Returns (targets [B, T], target_mask [B, T], aux_tokens [], env_calls []).
-    """
+              num_rollouts: int) -> Calibration:
+    """Monte-Carlo values at chosen intermediate turns (docs/methods.md, FACTOR > Value
+    calibration): Calibration(targets [B, T], mask [B, T], aux_tokens [], env_calls [])."""
     b, t = batch.turn_mask.shape
     k_turns, k_roll = jax.random.split(key)
     idx, valid = fj.calibration_turns(batch.turn_mask, k_turns, num_turns)  # [B, S]
@@ -80,73 +85,131 @@ def calibrate(ctx: CreditContext, params, batch: Rollout, key, num_turns: int,
     targets, mask = fj.calibration_targets(idx, valid, returns, t)
     aux = jnp.sum(jnp.where(valid_f, aux, 0.0))
     calls = jnp.sum(jnp.where(valid_f, calls, 0)).astype(jnp.float32)
-    return targets, mask, aux, calls
+    return Calibration(targets=targets, mask=mask, aux_tokens=aux, env_calls=calls)
 
 
-def factor_pieces(config, ctx: CreditContext, params, batch: Rollout, key, *,
-                  use_tac: bool = True, use_hta: bool = True,
-                  normalisation: str = "apm") -> Dict[str, Any]:
-    """Everything the `factor` credit computes for a batch (also used by Figure 5).
+@chex.dataclass(frozen=True)
+class FactorPieces:
+    """Everything a FACTOR credit computes for a batch (factor_pieces; Figure 5 reads it).
 
-    Returns a dict with coef [B,T,A] (scaled as config.factor.normalise says), credit A*
-    [B,T], weights omega [B,T,A], teacher log-probs, values V~ [B,T], value targets,
-    calibration mask, group baseline b [B], returns G [B], aux_tokens, env_calls.
+    Attributes:
+      coef: [B, T, A] C_{t,j}, scaled as config.factor.normalise says.
+      credit: [B, T] the action credit A_t (TAC's A*_t, GRPO's for factor_no_tac).
+      scores: [B, T, A] HTA scores s_{t,j}. weights: [B, T, A] omega_{t,j}.
+      teacher: [B, T, A] hindsight-teacher log-probs.
+      values: [B, T] V~ (critic, replaced by MC values at calibrated turns).
+      targets: [B, T] value-head targets. calibrated: [B, T] bool, calibrated turns.
+      baseline: [B] group baseline b. returns: [B] episode returns G.
+      aux_tokens, env_calls: [] float32, the calibration's cost.
+    """
+
+    coef: chex.Array
+    credit: chex.Array
+    scores: chex.Array
+    weights: chex.Array
+    teacher: chex.Array
+    values: chex.Array
+    targets: chex.Array
+    calibrated: chex.Array
+    baseline: chex.Array
+    returns: chex.Array
+    aux_tokens: chex.Array
+    env_calls: chex.Array
+
+
+# The two stages a FACTOR method chooses (docs/methods.md, FACTOR > Ablations):
+#   action credit  (batch, values V~ [B, T], baseline b [B], returns G [B], group size)
+#                  -> A_t [B, T], 0 on padded turns: "how much";
+#   token weights  (config.factor) -> weigh(scores, token_mask) -> omega [B, T, A]: "where".
+ActionCredit = Callable[[Rollout, Any, Any, Any, int], Any]
+TokenWeightsFor = Callable[[Any], fj.coefficients.TokenWeights]
+
+
+def tac_action_credit(batch: Rollout, values, baseline, returns, group_size):
+    """A*_t = r_t + V~(x_{t+1}) - V~(x_t) (TAC). [B, T]."""
+    return fj.tac_credit(batch.rewards, values, baseline, batch.turn_mask)
+
+
+def grpo_action_credit(batch: Rollout, values, baseline, returns, group_size):
+    """A_t = (G_i - b) / std on every real turn (GRPO's; the "without TAC" ablation)."""
+    a = adv.grpo_advantages(returns, group_size)
+    a = jnp.broadcast_to(a[:, None], batch.turn_mask.shape)
+    return jnp.where(batch.turn_mask, a, 0.0)
+
+
+def apm_token_weights(fc) -> fj.coefficients.TokenWeights:
+    """HTA + APM: mean-1 weights from the hindsight scores (factor.tau/transform/clip)."""
+    clip = tuple(fc.clip) if fc.clip else None
+    return functools.partial(fj.apm_weights, tau=fc.tau, transform=fc.transform, clip=clip)
+
+
+def softmax_token_weights(fc) -> fj.coefficients.TokenWeights:
+    """HTA + softmax, weights summing to 1 (the "without APM" ablation)."""
+    if fc.clip:
+        raise ValueError(f"factor.clip applies only to APM weights, got {tuple(fc.clip)!r} "
+                         "with the softmax weights of factor_no_apm")
+    return functools.partial(fj.softmax_weights, tau=fc.tau, transform=fc.transform)
+
+
+def uniform_token_weights(fc) -> fj.coefficients.TokenWeights:
+    """omega = 1 on every real token (the "without HTA" ablation)."""
+    return lambda scores, token_mask: fj.uniform_weights(token_mask, scores.dtype)
+
+
+def factor_pieces(config, ctx: CreditContext, params, batch: Rollout, key,
+                  action_credit: ActionCredit = tac_action_credit,
+                  token_weights: TokenWeightsFor = apm_token_weights) -> FactorPieces:
+    """Everything a FACTOR credit computes for a batch (also used by Figure 5):
+    value calibration -> action credit -> HTA scores -> token weights -> C.
+
+    The defaults are `factor` (TAC, HTA + APM); the ablations pass other stages.
     """
     fc = config.factor
-    clip = tuple(fc.clip) if fc.clip else None
     g = adv.episode_returns(batch.rewards, batch.turn_mask)
     b = adv.group_baseline(g, ctx.group_size)
     mc_g = value_targets_mc(batch)
     values, targets = batch.values, mc_g
     cal_mask = jnp.zeros_like(batch.turn_mask)
     aux = calls = jnp.float32(0.0)
-    cal = None
-    if batch.calibration is not None:   # calibrated outside the step (host games)
-        cal, cal_mask, aux, calls = (batch.calibration[k] for k in
-                                     ("targets", "mask", "aux_tokens", "env_calls"))
-    elif fc.calib_turns > 0 and fc.calib_rollouts > 0:
-        cal, cal_mask, aux, calls = calibrate(ctx, params, batch, key, fc.calib_turns,
-                                              fc.calib_rollouts)
+    cal = batch.calibration          # calibrated outside the step (host games), or None
+    if cal is None and fc.calib_turns > 0 and fc.calib_rollouts > 0:
+        cal = calibrate(ctx, params, batch, key, fc.calib_turns, fc.calib_rollouts)
     if cal is not None:
-        targets = jnp.where(cal_mask, cal, mc_g)
+        cal_mask, aux, calls = cal.mask, cal.aux_tokens, cal.env_calls
+        targets = jnp.where(cal_mask, cal.targets, mc_g)
         if fc.tac_values == "calibrated":
-            values = jnp.where(cal_mask, cal, values)
+            values = jnp.where(cal_mask, cal.targets, values)  # V~ = MC_t where calibrated
     teacher = teacher_log_probs(ctx, params, batch)
-    grpo_credit = None
-    if not use_tac:
-        a = adv.grpo_advantages(g, ctx.group_size)
-        grpo_credit = jnp.broadcast_to(a[:, None], batch.turn_mask.shape)
-    coef, m = fj.factor_coefficients(
-        batch.rewards, values, b, batch.turn_mask, teacher, batch.logp_old,
-        batch.token_mask, tau=fc.tau, transform=fc.transform, clip=clip,
-        normalisation=normalisation, use_tac=use_tac, use_hta=use_hta,
-        action_credit=grpo_credit)
+    credit = action_credit(batch, values, b, g, ctx.group_size)
+    coef, alloc = fj.hindsight_allocation(credit, teacher, batch.logp_old, batch.token_mask,
+                                          token_weights(fc))
     if fc.normalise == "batch_std":
         # One positive scalar for the whole batch: conservation per action and the
         # telescoping identity hold up to that scale, and the coefficients live on
         # GRPO's (std-normalised) scale, so both train at the same learning rate.
         coef = coef / jnp.maximum(jnp.std(g), fc.std_floor)
-    return dict(coef=coef, credit=m["credit"], weights=m["weights"], teacher=teacher,
-                values=values, targets=targets, calibrated=cal_mask, baseline=b, returns=g,
-                aux_tokens=aux, env_calls=calls)
+    return FactorPieces(coef=coef, credit=credit, scores=alloc.scores, weights=alloc.weights,
+                        teacher=teacher, values=values, targets=targets, calibrated=cal_mask,
+                        baseline=b, returns=g, aux_tokens=aux, env_calls=calls)
 
 
-def _factor_factory(use_tac=True, use_hta=True, normalisation="apm"):
+def _factor_factory(action_credit: ActionCredit = tac_action_credit,
+                    token_weights: TokenWeightsFor = apm_token_weights):
     def factory(config, ctx: CreditContext):
         fc = config.factor
+        token_weights(fc)  # configuration errors at build time
 
         def credit(params, batch: Rollout, key, step) -> Credit:
-            p = factor_pieces(config, ctx, params, batch, key, use_tac=use_tac,
-                              use_hta=use_hta, normalisation=normalisation)
+            p = factor_pieces(config, ctx, params, batch, key, action_credit, token_weights)
             real = jnp.any(batch.token_mask, axis=-1)
-            cons = jnp.where(real, fj.conservation_error(p["weights"], batch.token_mask), 0.0)
+            cons = jnp.where(real, fj.conservation_error(p.weights, batch.token_mask), 0.0)
             metrics = {
-                "aux_tokens": p["aux_tokens"], "env_calls": p["env_calls"],
+                "aux_tokens": p.aux_tokens, "env_calls": p.env_calls,
                 "factor/conservation_err_max": jnp.max(cons),
-                "factor/credit_abs_mean": jnp.sum(jnp.abs(p["credit"]) * real)
+                "factor/credit_abs_mean": jnp.sum(jnp.abs(p.credit) * real)
                 / jnp.maximum(jnp.sum(real), 1),
             }
-            return Credit(coef=p["coef"], value_targets=p["targets"], teacher_logp=p["teacher"],
+            return Credit(coef=p.coef, value_targets=p.targets, teacher_logp=p.teacher,
                           metrics=metrics)
 
         def aux_loss(logp, mb, credit):
@@ -177,26 +240,27 @@ def _serl(config, ctx: CreditContext):
 
 
 def _asct_factor(config, ctx: CreditContext):
-    """ASCT-AgentUCT's A_t as the action credit, HTA + APM as the token allocation."""
+    """ASCT-AgentUCT's A_t as the action credit, HTA + APM (unclipped) as the token
+    allocation."""
     fc = config.factor
+    weigh = functools.partial(fj.apm_weights, tau=fc.tau, transform=fc.transform)
 
     def credit(params, batch: Rollout, key, step):
         a, metrics = searched_advantages(config, ctx, params, batch, key, step, "agentuct")
         teacher = teacher_log_probs(ctx, params, batch)
-        scores = fj.hta_scores(teacher, batch.logp_old, a, batch.token_mask)
-        w = fj.apm_weights(scores, batch.token_mask, tau=fc.tau, transform=fc.transform)
-        coef = fj.token_coefficients(a, w, batch.token_mask)
+        coef, _ = fj.hindsight_allocation(a, teacher, batch.logp_old, batch.token_mask,
+                                          weigh)
         return Credit(coef=coef, value_targets=value_targets_mc(batch), teacher_logp=teacher,
                       metrics=metrics)
     return credit
 
 
 FACTOR = Method("factor", _factor_factory(), host_calibration=calibrate_on_host)
-FACTOR_NO_TAC = Method("factor_no_tac", _factor_factory(use_tac=False),
+FACTOR_NO_TAC = Method("factor_no_tac", _factor_factory(action_credit=grpo_action_credit),
                        host_calibration=calibrate_on_host)
-FACTOR_NO_HTA = Method("factor_no_hta", _factor_factory(use_hta=False),
+FACTOR_NO_HTA = Method("factor_no_hta", _factor_factory(token_weights=uniform_token_weights),
                        host_calibration=calibrate_on_host)
-FACTOR_NO_APM = Method("factor_no_apm", _factor_factory(normalisation="softmax"),
+FACTOR_NO_APM = Method("factor_no_apm", _factor_factory(token_weights=softmax_token_weights),
                        host_calibration=calibrate_on_host)
 SERL = Method("serl", _serl)
 GRPO_EXTENDED = dataclasses.replace(GRPO, name="grpo_extended")

@@ -1,4 +1,4 @@
-"""TAC: TD action credit with boundary potentials (METHODS.md section 2).
+"""TAC: TD action credit with boundary potentials (docs/methods.md, FACTOR > TAC).
 
 Shapes: B episodes, T turns. Turn t of episode i is real when ``turn_mask[i, t]``; the
 mask is a prefix mask (the turns that happened), so episode i has

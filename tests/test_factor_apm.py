@@ -14,10 +14,9 @@ B, T, A = 3, 5, 6
 CLIPS = [None, (0.8, 1.2), (0.0, 1.5), (0.5, None), (1.0, 1.0)]
 
 
-@functools.partial(jax.jit, static_argnames=("tau", "transform", "clip", "normalisation"))
-def apm(scores, mask, tau=1.0, transform="exp", clip=None, normalisation="apm"):
-    return fj.apm_weights(scores, mask, tau=tau, transform=transform, clip=clip,
-                          normalisation=normalisation)
+@functools.partial(jax.jit, static_argnames=("tau", "transform", "clip"))
+def apm(scores, mask, tau=1.0, transform="exp", clip=None):
+    return fj.apm_weights(scores, mask, tau=tau, transform=transform, clip=clip)
 
 
 @st.composite
@@ -94,14 +93,17 @@ def test_clipped_weights_are_a_clipped_rescaling(batch):
 
 
 @given(score_batches())
-def test_ablation_modes(batch):
+def test_ablation_weights(batch):
+    """softmax_weights sum to 1 (no APM); unnormalised_weights are u itself."""
     scores, mask = batch
-    soft = np.asarray(apm(scores, mask, normalisation="softmax"), np.float64)
+    soft = np.asarray(jax.jit(fj.softmax_weights)(scores, mask), np.float64)
     length = mask.sum(-1)
     np.testing.assert_allclose(soft.sum(-1)[length > 0], 1.0, atol=2e-6)
     np.testing.assert_allclose(np.asarray(fj.conservation_error(soft.astype(np.float32), mask))
                                [length > 0], (1 - 1 / length)[length > 0], atol=2e-6)
-    raw = np.asarray(apm(scores, mask, normalisation="unnormalised"))
+    np.testing.assert_array_equal(soft[~mask], 0.0)
+    assert np.all(soft[mask] > 0)
+    raw = np.asarray(jax.jit(fj.unnormalised_weights)(scores, mask))
     expected = np.where(mask, np.exp(np.clip(scores, -fj.apm.MAX_LOG_U, fj.apm.MAX_LOG_U)), 0)
     np.testing.assert_allclose(raw, expected, rtol=1e-5)
 
@@ -141,14 +143,16 @@ def test_extreme_scores_stay_finite_and_positive(tau):
 
 @pytest.mark.parametrize("kwargs, field", [
     ({"transform": "relu"}, "transform"),
-    ({"normalisation": "sum"}, "normalisation"),
     ({"tau": 0.0}, "tau"),
     ({"clip": (1.1, 2.0)}, "clip"),
     ({"clip": (0.5, 0.9)}, "clip"),
     ({"clip": 1.2}, "clip"),
-    ({"clip": (0.8, 1.2), "normalisation": "softmax"}, "clip"),
 ])
 def test_bad_config_raises_value_error_naming_the_field(kwargs, field):
     s, m = jnp.zeros((1, 1, 2)), jnp.ones((1, 1, 2), bool)
     with pytest.raises(ValueError, match=field):
         fj.apm_weights(s, m, **kwargs)
+    if "clip" not in kwargs:
+        for fn in (fj.softmax_weights, fj.unnormalised_weights):
+            with pytest.raises(ValueError, match=field):
+                fn(s, m, **kwargs)

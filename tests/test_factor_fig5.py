@@ -89,10 +89,12 @@ def test_perturbation_table(setup):
 def test_weights_match_registered_credit(setup):
     c, exp, params, _, diag = setup
     batch = diag.collect(params, jax.random.key(3))
-    parts = diag.parts(params, batch, jax.random.key(4))
+    pieces, cons, tac_sum_err = diag.parts(params, batch, jax.random.key(4))
     credit = jax.jit(exp.credit_fn)(params, batch, jax.random.key(4), 0)
-    np.testing.assert_allclose(np.asarray(parts["coef"]), np.asarray(credit.coef), atol=1e-6)
-    assert parts["weights"].shape == batch.token_mask.shape
+    np.testing.assert_allclose(np.asarray(pieces.coef), np.asarray(credit.coef), atol=1e-6)
+    assert pieces.weights.shape == cons.weights_softmax.shape == batch.token_mask.shape
+    assert cons.cons_apm.shape == batch.turn_mask.shape
+    assert tac_sum_err.shape == batch.turn_mask.shape[:1]
 
 
 def test_plot_and_config(setup, tmp_path):

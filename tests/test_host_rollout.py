@@ -225,16 +225,16 @@ def test_host_calibration_targets_land_on_the_chosen_turns(setup):
 
     cal = host_calibrate(play, batch, host_states, jax.random.key(0), num_turns=2,
                          num_rollouts=3, chunk=5)
-    mask = np.asarray(cal["mask"])
+    mask = np.asarray(cal.mask)
     eligible = np.asarray(batch.turn_mask) & (np.arange(T)[None] >= 1)
     assert np.all(mask <= eligible) and mask.any()
     assert np.all(mask.sum(1) == np.minimum(eligible.sum(1), 2))
     t_idx = np.broadcast_to(np.arange(T, dtype=np.float32), mask.shape)
-    np.testing.assert_allclose(np.asarray(cal["targets"])[mask], t_idx[mask])
+    np.testing.assert_allclose(np.asarray(cal.targets)[mask], t_idx[mask])
     # every start state is played once (the filler of the last chunk is done, unplayed)
     assert sum(calls) == 3 * mask.sum() and max(calls) <= 5
-    assert float(cal["env_calls"]) == T * sum(calls)
-    assert float(cal["aux_tokens"]) == T * A * sum(calls)
+    assert float(cal.env_calls) == T * sum(calls)
+    assert float(cal.aux_tokens) == T * A * sum(calls)
 
 
 def test_factor_learn_step_uses_host_calibration(setup):
@@ -250,7 +250,7 @@ def test_factor_learn_step_uses_host_calibration(setup):
     cal = host_calibrate(lambda st, k: _play_from(setup, st, k), setup["batch"],
                          setup["host_states"], jax.random.key(0), 2, 2,
                          chunk=NUM_GAMES * G)
-    assert float(cal["env_calls"]) > 0
+    assert float(cal.env_calls) > 0
     credit = registry.get("factor").make_credit(c, CreditContext(policy=policy, env=None, env_params=None,
                                                     group_size=G))
     opt = make_optimizer(c.ppo)
@@ -258,6 +258,6 @@ def test_factor_learn_step_uses_host_calibration(setup):
     state = TrainState(params=params, opt_state=opt.init(params),
                        step=jnp.zeros((), jnp.int32))
     _, metrics = learn(state, setup["batch"].replace(calibration=cal), jax.random.key(1))
-    assert float(metrics["credit/env_calls"]) == float(cal["env_calls"])
-    assert float(metrics["credit/aux_tokens"]) == float(cal["aux_tokens"])
+    assert float(metrics["credit/env_calls"]) == float(cal.env_calls)
+    assert float(metrics["credit/aux_tokens"]) == float(cal.aux_tokens)
     assert all(np.isfinite(float(v)) for v in metrics.values())
