@@ -58,6 +58,9 @@ from factor_jax.host_calibration import calibrate_on_host
 from asct_jax.search.rollout_value import mc_return
 
 
+TAC_VALUES = ("calibrated", "critic")   # config.factor.tac_values: V~ at calibrated turns
+NORMALISE = ("batch_std", "none")       # config.factor.normalise: scale of the coefficients
+
 def teacher_log_probs(ctx: CreditContext, params, batch: Rollout):
     """Hindsight teacher log-probs [B, T, A] (0 on padding)."""
     b, t = batch.turn_mask.shape

@@ -116,14 +116,15 @@ def get_constraints():
     from asct_jax.search.search import CHARGES, LEAF_EVALS
     from experiments import registry
     from factor_jax.apm import TRANSFORMS
+    from factor_jax.methods import NORMALISE, TAC_VALUES
 
     return {
         "method": registry.names(),
         "env.name": ENVS,
         "env.size": SIZES,
         "ppo.return_baseline": RETURN_BASELINES,
-        "factor.tac_values": ("calibrated", "critic"),
-        "factor.normalise": ("batch_std", "none"),
+        "factor.tac_values": TAC_VALUES,
+        "factor.normalise": NORMALISE,
         "model.preset": tuple(PRESETS),
         "ppo.aggregation": AGGREGATIONS,
         "asct.centring": CENTRE_MODES,
