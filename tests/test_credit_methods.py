@@ -69,3 +69,25 @@ def test_credit_is_masked_finite_and_counts_its_costs(setup, method):
     if method in ("vineppo", "asct_agentuct", "factor", "asct_factor"):
         assert float(credit.metrics["env_calls"]) > 0
         assert float(credit.metrics["aux_tokens"]) > 0
+
+
+def test_vineppo_skip_survives_a_seed_batch(setup):
+    """In a seed batch (vmap with the seed axis named) VinePPO's chunk skip stays a
+    lax.cond, not a select computing every chunk, and the values equal the single run's."""
+    import dataclasses
+
+    c, ctx, params, batch = setup
+    seeded = dataclasses.replace(ctx, seed_axis="seed")
+    key = jax.random.key(1)
+    one = jax.jit(lambda p, b, k: live_state_values(ctx, p, b, k, 2, chunk=3))(
+        params, batch, key)
+    two = lambda x: jnp.stack([x, x])  # noqa: E731
+    fn = jax.vmap(lambda p, b, k: live_state_values(seeded, p, b, k, 2, chunk=3),
+                  axis_name="seed")
+    args = (jax.tree.map(two, params), jax.tree.map(two, batch), jnp.stack([key, key]))
+    assert " cond[" in str(jax.make_jaxpr(fn)(*args))
+    both = jax.jit(fn)(*args)
+    for single, batched in zip(one, both):
+        for i in range(2):
+            np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(single),
+                                       rtol=1e-5, atol=1e-6)

@@ -34,6 +34,9 @@ class CreditContext:
     env: Any
     env_params: Any
     group_size: int
+    # The vmapped axis of seeds trained as one program (trainer.train_seeds), or None. A
+    # data-dependent skip (lax.cond) must reduce its predicate over it to stay a skip.
+    seed_axis: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +75,15 @@ def from_turn_advantages(batch: Rollout, advantages, value_targets, metrics=None
 def value_targets_mc(batch: Rollout):
     """Critic target: the undiscounted return-to-go from x_t (Monte-Carlo)."""
     return adv.returns_to_go(batch.rewards, batch.turn_mask)
+
+
+def any_over_seeds(x, ctx: CreditContext):
+    """jnp.any(x), made the same for every seed of a seed batch (so lax.cond stays a
+    branch under vmap instead of becoming a select that computes both sides)."""
+    anything = jnp.any(x)
+    if ctx.seed_axis is None:
+        return anything
+    return jax.lax.psum(anything.astype(jnp.int32), ctx.seed_axis) > 0
 
 
 def state_policy_fn(ctx: CreditContext, params):

@@ -34,6 +34,7 @@ from asct_jax.rl.types import Credit, Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
 
 DATA_AXIS = "data"
+SEED_AXIS = "seed"   # the vmapped axis of make_seeds_train_step (CreditContext.seed_axis)
 
 
 @chex.dataclass
@@ -197,13 +198,14 @@ def make_seeds_train_step(config, policy, env, env_params, credit_fn: Callable,
                           optimizer: optax.GradientTransformation, mesh: Mesh) -> Callable:
     """step(states, keys) for S seeds as one program: every leaf of `states` and `keys`
     has a leading seed axis [S, ...] (vmap, as PureJaxRL trains seeds together); the
-    metrics come back as [S] arrays. No KL reference (ppo.kl_coef must be 0)."""
+    metrics come back as [S] arrays. No KL reference (ppo.kl_coef must be 0). The credit
+    must be built with CreditContext.seed_axis = SEED_AXIS."""
     if config.ppo.kl_coef > 0:
         raise ValueError("ppo.kl_coef: seeds trained as one program support only 0; "
                          "train the seeds as separate runs")
     step = train_step_fn(config, policy, env, env_params, credit_fn, optimizer, mesh)
     replicated = NamedSharding(mesh, P())
-    return jax.jit(jax.vmap(step), in_shardings=(replicated, replicated),
+    return jax.jit(jax.vmap(step, axis_name=SEED_AXIS), in_shardings=(replicated, replicated),
                    out_shardings=(replicated, replicated), donate_argnums=(0,))
 
 

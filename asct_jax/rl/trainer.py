@@ -34,9 +34,9 @@ from asct_jax.infra.run_logger import RunLogger
 from asct_jax.models import Decoder, get_preset
 from asct_jax.rl.credit import CreditContext, CreditFn, Method
 from asct_jax.rl.policy import Policy
-from asct_jax.rl.train_step import (TrainState, make_eval, make_learn_step, make_mesh,
-                                    make_optimizer, make_seeds_train_step, make_train_step,
-                                    to_host, to_host_seeds)
+from asct_jax.rl.train_step import (SEED_AXIS, TrainState, make_eval, make_learn_step,
+                                    make_mesh, make_optimizer, make_seeds_train_step,
+                                    make_train_step, to_host, to_host_seeds)
 
 MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size")
@@ -114,14 +114,16 @@ class Learner:
                                self.mesh, self.ref_params)
 
 
-def build_learner(config, method: Method, source: RolloutSource) -> Learner:
-    """Model, policy, mesh, credit, optimiser and the replicated initial state of a run."""
+def build_learner(config, method: Method, source: RolloutSource,
+                  seed_axis: Optional[str] = None) -> Learner:
+    """Model, policy, mesh, credit, optimiser and the replicated initial state of a run
+    (seed_axis: the vmapped seed axis when the run is part of a seed batch)."""
     source.check(method)
     policy, params = build_policy(config, source.vocab_size, source.shape)
     mesh = make_mesh(config.train.num_devices or None)
     replicated = NamedSharding(mesh, P())
     ctx = CreditContext(policy=policy, env=source.env, env_params=source.env_params,
-                        group_size=config.rollout.group_size)
+                        group_size=config.rollout.group_size, seed_axis=seed_axis)
     optimizer = make_optimizer(config.ppo)
     # Placed replicated up front, like the step's outputs: the step compiles once.
     state = jax.device_put(TrainState(params=params, opt_state=optimizer.init(params),
@@ -273,7 +275,7 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
     _start_logging_and_cache(config)
     cache_before = compile_cache.counts()
     source = JaxEnvSource(config)
-    learners = [build_learner(c, method, source) for c in configs]
+    learners = [build_learner(c, method, source, seed_axis=SEED_AXIS) for c in configs]
     first = learners[0]
     runs = [_RunFiles.open(c) for c in configs]
     restored = [r.restore(l.init_state) for r, l in zip(runs, learners)]

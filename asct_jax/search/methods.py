@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from asct_jax.rl import advantages as adv
-from asct_jax.rl.credit import (CreditContext, Method, from_turn_advantages,
+from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, from_turn_advantages,
                                 state_policy_fn, turn_states, value_targets_mc)
 from asct_jax.rl.types import Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
@@ -121,7 +121,8 @@ def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollo
         st, kk, lv = xs
         zeros = (jnp.zeros((chunk,)), jnp.zeros((chunk, num_rollouts)), jnp.zeros((chunk,)),
                  jnp.zeros((chunk,), jnp.int32))
-        out = jax.lax.cond(jnp.any(lv), lambda: per_state(st, kk), lambda: zeros)
+        out = jax.lax.cond(any_over_seeds(lv, ctx), lambda: per_state(st, kk),
+                           lambda: zeros)
         return out[0], jnp.where(lv, out[2], 0.0), jnp.where(lv, out[3], 0)
 
     split = lambda x: x.reshape((n_chunks, chunk) + x.shape[1:])  # noqa: E731
