@@ -252,3 +252,17 @@ def test_gae_gradients_match_scan_reference():
     f = lambda fn: lambda r: jnp.sum(jnp.sin(fn(r, v, m, 0.95, 0.9)[0]))  # noqa: E731
     np.testing.assert_allclose(jax.grad(f(adv.gae))(r), jax.grad(f(adv.gae_scan_reference))(r),
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("t", [3, 12])
+def test_closed_forms_vmap_over_gamma_lambda(t):
+    """gamma / lam batched by vmap (U built in-graph per batch entry) equal the scan."""
+    r, v, m = _ragged(11, b=5, t=t)
+    gs, ls = jnp.array([1.0, 0.95, 0.5]), jnp.array([0.0, 0.95, 1.0])
+    out = jax.vmap(lambda g, l: adv.gae(r, v, m, g, l))(gs, ls)
+    ref = jax.vmap(lambda g, l: adv.gae_scan_reference(r, v, m, g, l))(gs, ls)
+    for a, b in zip(out, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jax.vmap(lambda g: adv.returns_to_go(r, m, g))(gs),
+                               jax.vmap(lambda g: adv.returns_to_go_scan_reference(r, m, g))(gs),
+                               rtol=1e-5, atol=1e-5)
