@@ -3,9 +3,19 @@
 Not a test: a script that measures, side by side in one process,
   * factor_jax's jitted pipeline (coefficients only; aux outputs dead-code-eliminated),
     without and with APM clipping, vs a vectorised NumPy reference of the same maths;
-  * asct_jax.rl.advantages.gae (jitted) vs rlax.truncated_generalized_advantage_estimation
-    (vmapped over episodes, jitted), rlax.lambda_returns (vmapped, jitted) and a NumPy GAE
-    (reverse loop over turns, vectorised over episodes);
+  * the reverse scans over turns of asct_jax.rl.advantages (jitted): `gae` (closed form,
+    A = delta @ U) vs its previous reverse-lax.scan form (`gae_scan_reference`),
+    rlax.truncated_generalized_advantage_estimation (vmapped over episodes, jitted),
+    rlax.lambda_returns (vmapped, jitted) and a NumPy GAE (reverse loop over turns,
+    vectorised over episodes); and `returns_to_go` (gamma = 1) vs its scan form,
+    rlax.discounted_returns (vmapped, jitted) and NumPy (reverse cumsum). Like is compared
+    with like: "gae adv" rows return A only (as rlax), "gae adv+targets" rows return
+    (A, A + V) (rlax's A plus the same targets add). The "x rlax" columns are the matching
+    rlax row's time over this row's, from the median and from the 10th percentile of the
+    per-call times (the p10 shows the kernel with less interference from other processes:
+    on a loaded machine XLA's thread-pool hand-offs make the median bimodal). The turn
+    kernels are measured interleaved (rounds of every implementation in turn), so load
+    changes hit them alike;
   * each kernel's bytes/s (bytes of its inputs read + outputs written, i.e. the minimum
     memory traffic) against this machine's measured memory-copy bandwidth
     (numpy.copyto of a 256 MiB array: 2 x nbytes per copy), and against a jitted JAX
@@ -15,7 +25,9 @@ repeated calls after one warm-up, each call blocked until ready).
 
 Usage:
   python experiments/bench_credit.py [--sizes 64x8x8,1024x16x32,4096x32x64]
+      [--turn_sizes 64x4,64x40,256x8,1024x16,4096x4,4096x16,4096x40]
       [--min_time 0.5] [--out results/bench/credit.json]
+--turn_sizes (B x T, '' for none) benchmarks only the turn kernels (GAE, returns-to-go).
 """
 from __future__ import annotations
 
@@ -66,7 +78,8 @@ def _steady(fn: Callable, args: Sequence, min_time: float, min_calls: int = 5) -
         times.append(time.perf_counter() - t0)
         if len(times) >= 1000:
             break
-    return {"steady_s": float(np.median(times)), "calls": len(times),
+    return {"steady_s": float(np.median(times)), "p10_s": float(np.percentile(times, 10)),
+            "calls": len(times),
             "minor_faults_per_call": (_minor_faults() - faults0) / len(times)}
 
 
@@ -149,6 +162,9 @@ def factor_numpy(rewards, values, baseline, turn_mask, teacher_logp, student_log
     return (credit[..., None] * omega).astype(np.float32)
 
 
+GAMMA_RTG = 1.0
+
+
 def gae_asct():
     """asct_jax.rl.advantages.gae, imported lazily (written in parallel by another engineer)."""
     try:
@@ -158,24 +174,60 @@ def gae_asct():
     return lambda rewards, values, turn_mask: gae(rewards, values, turn_mask, 1.0, GAE_LAMBDA)
 
 
-def gae_rlax(rewards, values, turn_mask):
+def _turn_impls():
+    """{name: (kernel, fn, reference rlax impl or None)} of the jitted turn kernels."""
+    from asct_jax.rl import advantages as adv
     import rlax
-    m = turn_mask.astype(rewards.dtype)
-    m_next = jnp.pad(m[:, 1:], ((0, 0), (0, 1)))
-    v_ext = jnp.pad(values * m, ((0, 0), (0, 1)))  # V after the last turn = 0
-    adv = jax.vmap(rlax.truncated_generalized_advantage_estimation, in_axes=(0, 0, None, 0))(
-        rewards * m, m_next, GAE_LAMBDA, v_ext)
-    return adv * m
 
+    def gae_pair(fn):
+        return lambda r, v, m: fn(r, v, m, 1.0, GAE_LAMBDA)
 
-def lambda_returns_rlax(rewards, values, turn_mask):
-    import rlax
-    m = turn_mask.astype(rewards.dtype)
-    m_next = jnp.pad(m[:, 1:], ((0, 0), (0, 1)))
-    v_next = jnp.pad(values[:, 1:] * m[:, 1:], ((0, 0), (0, 1)))
-    ret = jax.vmap(rlax.lambda_returns, in_axes=(0, 0, 0, None))(rewards * m, m_next, v_next,
-                                                                GAE_LAMBDA)
-    return ret * m
+    def gae_adv(fn):
+        return lambda r, v, m: fn(r, v, m, 1.0, GAE_LAMBDA)[0]
+
+    def rlax_gae(r, v, m):
+        mf = m.astype(r.dtype)
+        m_next = jnp.pad(mf[:, 1:], ((0, 0), (0, 1)))
+        v_ext = jnp.pad(v * mf, ((0, 0), (0, 1)))  # V after the last turn = 0
+        a = jax.vmap(rlax.truncated_generalized_advantage_estimation,
+                     in_axes=(0, 0, None, 0))(r * mf, m_next, GAE_LAMBDA, v_ext)
+        return a * mf
+
+    def rlax_gae_pair(r, v, m):
+        a = rlax_gae(r, v, m)
+        return a, (a + v) * m.astype(r.dtype)
+
+    def rlax_lambda(r, v, m):
+        mf = m.astype(r.dtype)
+        m_next = jnp.pad(mf[:, 1:], ((0, 0), (0, 1)))
+        v_next = jnp.pad(v[:, 1:] * mf[:, 1:], ((0, 0), (0, 1)))
+        ret = jax.vmap(rlax.lambda_returns, in_axes=(0, 0, 0, None))(r * mf, m_next, v_next,
+                                                                    GAE_LAMBDA)
+        return ret * mf
+
+    def rlax_rtg(r, m):
+        mf = m.astype(r.dtype)
+        m_next = jnp.pad(mf[:, 1:], ((0, 0), (0, 1)))
+        return jax.vmap(rlax.discounted_returns, in_axes=(0, 0, None))(
+            r * mf, GAMMA_RTG * m_next, 0.0) * mf
+
+    R_ADV, R_PAIR, R_RTG = ("rlax.truncated_gae (vmap)", "rlax.truncated_gae+targets (vmap)",
+                            "rlax.discounted_returns (vmap)")
+    return {
+        "asct gae adv": ("gae adv", gae_adv(adv.gae), R_ADV),
+        "asct gae_scan_reference adv (old)": ("gae adv", gae_adv(adv.gae_scan_reference), R_ADV),
+        R_ADV: ("gae adv", rlax_gae, R_ADV),
+        "rlax.lambda_returns - V (vmap)": ("gae adv", lambda r, v, m: rlax_lambda(r, v, m)
+                                           - v * m.astype(r.dtype), R_ADV),
+        "asct_jax.rl.advantages.gae": ("gae adv+targets", gae_pair(adv.gae), R_PAIR),
+        "asct gae_scan_reference (old)": ("gae adv+targets", gae_pair(adv.gae_scan_reference),
+                                          R_PAIR),
+        R_PAIR: ("gae adv+targets", rlax_gae_pair, R_PAIR),
+        "asct returns_to_go": ("rtg", lambda r, m: adv.returns_to_go(r, m, GAMMA_RTG), R_RTG),
+        "asct returns_to_go_scan_reference (old)": (
+            "rtg", lambda r, m: adv.returns_to_go_scan_reference(r, m, GAMMA_RTG), R_RTG),
+        R_RTG: ("rtg", rlax_rtg, R_RTG),
+    }
 
 
 def gae_numpy(rewards, values, turn_mask, lam=GAE_LAMBDA):
@@ -191,6 +243,94 @@ def gae_numpy(rewards, values, turn_mask, lam=GAE_LAMBDA):
         nxt_adv = (delta + lam * m_next * nxt_adv) * m[:, t]
         adv[:, t] = nxt_adv
     return adv
+
+
+def rtg_numpy(rewards, turn_mask):
+    """Undiscounted returns-to-go: a reverse cumsum over turns (prefix mask)."""
+    x = np.where(turn_mask, rewards, 0.0)
+    return np.cumsum(x[:, ::-1], axis=1)[:, ::-1] * turn_mask
+
+
+def _interleaved(fns: Dict[str, Callable], args: Dict[str, Sequence], min_time: float,
+                 rounds: int = 5) -> Dict[str, Dict]:
+    """_steady for several functions in `rounds` interleaved rounds of min_time / rounds
+    each; the per-call times of all rounds are pooled."""
+    times = {k: [] for k in fns}
+    faults = {k: 0 for k in fns}
+    for f in fns:
+        _block(fns[f](*args[f]))
+    for _ in range(rounds):
+        for k, f in fns.items():
+            start = time.perf_counter()
+            f0 = _minor_faults()
+            n = 0
+            while n < 3 or time.perf_counter() - start < min_time / rounds:
+                t0 = time.perf_counter()
+                _block(f(*args[k]))
+                times[k].append(time.perf_counter() - t0)
+                n += 1
+                if n >= 400:
+                    break
+            faults[k] += _minor_faults() - f0
+    return {k: {"steady_s": float(np.median(t)), "p10_s": float(np.percentile(t, 10)),
+                "calls": len(t), "minor_faults_per_call": faults[k] / len(t)}
+            for k, t in times.items()}
+
+
+def bench_turn_kernels(b: Dict[str, np.ndarray], min_time: float, copy_Bps: float,
+                       size: str) -> List[Dict]:
+    """GAE and returns-to-go rows at the batch's [B, T]: ours, our old scan form, rlax, NumPy."""
+    B, T = b["rewards"].shape
+    np_args = [b["rewards"], b["values"], b["turn_mask"]]
+    j = [jnp.asarray(x) for x in np_args]
+    g_ref = gae_numpy(*np_args)
+    r_ref = rtg_numpy(b["rewards"], b["turn_mask"])
+    refs = {"gae adv": g_ref, "gae adv+targets": g_ref, "rtg": r_ref}
+    impls = _turn_impls()
+    compiled, compile_s, args = {}, {}, {}
+    for name, (kernel, fn, _) in impls.items():
+        a = j if kernel != "rtg" else [j[0], j[2]]
+        t0 = time.perf_counter()
+        compiled[name] = jax.jit(fn).lower(*a).compile()
+        compile_s[name] = time.perf_counter() - t0
+        args[name] = a
+    # The floor: one fused elementwise kernel over the same [B, T] (above XLA's 1000-flop
+    # "cheap computation" bar, so dispatched like the kernels above, not inline).
+    floor = "floor: jitted r*v+r-v (one kernel)"
+    compiled[floor] = jax.jit(lambda r, v: r * v + r - v).lower(j[0], j[1]).compile()
+    args[floor] = j[:2]
+    compiled["numpy gae"] = gae_numpy
+    args["numpy gae"] = np_args
+    compiled["numpy rtg"] = rtg_numpy
+    args["numpy rtg"] = [b["rewards"], b["turn_mask"]]
+    load0 = os.getloadavg()[0]
+    res = _interleaved(compiled, args, min_time)
+    load1 = os.getloadavg()[0]
+    rows = []
+    for name in compiled:
+        if name.startswith("numpy") or name == floor:
+            kernel, ref_impl = ("rtg" if name == "numpy rtg" else "gae adv"), None
+        else:
+            kernel, _, ref_impl = impls[name]
+        out = compiled[name](*args[name])
+        first = out[0] if isinstance(out, tuple) else out
+        r = res[name]
+        io = _nbytes(args[name]) + _nbytes(out)
+        rows.append({
+            "turn_kernel": True, "size": size, "B": B, "T": T, "A": None, "kernel": kernel, "impl": name,
+            "compile_s": compile_s.get(name), "steady_s": r["steady_s"], "p10_s": r["p10_s"],
+            "calls": r["calls"], "minor_faults_per_call": r["minor_faults_per_call"],
+            "items_per_s": B * T / r["steady_s"], "bytes": io, "bytes_per_s": io / r["steady_s"],
+            "frac_of_memcpy": io / r["steady_s"] / copy_Bps,
+            "max_abs_err_vs_ref": None if name == floor else
+            float(np.max(np.abs(np.asarray(first) - refs[kernel]))),
+            "rlax_impl": ref_impl,
+            "speedup_vs_rlax": (res[ref_impl]["steady_s"] / r["steady_s"]) if ref_impl else None,
+            "speedup_vs_rlax_p10": (res[ref_impl]["p10_s"] / r["p10_s"]) if ref_impl else None,
+            "speedup_vs_numpy": res["numpy rtg" if kernel == "rtg" else "numpy gae"]["steady_s"]
+            / r["steady_s"],
+            "load_average_1m": [load0, load1]})
+    return rows
 
 
 # ------------------------------------------------------------------------------- main
@@ -231,26 +371,10 @@ def bench_size(B: int, T: int, A: int, min_time: float, copy_Bps: float) -> List
     add("factor", "factor_jax (donated out)", fargs, res, tokens, ref)
     rows[-1].pop("max_abs_err_vs_ref", None)
 
-    gargs = [j["rewards"], j["values"], j["turn_mask"]]
-    turns = B * T
-    g_np = _steady(gae_numpy, [b["rewards"], b["values"], b["turn_mask"]], min_time)
-    g_ref = gae_numpy(b["rewards"], b["values"], b["turn_mask"])
-    add("gae", "numpy", gargs, g_np, turns, g_ref)
-    asct = gae_asct()
-    if asct is not None:
-        res = _jit_bench(asct, gargs, min_time)
-        add("gae", "asct_jax.rl.advantages.gae", gargs, res, turns, res["output"], None)
-        rows[-1]["max_abs_err_vs_ref"] = float(np.max(np.abs(np.asarray(res["output"][0]) - g_ref)))
-    res = _jit_bench(gae_rlax, gargs, min_time)
-    add("gae", "rlax.truncated_gae (vmap)", gargs, res, turns, res["output"], g_ref)
-    res = _jit_bench(lambda_returns_rlax, gargs, min_time)
-    add("gae", "rlax.lambda_returns (vmap)", gargs, res, turns, res["output"],
-        g_ref + np.where(b["turn_mask"], b["values"], 0.0))
-    for kernel in ("factor", "gae"):
-        base = [r for r in rows if r["kernel"] == kernel and r["impl"] == "numpy"][0]
-        for r in rows:
-            if r["kernel"] == kernel:
-                r["speedup_vs_numpy"] = base["steady_s"] / r["steady_s"]
+    base = [r for r in rows if r["kernel"] == "factor" and r["impl"] == "numpy"][0]
+    for r in rows:
+        r["speedup_vs_numpy"] = base["steady_s"] / r["steady_s"]
+    rows.extend(bench_turn_kernels(b, min_time, copy_Bps, f"{B}x{T}x{A}"))
     return rows
 
 
@@ -276,6 +400,24 @@ def print_table(rows: List[Dict], bw: Dict) -> str:
             f"{r['bytes_per_s'] / 1e9:.2f} | {100 * r['frac_of_memcpy']:.1f} | "
             f"{r['speedup_vs_numpy']:.1f} | {_fmt(r.get('max_abs_err_vs_ref'), '.1e')} | "
             f"{r['minor_faults_per_call']:.0f} |")
+    turn = [r for r in rows if r.get("turn_kernel")]
+    if turn:
+        lines += [
+            "",
+            "Turn kernels (interleaved; x rlax = the matching rlax row's time / this row's):",
+            "",
+            "| size | kernel | impl | compile s | median us | p10 us | x rlax (median) "
+            "| x rlax (p10) | x numpy | max err | load 1m |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in turn:
+            lines.append(
+                f"| {r['size']} | {r['kernel']} | {r['impl']} | {_fmt(r['compile_s'], '.3f')} | "
+                f"{r['steady_s'] * 1e6:.1f} | {r['p10_s'] * 1e6:.1f} | "
+                f"{_fmt(r.get('speedup_vs_rlax'), '.2f')} | "
+                f"{_fmt(r.get('speedup_vs_rlax_p10'), '.2f')} | {r['speedup_vs_numpy']:.2f} | "
+                f"{_fmt(r.get('max_abs_err_vs_ref'), '.1e')} | "
+                f"{r['load_average_1m'][0]:.1f}-{r['load_average_1m'][1]:.1f} |")
     text = "\n".join(lines)
     print(text)
     return text
@@ -285,12 +427,20 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="64x8x8,1024x16x32,4096x32x64",
                    help="comma-separated BxTxA sizes")
+    p.add_argument("--turn_sizes", default="64x4,64x40,256x8,1024x16,4096x4,4096x16,4096x40",
+                   help="comma-separated BxT sizes for the turn kernels only ('' for none)")
     p.add_argument("--min_time", type=float, default=0.5,
                    help="seconds of repeated calls per measurement (at least 5 calls)")
     p.add_argument("--out", default="results/bench/credit.json")
     args = p.parse_args(argv)
-    sizes = []
-    for s in args.sizes.split(","):
+    sizes, turn_sizes = [], []
+    for s in filter(None, args.turn_sizes.split(",")):
+        try:
+            B, T = (int(v) for v in s.lower().split("x"))
+        except ValueError:
+            raise SystemExit(f"--turn_sizes must be BxT pairs like 64x8, got {s!r}")
+        turn_sizes.append((B, T))
+    for s in filter(None, args.sizes.split(",")):
         try:
             B, T, A = (int(v) for v in s.lower().split("x"))
         except ValueError:
@@ -302,13 +452,18 @@ def main(argv=None):
     for B, T, A in sizes:
         print(f"[bench_credit] {B}x{T}x{A} ...", file=sys.stderr, flush=True)
         rows.extend(bench_size(B, T, A, args.min_time, bw["numpy_copy_Bps"]))
+    for B, T in turn_sizes:
+        print(f"[bench_credit] turn kernels {B}x{T} ...", file=sys.stderr, flush=True)
+        rng = np.random.default_rng(0)
+        b = random_batch(rng, B, T, 1, turn_lengths=rng.integers(T // 2 + 1, T + 1, size=B))
+        rows.extend(bench_turn_kernels(b, args.min_time, bw["numpy_copy_Bps"], f"{B}x{T}"))
     table = print_table(rows, bw)
     meta = {"load_average_1m": [load_before, os.getloadavg()[0]], "jax": jax.__version__,
             "backend": jax.default_backend(),
             "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
             "platform": platform.platform(), "python": platform.python_version(),
             "gae_impl": "asct_jax.rl.advantages.gae" if gae_asct() else "absent",
-            "gae_lambda": GAE_LAMBDA, "bytes_model": "inputs read + outputs written"}
+            "gae_lambda": GAE_LAMBDA, "rtg_gamma": GAMMA_RTG, "bytes_model": "inputs read + outputs written"}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "bandwidth": bw, "rows": rows, "table_md": table}, f, indent=1)

@@ -154,3 +154,115 @@ def test_masks_and_shapes_are_checked():
         adv.gae(r, v, m.astype(jnp.float32), 1.0, 0.9)
     with pytest.raises(AssertionError):
         adv.gae(r, v[:, :-1], m, 1.0, 0.9)
+
+
+# ------------------------------------------------- closed forms vs the reverse lax.scan
+def _ragged(seed, b, t, with_empty=True):
+    """[b, t] rewards / values and a ragged prefix mask (lengths 0 .. t when with_empty)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0 if with_empty else 1, t + 1, size=b)
+    lengths[0] = t  # at least one full-length episode
+    mask = np.arange(t)[None, :] < lengths[:, None]
+    # Rewards and values are garbage where masked: the estimators must not read them.
+    rewards = rng.normal(size=(b, t)).astype(np.float32)
+    values = rng.normal(size=(b, t)).astype(np.float32)
+    return jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(mask)
+
+
+# T <= adv._UNROLL_MAX_T (4) takes the unrolled sum, longer horizons the matmul.
+@pytest.mark.parametrize("t", [1, 3, 4, 5, 8, 9, 33, 40])
+@pytest.mark.parametrize("gamma", [1.0, 0.95])
+@pytest.mark.parametrize("lam", [1.0, 0.95, 0.0])
+def test_gae_closed_form_matches_scan_reference(t, gamma, lam):
+    r, v, m = _ragged(t, b=37, t=t)
+    ref_a, ref_tg = adv.gae_scan_reference(r, v, m, gamma, lam)
+    static = jax.jit(lambda r, v, m: adv.gae(r, v, m, gamma, lam))(r, v, m)  # U a constant
+    traced = jax.jit(adv.gae)(r, v, m, gamma, lam)                           # U in-graph
+    for a, tg in (static, traced, adv.gae(r, v, m, gamma, lam)):
+        np.testing.assert_allclose(a, ref_a, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(tg, ref_tg, rtol=1e-5, atol=1e-5)
+        assert np.all(np.asarray(a)[~np.asarray(m)] == 0)
+        assert np.all(np.asarray(tg)[~np.asarray(m)] == 0)
+
+
+@pytest.mark.parametrize("t", [1, 4, 5, 9, 40])
+@pytest.mark.parametrize("gamma", [1.0, 0.95])
+@pytest.mark.parametrize("lam", [1.0, 0.95, 0.0])
+def test_gae_closed_form_matches_rlax_full_episodes(t, gamma, lam):
+    """Full-length episodes: rlax's GAE with a zero bootstrap value after the last turn."""
+    rng = np.random.default_rng(t)
+    r = jnp.asarray(rng.normal(size=(16, t)).astype(np.float32))
+    v = jnp.asarray(rng.normal(size=(16, t)).astype(np.float32))
+    m = jnp.ones((16, t), bool)
+    a, tg = jax.jit(adv.gae)(r, v, m, gamma, lam)
+    discount = jnp.full((16, t), gamma, jnp.float32).at[:, -1].set(0.0)
+    values = jnp.concatenate([v, jnp.zeros_like(v[:, :1])], axis=1)
+    ref = jax.vmap(rlax.truncated_generalized_advantage_estimation,
+                   in_axes=(0, 0, None, 0))(r, discount, lam, values)
+    np.testing.assert_allclose(a, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tg, ref + v, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("t", [1, 4, 5, 9, 33, 40])
+@pytest.mark.parametrize("gamma", [1.0, 0.95])
+def test_returns_to_go_closed_form_matches_scan_reference_and_rlax(t, gamma):
+    r, _, m = _ragged(100 + t, b=37, t=t)
+    ref = adv.returns_to_go_scan_reference(r, m, gamma)
+    for g in (jax.jit(lambda r, m: adv.returns_to_go(r, m, gamma))(r, m),
+              jax.jit(adv.returns_to_go)(r, m, gamma), adv.returns_to_go(r, m, gamma)):
+        np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-5)
+        assert np.all(np.asarray(g)[~np.asarray(m)] == 0)
+    # rlax: discount_t = gamma * m_{t+1} on masked rewards, bootstrap 0.
+    mf = m.astype(jnp.float32)
+    discount = gamma * jnp.concatenate([mf[:, 1:], jnp.zeros_like(mf[:, :1])], axis=1)
+    rl = jax.vmap(rlax.discounted_returns, in_axes=(0, 0, None))(r * mf, discount, 0.0)
+    np.testing.assert_allclose(adv.returns_to_go(r, m, gamma), rl * mf, rtol=1e-5, atol=1e-5)
+    full = jnp.ones_like(m)
+    rl_full = jax.vmap(rlax.lambda_returns, in_axes=(0, 0, 0, None))(
+        r, jnp.full(r.shape, gamma).at[:, -1].set(0.0), jnp.zeros_like(r), 1.0)
+    np.testing.assert_allclose(adv.returns_to_go(r, full, gamma), rl_full, rtol=1e-5, atol=1e-5)
+
+
+@given(seed=st.integers(0, 2**31 - 1), b=st.integers(1, 9), t=st.integers(1, 41),
+       gamma=st.sampled_from([1.0, 0.95]), lam=st.sampled_from([1.0, 0.95, 0.0]))
+def test_suffix_sum_matches_reverse_scan(seed, b, t, gamma, lam):
+    """The closed form equals the reverse scan for any shape, mask and (gamma, lam)."""
+    r, v, m = _ragged(seed, b=b, t=t)
+    a, tg = adv.gae(r, v, m, gamma, lam)
+    ref_a, ref_tg = adv.gae_scan_reference(r, v, m, gamma, lam)
+    np.testing.assert_allclose(a, ref_a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tg, ref_tg, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(adv.returns_to_go(r, m, gamma),
+                               adv.returns_to_go_scan_reference(r, m, gamma),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_suffix_matrix_static_equals_traced():
+    for c in (1.0, 0.95, 0.5, 0.0):
+        static = adv._suffix_matrix(c, 9, jnp.float32)
+        traced = jax.jit(lambda c: adv._suffix_matrix(c, 9, jnp.float32))(c)
+        np.testing.assert_allclose(static, traced, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(adv._suffix_matrix(0.5, 3, jnp.float32),
+                               [[1, 0, 0], [0.5, 1, 0], [0.25, 0.5, 1]])
+
+
+def test_gae_gradients_match_scan_reference():
+    """d/d rewards of the closed form equals that of the scan (values: stop_gradient)."""
+    r, v, m = _ragged(7, b=5, t=12)
+    f = lambda fn: lambda r: jnp.sum(jnp.sin(fn(r, v, m, 0.95, 0.9)[0]))  # noqa: E731
+    np.testing.assert_allclose(jax.grad(f(adv.gae))(r), jax.grad(f(adv.gae_scan_reference))(r),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("t", [3, 12])
+def test_closed_forms_vmap_over_gamma_lambda(t):
+    """gamma / lam batched by vmap (U built in-graph per batch entry) equal the scan."""
+    r, v, m = _ragged(11, b=5, t=t)
+    gs, ls = jnp.array([1.0, 0.95, 0.5]), jnp.array([0.0, 0.95, 1.0])
+    out = jax.vmap(lambda g, l: adv.gae(r, v, m, g, l))(gs, ls)
+    ref = jax.vmap(lambda g, l: adv.gae_scan_reference(r, v, m, g, l))(gs, ls)
+    for a, b in zip(out, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jax.vmap(lambda g: adv.returns_to_go(r, m, g))(gs),
+                               jax.vmap(lambda g: adv.returns_to_go_scan_reference(r, m, g))(gs),
+                               rtol=1e-5, atol=1e-5)

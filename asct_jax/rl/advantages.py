@@ -10,8 +10,12 @@ Conventions shared by every estimator:
   V_{t+1}'  = m_{t+1} * V_{t+1}                    (the value after the last real turn is 0)
   gamma     = 1 by default (docs/methods.md, Conventions: finite, undiscounted episodes).
 
-Recurrences over time run as `lax.scan(..., reverse=True)` on time-major arrays; there is
-no Python loop over time or batch. Groups (GRPO / FACTOR) are contiguous: episode i
+Reverse recurrences over turns are computed in closed form on batch-major [B, T] arrays
+(no transposes, no loop over time or batch): with a prefix mask and a masked input x,
+y_t = x_t + c * m_{t+1} * y_{t+1} equals sum_{k >= t} c^(k-t) x_k, i.e. y = x @ U(c) with the
+[T, T] upper-triangular Toeplitz matrix U[k, t] = c^(k-t) [k >= t] (`_discounted_suffix_sum`).
+T (turns, <= ~40) is small, so the matmul is cheap and beats a sequential scan over T.
+`_reverse_discounted_sum` keeps the plain reverse `lax.scan` form as the reference. Groups (GRPO / FACTOR) are contiguous: episode i
 belongs to group i // G, so B must be a multiple of the group size G.
 """
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Optional, Tuple, Union
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Scalar = Union[float, chex.Array]
 
@@ -45,6 +50,9 @@ def _next_turn(x: chex.Array, turn_mask: chex.Array) -> chex.Array:
 def _reverse_discounted_sum(x: chex.Array, decay: chex.Array) -> chex.Array:
     """y_t = x_t + decay_t * y_{t+1}, y_T = 0, by a reverse lax.scan over time.
 
+    The reference form (any per-turn decay, any mask); the estimators below use the
+    equivalent closed form `_discounted_suffix_sum`, which the tests check against this.
+
     Args:
       x, decay: [B, T] float.
     Returns:
@@ -60,9 +68,59 @@ def _reverse_discounted_sum(x: chex.Array, decay: chex.Array) -> chex.Array:
     return ys.T
 
 
+# Up to this many turns the suffix sum is an unrolled sum of T broadcast rows (one fused
+# elementwise kernel, O(T) work per entry, delta fused in); above it, one matmul with U.
+# Measured on XLA:CPU (experiments/bench_credit.py): the unrolled sum wins at T = 4
+# (returns-to-go 3x, GAE 1.4x faster than the matmul at B = 4096) and loses from T = 8.
+_UNROLL_MAX_T = 4
+
+
+def _suffix_matrix(c: Scalar, t: int, dtype) -> chex.Array:
+    """U[k, j] = c^(k-j) if k >= j else 0, the [T, T] matrix of y = x @ U.
+
+    A NumPy constant (powers in float64) when c is a concrete number, so U is folded
+    into the program; built in-graph by repeated products when c is traced.
+    """
+    k = np.arange(t)[:, None]
+    j = np.arange(t)[None, :]
+    lag = np.maximum(k - j, 0)
+    try:
+        c_val = float(c)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        c_val = None
+    if c_val is not None:
+        powers = np.cumprod(np.concatenate([[1.0], np.full(t - 1, c_val)]))  # c^0 .. c^(T-1)
+        return jnp.asarray(np.where(k >= j, powers[lag], 0.0), dtype)
+    c = jnp.asarray(c, dtype)
+    powers = jnp.cumprod(jnp.concatenate([jnp.ones((1,), dtype),
+                                          jnp.broadcast_to(c, (t - 1,))]))  # c^0 .. c^(T-1)
+    return jnp.where(jnp.asarray(k >= j), powers[lag], jnp.zeros((), dtype))
+
+
+def _discounted_suffix_sum(x: chex.Array, c: Scalar) -> chex.Array:
+    """y_t = sum_{k >= t} c^(k-t) x_k  (= x_t + c * y_{t+1}, y_T = 0).   [B, T] -> [B, T].
+
+    Equal to `_reverse_discounted_sum(x, c * m_{t+1})` when x is 0 outside a prefix mask m:
+    a turn k with x_k != 0 is real, so every turn before it is real and the mask factors
+    m_{t+1} ... m_k along the way are all 1. Batch-major, no transpose, no scan over T.
+    """
+    t = x.shape[1]
+    u = _suffix_matrix(c, t, x.dtype)
+    if t <= _UNROLL_MAX_T:
+        # y[:, j] = sum_k x[:, k] * U[k, j]: T broadcast multiply-adds, fused into one kernel.
+        y = x[:, t - 1:t] * u[t - 1]
+        for k in range(t - 2, -1, -1):
+            y = y + x[:, k:k + 1] * u[k]
+        return y
+    return jnp.dot(x, u, precision=jax.lax.Precision.HIGHEST)  # y = x @ U
+
+
 def returns_to_go(rewards: chex.Array, turn_mask: chex.Array,
                   gamma: Scalar = 1.0) -> chex.Array:
     """Discounted return from each turn:  G_t = sum_{k >= t} gamma^{k-t} m_k r_k.
+
+    Computed as (m * r) @ U(gamma) (module docstring; needs the prefix turn_mask);
+    `returns_to_go_scan_reference` is the step-by-step recurrence.
 
     Args:
       rewards: [B, T] float r_t.
@@ -73,8 +131,9 @@ def returns_to_go(rewards: chex.Array, turn_mask: chex.Array,
     """
     _check_turns(rewards, turn_mask)
     m = turn_mask.astype(rewards.dtype)
-    g = _reverse_discounted_sum(rewards * m, gamma * _next_turn(m, turn_mask))
-    return g * m
+    # G_t = m_t r_t + gamma * m_{t+1} G_{t+1} = sum_{k >= t} gamma^(k-t) m_k r_k (prefix mask);
+    # G_t = 0 for t >= L already (every term has k >= t >= L, so m_k = 0).
+    return _discounted_suffix_sum(rewards * m, gamma)
 
 
 def episode_returns(rewards: chex.Array, turn_mask: chex.Array) -> chex.Array:
@@ -105,11 +164,13 @@ def gae(rewards: chex.Array, values: chex.Array, turn_mask: chex.Array,
     """Generalised advantage estimation (Schulman et al. 2016) over turns.
 
       delta_t = r_t + gamma * V_{t+1}' - V_t,          V_{t+1}' = m_{t+1} V_{t+1}
-      A_t     = delta_t + gamma * lam * m_{t+1} * A_{t+1}     (reverse lax.scan)
+      A_t     = delta_t + gamma * lam * m_{t+1} * A_{t+1}
+              = sum_{k >= t} (gamma lam)^(k-t) m_k delta_k      (prefix mask: A = delta @ U)
       target_t = A_t + V_t                               (the lambda-return)
 
     The value after the last real turn is 0 (episodes end, they are not truncated).
-    Equal to rlax.truncated_generalized_advantage_estimation with
+    The closed form needs the prefix turn_mask (module docstring); `gae_scan_reference` is
+    the step-by-step recurrence. Equal to rlax.truncated_generalized_advantage_estimation with
     discount_t = gamma * m_{t+1} and values = [m * V, 0].
 
     Args:
@@ -119,6 +180,37 @@ def gae(rewards: chex.Array, values: chex.Array, turn_mask: chex.Array,
       gamma, lam: discount and GAE lambda.
     Returns:
       (advantages [B, T], value targets [B, T]), both 0 where masked.
+    """
+    _check_turns(rewards, turn_mask, values)
+    values = jax.lax.stop_gradient(values)
+    m = turn_mask.astype(rewards.dtype)
+    delta = td_residuals(rewards, values, turn_mask, gamma)       # m_t delta_t
+    adv = _discounted_suffix_sum(delta, gamma * lam)              # 0 for t >= L already
+    return adv, adv + values * m                                  # (A_t, m_t (A_t + V_t))
+
+
+def returns_to_go_scan_reference(rewards: chex.Array, turn_mask: chex.Array,
+                                 gamma: Scalar = 1.0) -> chex.Array:
+    """`returns_to_go` by the plain reverse lax.scan (the previous implementation).
+
+      G_t = m_t r_t + gamma * m_{t+1} * G_{t+1},  G_T = 0.
+
+    Kept as the reference the tests and experiments/bench_credit.py compare against.
+    """
+    _check_turns(rewards, turn_mask)
+    m = turn_mask.astype(rewards.dtype)
+    g = _reverse_discounted_sum(rewards * m, gamma * _next_turn(m, turn_mask))
+    return g * m
+
+
+def gae_scan_reference(rewards: chex.Array, values: chex.Array, turn_mask: chex.Array,
+                       gamma: Scalar = 1.0, lam: Scalar = 0.95
+                       ) -> Tuple[chex.Array, chex.Array]:
+    """`gae` by the plain reverse lax.scan (the previous implementation).
+
+      A_t = delta_t + gamma * lam * m_{t+1} * A_{t+1},  A_T = 0;  target_t = A_t + V_t.
+
+    Kept as the reference the tests and experiments/bench_credit.py compare against.
     """
     _check_turns(rewards, turn_mask, values)
     values = jax.lax.stop_gradient(values)
