@@ -4,6 +4,12 @@ Same weights, same machine, one process. Compile time (first call minus steady s
 reported apart from the steady-state time (median over --repeats calls).
 
   python experiments/bench_model.py --models tiny smollm2-135m --batch-sizes 1 4 --out results/bench/model.json
+
+--policy-scoring adds the policy's constrained candidate scoring (Policy.candidate_log_probs:
+N observations x K candidates of A tokens, log-probs from the hidden states and the
+LM-head rows of the candidates' tokens) beside the dense reference it replaced (full
+[N K A V] logits, a one-hot [K, A, V] trie mask per action and a masked softmax), in
+candidate tokens per second, at the model's own vocabulary.
 """
 from __future__ import annotations
 
@@ -109,6 +115,57 @@ def bench_one(name, ours, ref, batch, args):
     return rows
 
 
+def dense_candidate_log_probs(model, obs, cands, legal):
+    """The replaced path (same shared-prefix KV cache as the policy): full [N K A V] logits
+    of every candidate, a one-hot [K, A, V] trie mask per action, masked softmax."""
+    import jax.numpy as jnp
+    from asct_jax.models.cache import init_cache
+    from asct_jax.rl.policy import allowed_tokens, constrained_log_probs, left_align
+    n, k, a = cands.shape
+    prefix = left_align(obs)
+    cache = init_cache(model.config, n, prefix.shape[1] + a - 1)
+    logits0, _, cache = model.forward(prefix, attention_mask=prefix != 0, cache=cache)
+    cache = jax.tree.map(lambda x: jnp.repeat(x, k, axis=0) if x.ndim else x, cache)
+    flat = cands.reshape(n * k, a)
+    rest, _, _ = model.forward(flat[:, :-1], attention_mask=jnp.ones_like(flat[:, :-1], bool),
+                               cache=cache)
+    logits = jnp.concatenate([jnp.repeat(logits0[:, -1:], k, axis=0), rest], axis=1)
+    allowed = jax.vmap(allowed_tokens, in_axes=(0, 0, 0, None))(
+        flat, jnp.repeat(cands, k, axis=0), jnp.repeat(legal, k, axis=0), model.config.vocab_size)
+    logp, _ = jax.vmap(constrained_log_probs)(logits.astype(jnp.float32), allowed, flat)
+    return logp.reshape(n, k, a)
+
+
+def bench_policy_scoring(name, ours, args, n=16, k=8, a=8, o=48):
+    """Candidate tokens/s of Policy.candidate_log_probs vs the dense reference."""
+    import jax.numpy as jnp
+    from flax import nnx
+    from asct_jax.rl.policy import Policy
+    graphdef, params = nnx.split(ours)
+    policy = Policy(graphdef, ours.config.vocab_size, o, a, 0)
+    rng = np.random.default_rng(1)
+    v = ours.config.vocab_size
+    obs = jnp.asarray(rng.integers(5, v, (n, o)), jnp.int32)
+    cands = jnp.asarray(rng.integers(5, 9, (n, k, a)), jnp.int32)   # shared prefixes
+    legal = jnp.ones((n, k), bool)
+    ours_fn = jax.jit(lambda p: policy.candidate_log_probs(p, obs, cands, legal)[1])
+    dense_fn = jax.jit(lambda p: dense_candidate_log_probs(nnx.merge(graphdef, p), obs, cands, legal))
+    rows = []
+    for impl, fn in (("candidate_rows", ours_fn), ("dense_reference", dense_fn)):
+        first, steady = timed(lambda: fn(params).block_until_ready(), args.repeats)
+        r = dict(model=name, op="policy_scoring", impl=impl, batch=n, tokens=n * k * a,
+                 steady_s=steady, tokens_per_s=n * k * a / steady,
+                 compile_s=max(first - steady, 0.0), shape=dict(n=n, k=k, a=a, o=o, v=v))
+        rows.append(r)
+        print(f"{name:14s} scoring  {impl:15s} N={n} K={k} A={a} O={o} V={v}: "
+              f"{r['tokens_per_s']:10.1f} cand tok/s  steady {steady * 1e3:9.1f} ms", flush=True)
+    err = float(jnp.max(jnp.abs(ours_fn(params) - dense_fn(params))))
+    print(f"{name:14s} scoring  max |candidate_rows - dense_reference| = {err:.2e}", flush=True)
+    for r in rows:
+        r["max_abs_diff"] = err
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["tiny", "smollm2-135m"])
@@ -118,6 +175,8 @@ def main():
     parser.add_argument("--cont-len", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--policy-scoring", action="store_true",
+                        help="also time the policy's constrained candidate scoring")
     parser.add_argument("--torch-threads", type=int, default=0,
                         help="torch intra-op threads (0: torch's default). On a busy machine 1 is steadier.")
     parser.add_argument("--out", default="results/bench/model.json")
@@ -134,6 +193,8 @@ def main():
         ours, ref = load_pair(name)
         for batch in args.batch_sizes:
             rows += bench_one(name, ours, ref, batch, args)
+        if args.policy_scoring:
+            rows += bench_policy_scoring(name, ours, args)
         del ours, ref
     out = dict(env=env, settings=vars(args), results=rows)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

@@ -7,8 +7,15 @@ learn(state, batch, key) (= credit + PPO update, so update = learn - credit). Co
 (first call) is reported apart from the steady state (median of --repeats calls). The
 compiled train step fuses the three; its time is reported too. Prints a Markdown table
 and writes JSON (default results/bench/train.json).
+
+FLOP/s: XLA's cost analysis of the compiled update (learn minus credit; it counts a loop
+body once, so times epochs x minibatches) over its steady-state time, printed beside the
+machine's matmul FLOP/s measured in the same process (jitted f32 jnp.dot
+[1024, 576] x [576, 1536], and [4096, H] x [H, I] at the policy's MLP width). The 1-minute load
+average is printed with every row: on a shared machine compare the rows of one run.
 """
 import argparse
+import os
 import statistics
 import time
 
@@ -39,6 +46,20 @@ def timed(fn, *args, repeats):
     return out, compile_s, statistics.median(times)
 
 
+def _flops(jitted, *args):
+    ca = jitted.lower(*args).compile().cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    return float((ca or {}).get("flops", float("nan")))
+
+
+def matmul_flops_per_s(m=1024, k=576, n=1536, repeats=10):
+    """Measured f32 matmul FLOP/s of a jitted jnp.dot [m, k] x [k, n] (median)."""
+    x = jnp.ones((m, k), jnp.float32)
+    w = jnp.ones((k, n), jnp.float32)
+    _, _, s = timed(jax.jit(jnp.dot), x, w, repeats=repeats)
+    return 2.0 * m * k * n / s
+
+
 def bench_method(method, env_name, repeats, num_groups, group_size):
     c = base.get_config()
     c.method, c.env.name = method, env_name
@@ -57,8 +78,16 @@ def bench_method(method, env_name, repeats, num_groups, group_size):
                               exp.optimizer, exp.mesh)
     step = lambda s, k: step_fn(jax.tree.map(jnp.copy, s), k)  # noqa: E731 (donation)
     _, step_c, step_s = timed(step, state, key, repeats=repeats)
+    update_s = max(learn_s - cred_s, 0.0)
+    loops = c.ppo.epochs * c.ppo.minibatches
+    update_flops = max(_flops(learn, state, batch, key)
+                       - _flops(credit, state.params, batch, key, jnp.int32(0)), 0.0) * loops
+    n_params = sum(x.size for x in jax.tree.leaves(state.params))
     return {"method": method, "rollout_s": roll_s, "credit_s": cred_s,
-            "update_s": max(learn_s - cred_s, 0.0), "train_step_s": step_s,
+            "update_s": update_s, "train_step_s": step_s,
+            "update_gflop": update_flops / 1e9,
+            "update_gflop_per_s": update_flops / 1e9 / update_s if update_s else float("nan"),
+            "params": n_params, "load_1min": os.getloadavg()[0],
             "compile_rollout_s": roll_c, "compile_credit_s": cred_c,
             "compile_learn_s": learn_c, "compile_step_s": step_c}
 
@@ -72,18 +101,34 @@ def main(argv=None):
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--out", default="results/bench/train.json")
     args = ap.parse_args(argv)
-    rows = [bench_method(m, args.env, args.repeats, args.num_groups, args.group_size)
-            for m in args.methods.split(",")]
+    mm = matmul_flops_per_s() / 1e9
+    c = base.get_config()
+    mlp = matmul_flops_per_s(4096, c.model.hidden_size,
+                             c.model.intermediate_size) / 1e9
+    print(f"matmul f32 [1024,576]x[576,1536]: {mm:.1f} GFLOP/s; at the policy's MLP shape: "
+          f"{mlp:.1f} GFLOP/s (load {os.getloadavg()[0]:.2f})", flush=True)
+    rows = []
+    for m in args.methods.split(","):
+        rows.append(bench_method(m, args.env, args.repeats, args.num_groups, args.group_size))
+        r = rows[-1]
+        print(f"{m}: rollout {r['rollout_s']:.3f}s credit {r['credit_s']:.3f}s update "
+              f"{r['update_s']:.3f}s step {r['train_step_s']:.3f}s "
+              f"(load {r['load_1min']:.2f})", flush=True)
     ref = next((r["train_step_s"] for r in rows if r["method"] in ("grpo", "ppo_return")),
                rows[0]["train_step_s"])
     for r in rows:
         r["step_vs_baseline"] = r["train_step_s"] / ref
+        r["update_vs_matmul"] = r["update_gflop_per_s"] / mm
     cols = ["method", "rollout_s", "credit_s", "update_s", "train_step_s", "step_vs_baseline",
+            "update_gflop", "update_gflop_per_s", "update_vs_matmul", "load_1min",
             "compile_step_s"]
     print(markdown_table([{k: (f"{r[k]:.3f}" if isinstance(r[k], float) else r[k])
                            for k in cols} for r in rows], cols))
+    print(f"matmul f32: {mm:.1f} GFLOP/s ([1024,576]x[576,1536]), {mlp:.1f} GFLOP/s "
+          f"(policy MLP shape)")
     atomic_write_json(args.out, {"env": args.env, "batch": args.num_groups * args.group_size,
-                                 "devices": jax.device_count(), "rows": rows})
+                                 "devices": jax.device_count(), "matmul_gflop_per_s": mm,
+                                 "matmul_mlp_shape_gflop_per_s": mlp, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ import pytest
 
 from asct_jax.infra.checkpoint import NonFiniteLossError
 from asct_jax.rl.credit import Method
-from asct_jax.rl.policy import allowed_tokens, constrained_log_probs, left_align
+from asct_jax.rl.policy import (allowed_tokens, candidate_constrained_log_probs,
+                                constrained_log_probs, left_align, trie_live)
 from experiments.configs import base as base_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,6 +97,91 @@ def test_constrained_log_probs_normalise_over_allowed_tokens():
     np.testing.assert_allclose(logp[0], logits[0, 2] - z, rtol=1e-6)
     assert logp[1] == 0.0 and ent[1] == 0.0                  # forced token
     assert logp[2] == 0.0                                    # no allowed token: masked
+
+
+def _random_candidates(key, n, k, a, alphabet=(5, 6, 7)):
+    """[n, k, a] candidates from a tiny alphabet (shared prefixes, duplicates), each of a
+    random length then EOS then PAD; some rows all PAD; legal [n, k] random."""
+    k1, k2, k3 = jax.random.split(key, 3)
+    tok = jnp.asarray(alphabet)[jax.random.randint(k1, (n, k, a), 0, len(alphabet))]
+    length = jax.random.randint(k2, (n, k, 1), 0, a)          # real tokens before EOS
+    pos = jnp.arange(a)
+    cands = jnp.where(pos < length, tok, jnp.where(pos == length, 1, 0))
+    cands = cands.at[0, -1].set(0)                             # an all-PAD candidate
+    legal = jax.random.bernoulli(k3, 0.7, (n, k)).at[1].set(False)   # a row with none
+    return cands.astype(jnp.int32), legal
+
+
+def test_candidate_log_probs_equal_the_full_masked_softmax():
+    """O(K A) constrained log-probs (candidate tokens' logits only) == the [A, V] masked
+    softmax, for every candidate and for random other actions (illegal, off-trie)."""
+    n, k, a, v = 64, 6, 5, 12
+    cands, legal = _random_candidates(jax.random.key(0), n, k, a)
+    logits = 3.0 * jax.random.normal(jax.random.key(1), (n, k, a, v))
+    others = _random_candidates(jax.random.key(2), n, 1, a)[0][:, 0]   # [n, a]
+    for actions, lg in [(cands, logits), (others[:, None], logits[:, :1])]:
+        kk = actions.shape[1]
+        ref_fn = jax.vmap(jax.vmap(
+            lambda lo, act, c, l: constrained_log_probs(lo, allowed_tokens(act, c, l, v), act),
+            in_axes=(0, 0, None, None)))
+        ref_lp, ref_ent = ref_fn(lg, actions, cands, legal)                 # [n, kk, a]
+        live = trie_live(actions, cands[:, None], legal[:, None])           # [n, kk, K, a]
+        c_b = jnp.broadcast_to(cands[:, None], live.shape)
+        cand_logits = jnp.take_along_axis(lg[:, :, None], c_b[..., None], axis=-1)[..., 0]
+        lp, ent = candidate_constrained_log_probs(cand_logits, c_b, live, actions)
+        np.testing.assert_allclose(lp, ref_lp, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ent, ref_ent, rtol=1e-5, atol=1e-5)
+    assert np.any(np.asarray(ref_lp) < -1e8)          # off-trie tokens were exercised
+
+
+def test_policy_scores_equal_full_logits_reference():
+    """Policy.action_log_probs / candidate_log_probs / teacher_log_probs (hidden states x
+    LM-head rows of the candidates' tokens) == full [.., V] logits + masked softmax."""
+    from flax import nnx
+    from asct_jax.models import Decoder, ModelConfig
+    from asct_jax.rl.policy import Policy
+    cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=1, num_heads=2,
+                      num_kv_heads=1, head_dim=16, intermediate_size=64)
+    graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)))
+    leaves, tdef = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(3), len(leaves))
+    params = jax.tree.unflatten(tdef, [x + 0.5 * jax.random.normal(q, x.shape)
+                                       for x, q in zip(leaves, keys)])
+    n, k, a, o, f = 8, 4, 4, 6, 3
+    policy = Policy(graphdef, cfg.vocab_size, o, a, f)
+    cands, legal = _random_candidates(jax.random.key(4), n, k, a)
+    legal = legal.at[:, 0].set(True)
+    obs = jnp.where(jnp.arange(o) < jax.random.randint(jax.random.key(5), (n, 1), 1, o + 1),
+                    jax.random.randint(jax.random.key(6), (n, o), 5, 16), 0)
+    feedback = jnp.where(jnp.arange(f) < 2, 9, 0) * jnp.ones((n, f), jnp.int32)
+    model = nnx.merge(graphdef, params)
+
+    def reference(prefix, actions):
+        prefix = left_align(prefix)
+        ids = jnp.concatenate([prefix, actions], 1)
+        mask = jnp.concatenate([prefix != 0, jnp.ones_like(actions, bool)], 1)
+        logits = model(ids, attention_mask=mask)[:, prefix.shape[1] - 1:-1]
+        allowed = jax.vmap(allowed_tokens, in_axes=(0, 0, 0, None))(actions, cands, legal,
+                                                                     cfg.vocab_size)
+        return jax.vmap(constrained_log_probs)(logits, allowed, actions)
+
+    actions = cands[:, 0]
+    lp, ent, _ = policy.action_log_probs(params, obs, actions, cands, legal)
+    ref_lp, ref_ent = reference(obs, actions)
+    np.testing.assert_allclose(lp, ref_lp, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ent, ref_ent, rtol=1e-5, atol=1e-5)
+    teacher = policy.teacher_log_probs(params, obs, feedback, actions, cands, legal)
+    prefix = jnp.concatenate([obs, jnp.full((n, 1), 4), feedback], 1)
+    order = jnp.argsort(prefix == 0, axis=1, stable=True)
+    np.testing.assert_allclose(
+        teacher, reference(jnp.take_along_axis(prefix, order, 1), actions)[0],
+        rtol=1e-5, atol=1e-5)
+    cand_logp, token_logp, _ = policy.candidate_log_probs(params, obs, cands, legal)
+    for i in range(k):
+        np.testing.assert_allclose(token_logp[:, i], reference(obs, cands[:, i])[0],
+                                   rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cand_logp, jnp.where(legal, token_logp.sum(-1), -1e9),
+                               rtol=1e-6)
 
 
 def test_left_align_moves_padding_left():

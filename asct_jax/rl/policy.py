@@ -46,9 +46,75 @@ def left_align(tokens: chex.Array) -> chex.Array:
     return jnp.take_along_axis(tokens, jnp.broadcast_to(idx, tokens.shape), axis=-1)
 
 
+def trie_live(actions: chex.Array, cands: chex.Array, legal: chex.Array) -> chex.Array:
+    """Which candidate tokens are allowed continuations along `actions`.
+
+    Args:
+      actions: [..., A] int32, the action being decoded (its prefix defines the trie node).
+      cands: [..., K, A] int32 candidate actions; legal: [..., K] bool.
+    Returns:
+      [..., K, A] bool: live[k, j] iff candidate k is legal, cands[k, <j] == actions[<j]
+      and cands[k, j] is not PAD; then cands[k, j] is in Allowed_j (module docstring).
+    """
+    same = cands == actions[..., None, :]  # [..., K, A]
+    # prefix_ok[k, j] = all(cands[k, :j] == actions[:j])
+    prefix_ok = jnp.cumprod(jnp.concatenate(
+        [jnp.ones_like(same[..., :1]), same[..., :-1]], axis=-1).astype(jnp.int32), axis=-1) > 0
+    return prefix_ok & legal[..., None] & (cands != PAD_ID)
+
+
+def first_occurrence(cands: chex.Array, live: chex.Array) -> chex.Array:
+    """[..., K, A] bool: live[k, j] and no live k' < k has the same token at j.
+
+    Allowed_j is a set: a token several live candidates share at j counts once.
+    """
+    k = cands.shape[-2]
+    same = cands[..., :, None, :] == cands[..., None, :, :]          # [..., K, K', A]
+    earlier = jnp.tril(jnp.ones((k, k), bool), -1)[:, :, None]       # k' < k
+    dup = jnp.any(same & live[..., None, :, :] & earlier, axis=-2)
+    return live & ~dup
+
+
+def candidate_constrained_log_probs(cand_logits: chex.Array, cands: chex.Array,
+                                    live: chex.Array, tokens: chex.Array
+                                    ) -> Tuple[chex.Array, chex.Array]:
+    """Constrained log pi(y_j | .) and entropy from the logits of the candidates' tokens only.
+
+    The constrained softmax at position j only involves the logits of Allowed_j, the
+    distinct tokens cands[k, j] of the live candidates (`trie_live`): with
+    Z_j = logsumexp_{v in Allowed_j} l_j(v),
+
+        log pi(y_j) = l_j(y_j) - Z_j,   H_j = -sum_{v in Allowed_j} pi(v) log pi(v),
+
+    so the cost is O(K A) logits per action instead of O(A V) (and no [K, A, V] mask).
+    Equal to `constrained_log_probs(logits, allowed_tokens(...), tokens)`.
+
+    Args:
+      cand_logits: [..., K, A] float32, l_j(cands[k, j]): the logit of candidate k's
+        token j at the action's position j.
+      cands: [..., K, A] int32; live: [..., K, A] bool (`trie_live` of `tokens`);
+      tokens: [..., A] int32, the action whose log-probs are wanted.
+    Returns:
+      logp [..., A], entropy [..., A]; 0 for both where no token is allowed. A token
+      outside Allowed_j gets log-prob NEG_INF - Z_j, as the masked softmax gives it.
+    """
+    keep = first_occurrence(cands, live)
+    masked = jnp.where(keep, cand_logits, NEG_INF)
+    log_z = jax.nn.logsumexp(masked, axis=-2)                        # [..., A]
+    hit = keep & (cands == tokens[..., None, :])                    # at most one per j
+    member = jnp.any(hit, axis=-2)
+    token_logit = jnp.sum(jnp.where(hit, cand_logits, 0.0), axis=-2)
+    logp = jnp.where(member, token_logit, NEG_INF) - log_z
+    logp_all = masked - log_z[..., None, :]
+    p = jnp.where(keep, jnp.exp(logp_all), 0.0)
+    entropy = -jnp.sum(p * jnp.where(keep, logp_all, 0.0), axis=-2)
+    any_allowed = jnp.any(keep, axis=-2)
+    return jnp.where(any_allowed, logp, 0.0), jnp.where(any_allowed, entropy, 0.0)
+
+
 def allowed_tokens(actions: chex.Array, cands: chex.Array, legal: chex.Array,
                    vocab_size: int) -> chex.Array:
-    """The constrained-decoding trie mask.
+    """The constrained-decoding trie mask as a dense [A, V] set (test reference).
 
     Args:
       actions: [A] int32, the action being decoded (its prefix defines the trie node).
@@ -56,20 +122,17 @@ def allowed_tokens(actions: chex.Array, cands: chex.Array, legal: chex.Array,
     Returns:
       [A, V] bool: allowed[j, v] iff some legal candidate k has cands[k, <j] == actions[<j]
       and cands[k, j] == v (Allowed_j above). PAD is never allowed (actions end at EOS).
+      O(K A V) memory: the policy itself uses `candidate_constrained_log_probs`.
     """
     chex.assert_rank([actions, cands, legal], [1, 2, 1])
-    same = cands == actions[None, :]  # [K, A]
-    # prefix_ok[k, j] = all(cands[k, :j] == actions[:j])
-    prefix_ok = jnp.cumprod(jnp.concatenate(
-        [jnp.ones_like(same[:, :1]), same[:, :-1]], axis=1).astype(jnp.int32), axis=1) > 0
-    live = prefix_ok & legal[:, None] & (cands != PAD_ID)  # [K, A]
+    live = trie_live(actions, cands, legal)  # [K, A]
     onehot = jax.nn.one_hot(cands, vocab_size, dtype=jnp.bool_)  # [K, A, V]
     return jnp.any(onehot & live[:, :, None], axis=0)
 
 
 def constrained_log_probs(logits: chex.Array, allowed: chex.Array,
                           tokens: chex.Array) -> Tuple[chex.Array, chex.Array]:
-    """log pi(y_j | .) and entropy of the constrained distribution at each position.
+    """log pi(y_j | .) and entropy of the full masked softmax (test reference).
 
     Args: logits [A, V], allowed [A, V] bool, tokens [A]. Returns ([A], [A]); positions with
     no allowed token (after the action ended) give 0 for both.
@@ -81,6 +144,18 @@ def constrained_log_probs(logits: chex.Array, allowed: chex.Array,
     p = jnp.where(allowed, jnp.exp(logp_all), 0.0)
     entropy = -jnp.sum(p * jnp.where(allowed, logp_all, 0.0), axis=-1)
     return jnp.where(any_allowed, logp, 0.0), jnp.where(any_allowed, entropy, 0.0)
+
+
+def head_logits(model, hidden: chex.Array, tokens: chex.Array, spec: str) -> chex.Array:
+    """Logits of chosen tokens only: l[..] = hidden . W_lm[tokens] (+ bias), float32.
+
+    `spec` is an einsum of (hidden, rows) where rows = W_lm[tokens] has `tokens`' shape
+    plus H; equal to gathering `model.logits(hidden)` at `tokens`.
+    """
+    rows, bias = model.head_rows(tokens)
+    out = jnp.einsum(spec, hidden.astype(rows.dtype), rows,
+                     preferred_element_type=jnp.float32)
+    return out if bias is None else out + bias.astype(jnp.float32)
 
 
 class Policy:
@@ -95,17 +170,23 @@ class Policy:
         self.feedback_len = feedback_len
 
     # -- decoder passes -------------------------------------------------------------
-    def _run(self, params, prefix: chex.Array, actions: chex.Array):
-        """prefix [N, P] right-padded, actions [N, A] -> (action logits [N,A,V], value [N])."""
-        model = nnx.merge(self.graphdef, params)
+    def _hidden(self, model, prefix: chex.Array, actions: chex.Array):
+        """prefix [N, P] right-padded, actions [N, A] -> (hidden states predicting the
+        action tokens [N, A, H], value [N]). No [.., V] logits are formed."""
         prefix = left_align(prefix)
         ids = jnp.concatenate([prefix, actions], axis=1)
         mask = jnp.concatenate([prefix != PAD_ID, jnp.ones_like(actions, bool)], axis=1)
-        logits, hidden, _ = model.forward(ids, attention_mask=mask)
+        hidden, _ = model.hidden_states(ids, attention_mask=mask)
         p = prefix.shape[1]
-        action_logits = logits[:, p - 1:p - 1 + actions.shape[1]]
-        value = model.value(hidden)[:, p - 1]
-        return action_logits.astype(jnp.float32), value.astype(jnp.float32)
+        action_hidden = hidden[:, p - 1:p - 1 + actions.shape[1]]
+        value = model.value(hidden[:, p - 1:p])[:, 0]
+        return action_hidden, value.astype(jnp.float32)
+
+    def _constrained(self, model, action_hidden, actions, cands, legal):
+        """Constrained log-probs and entropy [N, A] of `actions` from their hidden states."""
+        cand_logits = head_logits(model, action_hidden, cands, "njh,nkjh->nkj")
+        live = trie_live(actions, cands, legal)
+        return candidate_constrained_log_probs(cand_logits, cands, live, actions)
 
     def action_log_probs(self, params, obs, actions, cands, legal):
         """Constrained token log-probs of given actions.
@@ -113,10 +194,9 @@ class Policy:
         Args: obs [N, O], actions [N, A], cands [N, K, A], legal [N, K].
         Returns: logp [N, A], entropy [N, A], value [N].
         """
-        logits, value = self._run(params, obs, actions)
-        allowed = jax.vmap(allowed_tokens, in_axes=(0, 0, 0, None))(
-            actions, cands, legal, self.vocab_size)
-        logp, ent = jax.vmap(constrained_log_probs)(logits, allowed, actions)
+        model = nnx.merge(self.graphdef, params)
+        hidden, value = self._hidden(model, obs, actions)
+        logp, ent = self._constrained(model, hidden, actions, cands, legal)
         return logp, ent, value
 
     def teacher_log_probs(self, params, obs, feedback, actions, cands, legal):
@@ -125,20 +205,21 @@ class Policy:
         Args: obs [N, O], feedback [N, F], actions [N, A], cands [N, K, A], legal [N, K].
         Returns: [N, A].
         """
+        model = nnx.merge(self.graphdef, params)
         sep = jnp.full(obs.shape[:1] + (1,), SEP_ID, obs.dtype)
-        # [obs SEP feedback] with its PAD moved right; _run then left-aligns it.
+        # [obs SEP feedback] with its PAD moved right; _hidden then left-aligns it.
         prefix = _pads_to_right(jnp.concatenate([obs, sep, feedback], axis=1))
-        logits, _ = self._run(params, prefix, actions)
-        allowed = jax.vmap(allowed_tokens, in_axes=(0, 0, 0, None))(
-            actions, cands, legal, self.vocab_size)
-        logp, _ = jax.vmap(constrained_log_probs)(logits, allowed, actions)
+        hidden, _ = self._hidden(model, prefix, actions)
+        logp, _ = self._constrained(model, hidden, actions, cands, legal)
         return logp
 
     def candidate_log_probs(self, params, obs, cands, legal):
         """Scores every candidate: pi(a_k | x) and the per-token log-probs along each.
 
         The observation prefix is run once and its KV cache shared by the K candidates
-        (cost O + K (A - 1) tokens instead of K (O + A)).
+        (cost O + K (A - 1) tokens instead of K (O + A)). Each candidate's log-probs come
+        from its hidden states and the LM-head rows of the K candidates' tokens only
+        (memory O(N K K A), no [N K A V] logits or masks).
 
         Args: obs [N, O], cands [N, K, A], legal [N, K].
         Returns: cand_logp [N, K] (-1e9 for illegal), token_logp [N, K, A], value [N].
@@ -148,26 +229,30 @@ class Policy:
         prefix = left_align(obs)
         o = prefix.shape[1]
         cache = init_cache(model.config, n, o + a - 1)
-        logits0, hidden, cache = model.forward(prefix, attention_mask=prefix != PAD_ID,
-                                               cache=cache)
-        value = model.value(hidden)[:, -1]
+        hidden0, cache = model.hidden_states(prefix, attention_mask=prefix != PAD_ID,
+                                             cache=cache)
+        value = model.value(hidden0[:, -1:])[:, 0]
         cache = jax.tree.map(lambda x: jnp.repeat(x, k, axis=0) if x.ndim else x, cache)
         flat = cands.reshape(n * k, a)
-        logits_rest, _, _ = model.forward(flat[:, :-1], attention_mask=jnp.ones_like(flat[:, :-1], bool),
-                                          cache=cache)
-        first = jnp.repeat(logits0[:, -1:], k, axis=0)
-        logits = jnp.concatenate([first, logits_rest], axis=1).astype(jnp.float32)  # [NK, A, V]
-        allowed = jax.vmap(allowed_tokens, in_axes=(0, 0, 0, None))(
-            flat, jnp.repeat(cands, k, axis=0), jnp.repeat(legal, k, axis=0), self.vocab_size)
-        token_logp, _ = jax.vmap(constrained_log_probs)(logits, allowed, flat)
-        token_logp = token_logp.reshape(n, k, a)
+        hidden_rest, _ = model.hidden_states(
+            flat[:, :-1], attention_mask=jnp.ones_like(flat[:, :-1], bool), cache=cache)
+        first = jnp.broadcast_to(hidden0[:, None, -1:], (n, k, 1, hidden0.shape[-1]))
+        hidden = jnp.concatenate(
+            [first, hidden_rest.reshape(n, k, a - 1, -1).astype(first.dtype)], axis=2)
+        # logits[n, k, c, j]: candidate c's token j read from candidate k's hidden state j
+        # (the same state wherever c is live along k: they share the prefix).
+        cand_logits = head_logits(model, hidden, cands, "nkjh,ncjh->nkcj")
+        live = trie_live(cands, cands[:, None], legal[:, None])     # [N, K, K, A]
+        token_logp, _ = candidate_constrained_log_probs(
+            cand_logits, jnp.broadcast_to(cands[:, None], live.shape), live, cands)
         cand_logp = jnp.where(legal, jnp.sum(token_logp, axis=-1), NEG_INF)
         return cand_logp, token_logp, value.astype(jnp.float32)
 
     def value(self, params, obs):
         """V(x) [N] for observations [N, O]."""
+        model = nnx.merge(self.graphdef, params)
         dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
-        _, value = self._run(params, obs, dummy)
+        _, value = self._hidden(model, obs, dummy)
         return value
 
 
