@@ -25,11 +25,10 @@ LOG_FLOOR = -60.0
 # The unnormalised ablation (unnormalised_weights) returns u itself: log u is clamped to [-30, 30] there so it
 # stays finite and positive in float32.
 MAX_LOG_U = 30.0
-# Iterations of the clipped renormalisation (clip_renormalise): each one evaluates the
-# clipped mean at two scales in one pass over the weights (a Newton point, exact once it
-# lies in the solution's linear piece, and the geometric midpoint of the bracket, which
-# halves the bracket), then the closed-form step fixes the mean exactly.
-CLIP_NEWTON_STEPS = 16
+# Bisection steps on log c for the clipped renormalisation: the bracket is at most
+# 60 + log L_t wide, so 32 halvings reach float32 resolution of c (the closed-form step
+# after it makes the mean exact).
+CLIP_BISECTION_STEPS = 32
 _BIG = 1e30
 # Padding marker in the log domain: real log u are kept within [-_MAX_LOG, _MAX_LOG]
 # (finite scores / tau beyond 1e37 are clamped there, far beyond any spread that escapes
@@ -72,74 +71,59 @@ def _padded_log_u(scores, token_mask, tau, transform):
     return jnp.where(token_mask, jnp.clip(log_u, -_MAX_LOG, _MAX_LOG), _NEG)
 
 
+def _masked_max(x: chex.Array, mask: chex.Array) -> chex.Array:
+    """max_j over real tokens, keepdims; 0 for an action with no finite real entry."""
+    mx = jnp.max(jnp.where(mask, x, -jnp.inf), axis=-1, keepdims=True)
+    return jnp.where(jnp.isfinite(mx), mx, 0.0)
+
+
 def clip_renormalise(weights: chex.Array, token_mask: chex.Array, lo: float,
-                     hi: Optional[float], steps: int = CLIP_NEWTON_STEPS) -> chex.Array:
+                     hi: Optional[float], steps: int = CLIP_BISECTION_STEPS) -> chex.Array:
     """Clips mean-1 weights to [lo, hi] and renormalises them to mean exactly 1 again.
 
-    Finds the scale c > 0 with  f(c) = sum_j clip(c * omega_{t,j}, lo, hi) = L_t,
-    returned weights omega'_{t,j} = clip(c * omega_{t,j}, lo, hi). f is continuous,
-    non-decreasing and piecewise linear in c (breakpoints lo / omega_j, hi / omega_j),
-    f <= L_t at c = 1/max_j omega and f >= L_t at c = 1/min_j omega, so c exists whenever
-    lo <= 1 <= hi (and omega > 0). Search (per action, on the bracket [c_a, c_b]):
-    each step evaluates f and its slope S(c) = sum_{lo < c omega_j < hi} omega_j at two
-    scales in one pass over the weights,
-      the Newton point  c_N = c + (L_t - f(c)) / S(c)  (exact as soon as c lies in the
-                                                        solution's linear piece),
-      the midpoint      c_M = sqrt(c_a) sqrt(c_b)      (halves the bracket in log c),
-    shrinks the bracket with both and continues from the Newton point of the one nearer
-    the root (the midpoint when that Newton point leaves the bracket). Then, with the
-    clipped sets at c fixed, the scale of the unclipped tokens is solved in closed form,
+    Finds the scale c > 0 with  (1/L_t) sum_j clip(c * omega_{t,j}, lo, hi) = 1,
+    returned weights omega'_{t,j} = clip(c * omega_{t,j}, lo, hi). The left side is
+    continuous and non-decreasing in log c, <= 1 at c = 1/max_j omega and >= 1 at
+    c = 1/min_j omega, so c exists whenever lo <= 1 <= hi (and omega > 0). It is found by
+    `steps` bisection steps on log c (per action: one exp per action, not per token); then,
+    with the clipped set fixed, the scale of the unclipped tokens is solved in closed form,
       c_free = (L_t - lo * n_lo - hi * n_hi) / sum_{j unclipped} c omega_{t,j},
     and a final multiplicative renormalisation omega' *= L_t / sum_j omega' removes the
     rounding left. Guarantees: mean_j omega' = 1 up to float rounding (~1e-6 relative),
-    lo <= omega' <= hi up to float rounding once the search has found the linear piece
-    (at most `steps` passes; with the default it does on every case of the property tests
-    and random weights spanning e^60), token order and the ratios between unclipped
-    tokens are kept. Padding adds exact zeros to every sum, so extra padding never changes
-    the result.
+    lo <= omega' <= hi up to float rounding, token order and the ratios between unclipped
+    tokens are kept. (A fixed number of clip-renormalise rounds, the simpler scheme, can
+    stop outside [lo, hi]; this converges to its fixed point.)
 
     Args:
       weights: [..., A] float, mean-1 weights, > 0 on real tokens (>= ~1e-27 as produced
         by apm_weights, so c * omega stays finite in float32).
       token_mask: [..., A] bool.
       lo, hi: bounds with 0 <= lo <= 1 <= hi (hi None: no upper bound).
-      steps: search steps (static).
+      steps: bisection steps (static).
     Returns:
       [..., A] clipped weights with mean 1 over each action's real tokens, 0 at padding.
     """
     chex.assert_equal_shape([weights, token_mask])
     hi = jnp.inf if hi is None else hi
-    length = _num_tokens(token_mask, weights.dtype)  # L_t
+    m = token_mask.astype(weights.dtype)
+    length = jnp.sum(m, axis=-1, keepdims=True)  # L_t
     w = jnp.where(token_mask, weights, 0.0)
-    w_max = jnp.max(w, axis=-1, keepdims=True)
-    w_min = jnp.min(jnp.where(token_mask, w, jnp.inf), axis=-1, keepdims=True)
-    c_a = 1.0 / jnp.where(w_max > 0, w_max, 1.0)  # every c * omega <= 1: f <= L_t
-    c_b = 1.0 / jnp.where(jnp.isfinite(w_min) & (w_min > 0), w_min, 1.0)  # f >= L_t
+    log_w = jnp.log(jnp.where(token_mask, w, 1.0))
 
-    def f_and_slope(c):
-        x = c * w
-        f = jnp.sum(jnp.where(token_mask, jnp.clip(x, lo, hi), 0.0), axis=-1, keepdims=True)
-        slope = jnp.sum(jnp.where((x > lo) & (x < hi), w, 0.0), axis=-1, keepdims=True)  # pads: x = 0
-        return f, slope
+    def clipped_sum(k):
+        return jnp.sum(m * jnp.clip(w * jnp.exp(k), lo, hi), axis=-1, keepdims=True)
 
-    def search(_, state):
-        c, c_a, c_b = state
-        c_m = jnp.sqrt(c_a) * jnp.sqrt(c_b)  # (c_a * c_b overflows float32 for c ~ 1e20)
-        f_c, s_c = f_and_slope(c)
-        f_m, s_m = f_and_slope(c_m)
-        for x, f_x in ((c, f_c), (c_m, f_m)):  # shrink the bracket around the root
-            c_a = jnp.where(f_x <= length, jnp.maximum(c_a, x), c_a)
-            c_b = jnp.where(f_x >= length, jnp.minimum(c_b, x), c_b)
-        use_c = jnp.abs(f_c - length) <= jnp.abs(f_m - length)
-        x, f_x, s_x = (jnp.where(use_c, c, c_m), jnp.where(use_c, f_c, f_m),
-                       jnp.where(use_c, s_c, s_m))
-        newton = x + (length - f_x) / jnp.where(s_x > 0, s_x, 1.0)  # c_N
-        ok = (s_x > 0) & (newton >= c_a) & (newton <= c_b)
-        return jnp.where(ok, newton, jnp.sqrt(c_a) * jnp.sqrt(c_b)), c_a, c_b
+    k_low = -_masked_max(log_w, token_mask)  # every c * omega <= 1: mean <= 1
+    k_high = _masked_max(-log_w, token_mask)  # every c * omega >= 1: mean >= 1
 
-    c0 = jnp.clip(jnp.ones_like(length), c_a, c_b)  # mean-1 weights: c = 1 is a good start
-    c, _, _ = jax.lax.fori_loop(0, steps, search, (c0, c_a, c_b))
-    x = w * c  # c * omega
+    def bisect(_, bracket):
+        k_a, k_b = bracket
+        k_mid = 0.5 * (k_a + k_b)
+        below = clipped_sum(k_mid) < length
+        return jnp.where(below, k_mid, k_a), jnp.where(below, k_b, k_mid)
+
+    k_low, k_high = jax.lax.fori_loop(0, steps, bisect, (k_low, k_high))
+    x = w * jnp.exp(0.5 * (k_low + k_high))  # c * omega
     at_hi = token_mask & (x >= hi)
     at_lo = token_mask & (x <= lo) & ~at_hi
     free = token_mask & ~at_hi & ~at_lo
@@ -218,9 +202,8 @@ def apm_weights(scores: chex.Array, token_mask: chex.Array, tau: float = 1.0,
     changes the real tokens' weights.
 
     clip=(lo, hi), 0 <= lo <= 1 <= hi: omega' = clip(c * omega, lo, hi) with the scale c
-    chosen so that the mean is again exactly 1 (see `clip_renormalise`; a Newton /
-    bisection search, a closed-form step and a final renormalisation; lo <= omega' <= hi
-    up to rounding).
+    chosen so that the mean is again exactly 1 (see `clip_renormalise`; bisection plus a
+    closed-form step and a final renormalisation; lo <= omega' <= hi up to rounding).
     With lo > 0 weights stay positive; with lo = 0 a token can get exactly 0 when the
     tokens clipped at hi already carry the whole mass L_t.
 
