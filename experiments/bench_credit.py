@@ -378,6 +378,31 @@ def bench_size(B: int, T: int, A: int, min_time: float, copy_Bps: float) -> List
     return rows
 
 
+def factor_summary(rows: List[Dict], bw: Dict) -> str:
+    """FACTOR lines, side by side from this process: the pipeline's GB/s against the numpy
+    copy and the jitted JAX copy (fresh output vs x+1 fresh, donated vs x+1 donated), and
+    clipped vs unclipped steady time (compile time apart)."""
+    lines = ["", f"FACTOR pipeline (load {os.getloadavg()[0]:.1f}; numpy copy "
+             f"{bw['numpy_copy_Bps'] / 1e9:.2f} GB/s, JAX x+1 {bw['jax_elementwise_fresh_Bps'] / 1e9:.2f}"
+             f" fresh / {bw['jax_elementwise_donated_Bps'] / 1e9:.2f} donated GB/s)"]
+    for size in dict.fromkeys(r["size"] for r in rows if r["kernel"] == "factor"):
+        fr = {r["impl"]: r for r in rows if r["kernel"] == "factor" and r["size"] == size}
+        plain, clip = fr["factor_jax"], fr["factor_jax clip[0.8,1.2]"]
+        don = fr["factor_jax (donated out)"]
+        lines.append(
+            f"  {size} ({plain['B'] * plain['T'] * plain['A'] / 1e6:.1f} M tok): "
+            f"{plain['bytes_per_s'] / 1e9:.2f} GB/s = {100 * plain['frac_of_memcpy']:.0f} % numpy copy, "
+            f"{100 * plain['bytes_per_s'] / bw['jax_elementwise_fresh_Bps']:.0f} % JAX copy (fresh); "
+            f"donated out {don['bytes_per_s'] / 1e9:.2f} GB/s = {100 * don['frac_of_memcpy']:.0f} % numpy, "
+            f"{100 * don['bytes_per_s'] / bw['jax_elementwise_donated_Bps']:.0f} % JAX copy (donated); "
+            f"clipped / unclipped steady {clip['steady_s'] / plain['steady_s']:.2f}x "
+            f"({clip['steady_s'] * 1e3:.2f} vs {plain['steady_s'] * 1e3:.2f} ms; compile "
+            f"{clip['compile_s']:.2f} vs {plain['compile_s']:.2f} s)")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
 def _fmt(x, spec):
     return "-" if x is None else format(x, spec)
 
@@ -458,6 +483,7 @@ def main(argv=None):
         b = random_batch(rng, B, T, 1, turn_lengths=rng.integers(T // 2 + 1, T + 1, size=B))
         rows.extend(bench_turn_kernels(b, args.min_time, bw["numpy_copy_Bps"], f"{B}x{T}"))
     table = print_table(rows, bw)
+    table += factor_summary(rows, bw)
     meta = {"load_average_1m": [load_before, os.getloadavg()[0]], "jax": jax.__version__,
             "backend": jax.default_backend(),
             "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),

@@ -30,6 +30,14 @@ MAX_LOG_U = 30.0
 # after it makes the mean exact).
 CLIP_BISECTION_STEPS = 32
 _BIG = 1e30
+# Padding marker in the log domain: real log u are kept within [-_MAX_LOG, _MAX_LOG]
+# (finite scores / tau beyond 1e37 are clamped there, far beyond any spread that escapes
+# LOG_FLOOR), so a padded token sits at least 3e38 - 2e37 below its action's max and
+# `_PAD_GAP` separates the two: rel + _PAD_GAP > LOG_FLOOR on every real token,
+# < -1.9e38 on every padded one.
+_MAX_LOG = 1e37
+_NEG = -3e38
+_PAD_GAP = 1e38
 
 Transform = Union[str, Callable[[chex.Array], chex.Array]]
 
@@ -51,20 +59,22 @@ def log_transform(z: chex.Array, transform: Transform = "exp") -> chex.Array:
     return jnp.where(small, z, jnp.log(jax.nn.softplus(z_safe)))
 
 
-def _masked_max(x: chex.Array, mask: chex.Array) -> chex.Array:
-    """max_j over real tokens, keepdims; 0 for an action with no finite real entry."""
-    mx = jnp.max(jnp.where(mask, x, -jnp.inf), axis=-1, keepdims=True)
-    return jnp.where(jnp.isfinite(mx), mx, 0.0)
+def _padded_log_u(scores, token_mask, tau, transform):
+    """log u on real tokens (+-inf -> +-_BIG, then within +-_MAX_LOG), _NEG at padding.
 
-
-def _relative_log_u(scores, token_mask, tau, transform):
-    """log u - max_j log u, floored at LOG_FLOOR; 0 at padding. [..., A]."""
+    One elementwise pass; the mask is read here only, so the per-action reductions that
+    follow need no mask (they fuse into one pass over this array)."""
     z = jnp.where(token_mask, scores, 0.0) / tau  # padding never enters
     # +-inf (overflowing s / tau, or u = 0 from a callable) -> +-_BIG: an action whose u are
     # all 0 becomes uniform, a u = 0 among positive ones gets the floor.
     log_u = jnp.nan_to_num(log_transform(z, transform), posinf=_BIG, neginf=-_BIG)
-    rel = jnp.maximum(log_u - _masked_max(log_u, token_mask), LOG_FLOOR)
-    return jnp.where(token_mask, rel, 0.0)
+    return jnp.where(token_mask, jnp.clip(log_u, -_MAX_LOG, _MAX_LOG), _NEG)
+
+
+def _masked_max(x: chex.Array, mask: chex.Array) -> chex.Array:
+    """max_j over real tokens, keepdims; 0 for an action with no finite real entry."""
+    mx = jnp.max(jnp.where(mask, x, -jnp.inf), axis=-1, keepdims=True)
+    return jnp.where(jnp.isfinite(mx), mx, 0.0)
 
 
 def clip_renormalise(weights: chex.Array, token_mask: chex.Array, lo: float,
@@ -155,10 +165,24 @@ def _checked_scores(scores, token_mask, tau, transform):
 
 def _shifted_u(scores, token_mask, tau, transform):
     """(e, denom): e_{t,j} = u_{t,j} / max_j u_{t,j} (floored, 0 at padding) [..., A] and
-    denom = max(sum_j e_{t,j}, 1) [..., 1], so that u / sum_j u = e / denom."""
-    rel = _relative_log_u(scores, token_mask, tau, transform)
-    e = jnp.where(token_mask, jnp.exp(rel), 0.0)  # the max token contributes exactly 1
+    denom = max(sum_j e_{t,j}, 1) [..., 1], so that u / sum_j u = e / denom.
+
+    Written so XLA computes it in one fused pass over the [..., A] log u (max, exp, sum
+    and the consumer's scaling together), with no mask inside that pass:
+      rel_{t,j} = log u_{t,j} - max_j log u_{t,j}        (_NEG at padding: rel < -2.9e38)
+      e_{t,j}   = exp(max(rel, min(LOG_FLOOR, rel + _PAD_GAP)))
+                = exp(max(rel, LOG_FLOOR)) on real tokens,  exp(rel) = 0 at padding.
+    An action with no real token has max = _NEG, e = 1 on its padding and L_t = 0; every
+    caller multiplies e by L_t or masks it, so its weights are 0."""
+    log_u = _padded_log_u(scores, token_mask, tau, transform)
+    rel = log_u - jnp.max(log_u, axis=-1, keepdims=True)
+    e = jnp.exp(jnp.maximum(rel, jnp.minimum(LOG_FLOOR, rel + _PAD_GAP)))
     return e, jnp.maximum(jnp.sum(e, axis=-1, keepdims=True), 1.0)
+
+
+def _num_tokens(token_mask, dtype):
+    """L_t = sum_j token_mask [..., 1], reduced in int32 (one pass over the bool mask)."""
+    return jnp.sum(token_mask, axis=-1, keepdims=True, dtype=jnp.int32).astype(dtype)
 
 
 def apm_weights(scores: chex.Array, token_mask: chex.Array, tau: float = 1.0,
@@ -198,8 +222,8 @@ def apm_weights(scores: chex.Array, token_mask: chex.Array, tau: float = 1.0,
     scores = _checked_scores(scores, token_mask, tau, transform)
     clip = _check_clip(clip)
     e, denom = _shifted_u(scores, token_mask, tau, transform)
-    length = jnp.sum(token_mask, axis=-1, keepdims=True).astype(scores.dtype)
-    omega = e * (length / denom)  # omega = L_t * u / sum_j u
+    length = _num_tokens(token_mask, scores.dtype)
+    omega = e * (length / denom)  # omega = L_t * u / sum_j u  (0 at padding: e or L_t is)
     if clip is None:
         return omega
     return clip_renormalise(omega, token_mask, *clip)
@@ -217,7 +241,7 @@ def softmax_weights(scores: chex.Array, token_mask: chex.Array, tau: float = 1.0
     """
     scores = _checked_scores(scores, token_mask, tau, transform)
     e, denom = _shifted_u(scores, token_mask, tau, transform)
-    return e / denom  # u / sum_j u
+    return jnp.where(token_mask, e / denom, 0.0)  # u / sum_j u
 
 
 def unnormalised_weights(scores: chex.Array, token_mask: chex.Array, tau: float = 1.0,

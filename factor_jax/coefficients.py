@@ -6,7 +6,6 @@ Shapes: [B, T] per action, [B, T, A] per token.
 """
 from __future__ import annotations
 
-import functools
 from typing import Callable, Optional, Tuple
 
 import chex
@@ -36,8 +35,8 @@ def token_coefficients(credit: chex.Array, weights: chex.Array,
     chex.assert_type([credit, weights, token_mask], [float, float, bool])
     chex.assert_equal_shape([weights, token_mask])
     chex.assert_equal_shape_prefix([credit, weights], 2)
-    coef = credit[..., None] * jnp.where(token_mask, weights, 0.0)  # C = A*_t * omega_{t,j}
-    return jax.lax.stop_gradient(jnp.where(token_mask, coef, 0.0))
+    coef = credit[..., None] * weights  # C = A*_t * omega_{t,j}
+    return jax.lax.stop_gradient(jnp.where(token_mask, coef, 0.0))  # one select: 0 at padding
 
 
 # weigh(scores [B, T, A], token_mask [B, T, A]) -> omega [B, T, A]: where among an
@@ -111,5 +110,11 @@ def factor_coefficients(rewards: chex.Array, values: chex.Array, baseline: chex.
       (coef [B, T, A], Allocation with credit A* [B, T], delta, scores, weights [B, T, A]).
     """
     credit = tac_credit(rewards, values, baseline, turn_mask)
-    weigh = functools.partial(apm_weights, tau=tau, transform=transform, clip=clip)
-    return hindsight_allocation(credit, teacher_logp, student_logp, token_mask, weigh)
+    scores, delta = hta_scores(teacher_logp, student_logp, credit, token_mask,
+                               return_delta=True)
+    weights = apm_weights(scores, token_mask, tau=tau, transform=transform, clip=clip)
+    # apm_weights is exactly 0 at padding, so C needs no mask here (token_coefficients'
+    # select would read the mask again and split XLA's fused pass in two).
+    chex.assert_equal_shape_prefix([credit, weights], 2)
+    coef = jax.lax.stop_gradient(credit[..., None] * weights)  # C = sg(A*_t * omega_{t,j})
+    return coef, Allocation(credit=credit, delta=delta, scores=scores, weights=weights)
