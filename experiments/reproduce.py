@@ -1,7 +1,7 @@
 """Reproduces both methods against their baselines: the ASCT table, the FACTOR table and
 Figure 5, with tables and plots under results/.
 
-    python -m experiments.reproduce --quick   # reduced: ~20 min on 2 CPU cores
+    python -m experiments.reproduce --quick   # reduced: 16 min on 2 cores (12 with a warm cache)
     python -m experiments.reproduce           # full scale (see README for the runtime)
 """
 import argparse
