@@ -210,8 +210,8 @@ class _RunFiles:
         return summary
 
 
-def _loop(runs, state, start: int, step_fn, evaluate, seed_slice) -> Tuple[Any, list]:
-    """The training loop shared by single runs and seed batches; returns (state, summaries).
+def _loop(runs, state, start: int, step_fn, evaluate, seed_slice) -> Tuple[Any, float]:
+    """The training loop shared by single runs and seed batches; returns (state, seconds).
 
     step_fn(state, step) -> (state, [host metrics per run]); evaluate(params) -> [per run];
     seed_slice(state, i) -> the state of run i (what its checkpoint holds).
