@@ -16,7 +16,8 @@ simulations per second = B * N / steady-state seconds.
 
 The policy: on toy_tree a fixed random logits table; on other environments pi_old is
 uniform over the legal candidates with value 0 (the benchmark measures the search, not a
-network).
+network), or with --policy tiny the tiny decoder: the ratio of the two runs' times is the
+share of the search spent outside the policy's forward passes.
 
 Usage:
   python experiments/bench_search.py [--env toy_tree] [--batch_sizes 256,1024]
@@ -47,8 +48,10 @@ METHODS = ("ours_puct_critic", "ours_agentuct_rollout", "mctx_muzero", "mctx_gum
 NEG = -1e9  # finite "illegal" logit for mctx
 
 
-def make_env(name: str):
-    """(env, params, policy_fn) for the benchmark."""
+def make_env(name: str, policy: str = "uniform"):
+    """(env, params, policy_fn) for the benchmark (policy: "uniform" over the legal
+    candidates, or "tiny": the freshly initialised tiny decoder of experiments/configs/base.py,
+    i.e. what ASCT's search really calls at every node and rollout step)."""
     if name == "toy_tree":
         from asct_jax.envs.toy_tree import ToyTree
 
@@ -59,6 +62,16 @@ def make_env(name: str):
     from asct_jax import envs
 
     env, params = envs.make(name)
+    if policy == "tiny":
+        from asct_jax.rl.credit import CreditContext, state_policy_fn
+        from asct_jax.rl.trainer import TextShape, build_policy
+        from experiments.configs import base
+
+        c = base.get_config()
+        shape = TextShape(env.obs_len, env.action_len, env.feedback_len)
+        pol, p = build_policy(c, len(env.tokenizer), shape)
+        ctx = CreditContext(policy=pol, env=env, env_params=params, group_size=1)
+        return env, params, state_policy_fn(ctx, p)
 
     def uniform_policy(state):
         _, legal = env.legal_actions(state, params)
@@ -107,13 +120,13 @@ def _mctx_fns(env, params, policy_fn, batch, num_sims, kind):
     return run
 
 
-def _ours_fn(env, params, policy_fn, num_sims, kind):
+def _ours_fn(env, params, policy_fn, num_sims, kind, max_depth):
     if kind == "ours_puct_critic":
         selection_fn = functools.partial(S.puct, c=1.25)
-        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=env.max_turns, leaf_eval="critic")
+        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=max_depth, leaf_eval="critic")
     else:
         selection_fn = functools.partial(S.agentuct, c=1.0, beta=1.0)
-        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=env.max_turns, leaf_eval="rollout")
+        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=max_depth, leaf_eval="rollout")
 
     def run(root_states, key):
         out = S.search(env, params, root_states, policy_fn, key, selection_fn, cfg)
@@ -140,6 +153,10 @@ def time_fn(fn: Callable, args, min_time: float, min_reps: int = 3) -> Dict[str,
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--env", default="toy_tree")
+    ap.add_argument("--policy", default="uniform", choices=("uniform", "tiny"),
+                    help="pi_old on environments other than toy_tree")
+    ap.add_argument("--max_depth", type=int, default=0,
+                    help="tree depth of our search (0: the episode length)")
     ap.add_argument("--batch_sizes", default="256,1024")
     ap.add_argument("--num_simulations", default="16,64")
     ap.add_argument("--methods", default=",".join(METHODS))
@@ -153,7 +170,7 @@ def main(argv=None):
     batches = [int(x) for x in a.batch_sizes.split(",")]
     sims = [int(x) for x in a.num_simulations.split(",")]
 
-    env, params, policy_fn = make_env(a.env)
+    env, params, policy_fn = make_env(a.env, a.policy)
     try:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover
@@ -166,7 +183,7 @@ def main(argv=None):
         keys = jax.random.split(jax.random.PRNGKey(0), b)
         roots, _ = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
         if m.startswith("ours"):
-            fn = _ours_fn(env, params, policy_fn, n, m)
+            fn = _ours_fn(env, params, policy_fn, n, m, a.max_depth or env.max_turns)
         else:
             fn = _mctx_fns(env, params, policy_fn, b, n, m)
         timing, out = time_fn(fn, (roots, jax.random.PRNGKey(1)), a.min_time)
@@ -191,7 +208,7 @@ def main(argv=None):
                                        "speed_ratio_best": cell[ours]["sims_per_s_best"]
                                        / cell[ref]["sims_per_s_best"]})
     result = {
-        "env": a.env, "num_actions": env.num_actions, "max_turns": env.max_turns,
+        "env": a.env, "policy": a.policy, "num_actions": env.num_actions, "max_turns": env.max_turns,
         "jax": jax.__version__, "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
         "platform": platform.platform(), "rows": rows, "ratios": ratios,
