@@ -10,7 +10,7 @@ import os
 
 from asct_jax.infra import config_cli
 from asct_jax.infra.tables import scatter_with_errorbars
-from experiments.runner import enable_compilation_cache, run_grid, write_table
+from experiments.runner import run_grid, write_table
 
 MAIN_METRICS = {
     "final/env/utility": "utility",
@@ -38,7 +38,6 @@ def transfer_eval(config, summary, params):
 
 
 def main(config):
-    enable_compilation_cache()
     out_dir = os.path.join(config.train.results_dir, config.train.experiment)
     seeds = tuple(config.table.seeds)
     variants = [(m, {"method": m}) for m in config.table.methods]

@@ -13,7 +13,7 @@ import numpy as np
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table
-from experiments.runner import enable_compilation_cache, run_grid, write_table
+from experiments.runner import run_grid, write_table
 
 METRICS = {"final/env/success": "success", "final/env/score": "score",
            "total/env_calls": "env calls", "wall_clock_s": "wall clock (s)"}
@@ -24,7 +24,6 @@ def _mean(runs, key):
 
 
 def main(config):
-    enable_compilation_cache()
     out_dir = os.path.join(config.train.results_dir, config.train.experiment)
     seeds = tuple(config.table.seeds)
     methods = list(config.table.methods)

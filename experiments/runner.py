@@ -5,8 +5,9 @@ results/<experiment>/<variant>_s<seed>/; a run whose summary.json exists is not 
 again, so an interrupted table script picks up where it stopped — but only if its stored
 config.json is the config this call would train (table.* and where it is written aside);
 otherwise the grid stops with the differing fields named, so results of another scale
-are never mixed into a table. Compiled programs are shared between seeds through JAX's
-persistent compilation cache.
+are never mixed into a table. A variant's seeds train as one compiled program when
+config.train.batch_seeds is set; compiled programs are reused across processes through
+JAX's persistent compilation cache (config.train.compilation_cache).
 """
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ import copy
 import json
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
-
-import jax
 
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import seed_table
@@ -64,12 +63,6 @@ def train_seeds_run(configs, return_params: bool = False):
 
     return trainer.train_seeds(configs, registry.get(configs[0].method),
                                return_params=return_params)
-
-
-def enable_compilation_cache(path: str = "~/.cache/asct_jax/jax") -> None:
-    jax.config.update("jax_compilation_cache_dir", os.path.expanduser(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def apply_overrides(config, overrides: Mapping[str, Any]):

@@ -3,14 +3,13 @@ environment, mean ± sample std over seeds. Writes results/substrate_table/table
 import os
 
 from asct_jax.infra import config_cli
-from experiments.runner import enable_compilation_cache, run_grid, write_table
+from experiments.runner import run_grid, write_table
 
 METRICS = {"initial/return": "initial return", "final/return": "final return",
            "initial/env/score": "initial score", "final/env/score": "final score"}
 
 
 def main(config):
-    enable_compilation_cache()
     variants = [(f"{env}_{m}", {"method": m, "env.name": env})
                 for env in config.table.envs for m in config.table.methods]
     results = run_grid(config, variants, tuple(config.table.seeds), config.train.experiment)

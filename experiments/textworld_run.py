@@ -13,7 +13,7 @@ from typing import Dict, List
 
 from asct_jax.infra import config_cli
 from experiments.make_textworld_games import make_games
-from experiments.runner import enable_compilation_cache, run_grid, train_run, write_table
+from experiments.runner import run_grid, train_run, write_table
 
 METRICS = {
     "initial/env/success": "success (initial)", "final/env/success": "success (final)",
@@ -51,7 +51,6 @@ def run_all(config):
 
 
 def main(config):
-    enable_compilation_cache()
     results = run_all(config)
     tw = config.textworld
     out_dir = os.path.join(config.train.results_dir, config.train.experiment)
