@@ -3,8 +3,6 @@
 Compiles are kept few: per environment one module fixture jits reset, an agent step
 (policy + step) single and vmapped, and a raw step on given tokens.
 """
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp

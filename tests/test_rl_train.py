@@ -120,7 +120,6 @@ def test_candidate_log_probs_equal_the_full_masked_softmax():
     logits = 3.0 * jax.random.normal(jax.random.key(1), (n, k, a, v))
     others = _random_candidates(jax.random.key(2), n, 1, a)[0][:, 0]   # [n, a]
     for actions, lg in [(cands, logits), (others[:, None], logits[:, :1])]:
-        kk = actions.shape[1]
         ref_fn = jax.vmap(jax.vmap(
             lambda lo, act, c, l: constrained_log_probs(lo, allowed_tokens(act, c, l, v), act),
             in_axes=(0, 0, None, None)))

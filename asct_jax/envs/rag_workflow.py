@@ -37,7 +37,6 @@ description. Difficulty and wrong facts are hidden. Early choices pay off late
 """
 from __future__ import annotations
 
-from typing import Tuple
 
 import chex
 import jax

@@ -20,7 +20,6 @@ Candidate slots are shuffled per episode.
 from __future__ import annotations
 
 import functools
-from typing import Tuple
 
 import chex
 import jax
