@@ -15,14 +15,21 @@ so the rollout scores all K candidates in one batched forward and samples an ind
 the per-token log-probs it keeps are exactly those of token-level constrained decoding.
 Tokens with a single allowed continuation (forced filler) get log-prob 0.
 
-Sequences fed to the decoder are [obs (left-padded) | action]: the logits at position
-O - 1 + j predict action token j, and the value head reads the hidden state at O - 1.
-The hindsight teacher reads [obs | SEP feedback | action] (feedback = o_{t+1}).
+Sequences fed to the decoder are [obs (left-padded) | action header | action]: the
+logits at the position before action token j predict it, and the value head reads the
+hidden state just before the action. The hindsight teacher reads
+[obs | feedback header | feedback | feedback footer | action header | action]
+(feedback = o_{t+1}). The headers are a `PromptTokens` record: empty / SEP for the
+environments' own word vocabulary, the chat template's pieces for a pretrained model
+(asct_jax.envs.text_interface).
 
 All functions are pure in (params, arrays); `Policy` only holds the static graph.
+`params` is an nnx.State, or a tuple of States merged together (LoRA: the trainable
+adapters and value head, then the frozen base).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Tuple
 
 import chex
@@ -36,17 +43,36 @@ from asct_jax.models.cache import init_cache
 NEG_INF = -1e9
 
 
-def left_align(tokens: chex.Array) -> chex.Array:
+@dataclasses.dataclass(frozen=True)
+class PromptTokens:
+    """Static token pieces the policy adds around what the environment gives it.
+
+    pad_id: the padding id of observations, feedback and actions (never a real token).
+    action_header: ids between the observation and the action (a chat template's
+      assistant header). feedback_header / feedback_footer: ids around the hindsight
+      feedback in the teacher's prompt.
+    The defaults are the environments' own word vocabulary: [obs | action] and
+    [obs | SEP feedback | action].
+    """
+
+    pad_id: int = PAD_ID
+    action_header: Tuple[int, ...] = ()
+    feedback_header: Tuple[int, ...] = (SEP_ID,)
+    feedback_footer: Tuple[int, ...] = ()
+
+
+def left_align(tokens: chex.Array, pad_id: int = PAD_ID) -> chex.Array:
     """Moves PAD to the left of each row: [..., L] right-padded -> left-padded."""
     length = tokens.shape[-1]
-    n_real = jnp.sum(tokens != PAD_ID, axis=-1, keepdims=True)
+    n_real = jnp.sum(tokens != pad_id, axis=-1, keepdims=True)
     idx = (jnp.arange(length) + n_real) % length
     # Row i: position p holds tokens[(p + n_real) % L]; for right-padded rows this puts
     # the n_real real tokens at the end, in order, with PAD before them.
     return jnp.take_along_axis(tokens, jnp.broadcast_to(idx, tokens.shape), axis=-1)
 
 
-def trie_live(actions: chex.Array, cands: chex.Array, legal: chex.Array) -> chex.Array:
+def trie_live(actions: chex.Array, cands: chex.Array, legal: chex.Array,
+              pad_id: int = PAD_ID) -> chex.Array:
     """Which candidate tokens are allowed continuations along `actions`.
 
     Args:
@@ -60,7 +86,7 @@ def trie_live(actions: chex.Array, cands: chex.Array, legal: chex.Array) -> chex
     # prefix_ok[k, j] = all(cands[k, :j] == actions[:j])
     prefix_ok = jnp.cumprod(jnp.concatenate(
         [jnp.ones_like(same[..., :1]), same[..., :-1]], axis=-1).astype(jnp.int32), axis=-1) > 0
-    return prefix_ok & legal[..., None] & (cands != PAD_ID)
+    return prefix_ok & legal[..., None] & (cands != pad_id)
 
 
 def first_occurrence(cands: chex.Array, live: chex.Array) -> chex.Array:
@@ -162,20 +188,35 @@ class Policy:
     """Static wrapper: graphdef of the decoder plus sizes. Params are passed explicitly."""
 
     def __init__(self, graphdef, vocab_size: int, obs_len: int, action_len: int,
-                 feedback_len: int):
+                 feedback_len: int, prompt: PromptTokens = PromptTokens()):
         self.graphdef = graphdef
         self.vocab_size = vocab_size
         self.obs_len = obs_len
         self.action_len = action_len
         self.feedback_len = feedback_len
+        self.prompt = prompt
+        self.pad_id = prompt.pad_id
+
+    def merge(self, params):
+        """The decoder of `params` (an nnx.State or a tuple of States)."""
+        parts = params if isinstance(params, tuple) else (params,)
+        return nnx.merge(self.graphdef, *parts)
+
+    def _ids(self, ids: Tuple[int, ...], n: int, dtype) -> chex.Array:
+        """[n, len(ids)] copies of a static header."""
+        return jnp.broadcast_to(jnp.asarray(ids, dtype), (n, len(ids)))
+
+    def _with_action_header(self, left_aligned: chex.Array) -> chex.Array:
+        header = self._ids(self.prompt.action_header, left_aligned.shape[0], left_aligned.dtype)
+        return jnp.concatenate([left_aligned, header], axis=1)
 
     # -- decoder passes -------------------------------------------------------------
     def _hidden(self, model, prefix: chex.Array, actions: chex.Array):
         """prefix [N, P] right-padded, actions [N, A] -> (hidden states predicting the
         action tokens [N, A, H], value [N]). No [.., V] logits are formed."""
-        prefix = left_align(prefix)
+        prefix = self._with_action_header(left_align(prefix, self.pad_id))
         ids = jnp.concatenate([prefix, actions], axis=1)
-        mask = jnp.concatenate([prefix != PAD_ID, jnp.ones_like(actions, bool)], axis=1)
+        mask = jnp.concatenate([prefix != self.pad_id, jnp.ones_like(actions, bool)], axis=1)
         hidden, _ = model.hidden_states(ids, attention_mask=mask)
         p = prefix.shape[1]
         action_hidden = hidden[:, p - 1:p - 1 + actions.shape[1]]
@@ -185,7 +226,7 @@ class Policy:
     def _constrained(self, model, action_hidden, actions, cands, legal):
         """Constrained log-probs and entropy [N, A] of `actions` from their hidden states."""
         cand_logits = head_logits(model, action_hidden, cands, "njh,nkjh->nkj")
-        live = trie_live(actions, cands, legal)
+        live = trie_live(actions, cands, legal, self.pad_id)
         return candidate_constrained_log_probs(cand_logits, cands, live, actions)
 
     def action_log_probs(self, params, obs, actions, cands, legal):
@@ -194,7 +235,7 @@ class Policy:
         Args: obs [N, O], actions [N, A], cands [N, K, A], legal [N, K].
         Returns: logp [N, A], entropy [N, A], value [N].
         """
-        model = nnx.merge(self.graphdef, params)
+        model = self.merge(params)
         hidden, value = self._hidden(model, obs, actions)
         logp, ent = self._constrained(model, hidden, actions, cands, legal)
         return logp, ent, value
@@ -205,10 +246,12 @@ class Policy:
         Args: obs [N, O], feedback [N, F], actions [N, A], cands [N, K, A], legal [N, K].
         Returns: [N, A].
         """
-        model = nnx.merge(self.graphdef, params)
-        sep = jnp.full(obs.shape[:1] + (1,), SEP_ID, obs.dtype)
-        # [obs SEP feedback] with its PAD moved right; _hidden then left-aligns it.
-        prefix = _pads_to_right(jnp.concatenate([obs, sep, feedback], axis=1))
+        model = self.merge(params)
+        n, p = obs.shape[0], self.prompt
+        # [obs header feedback footer] with its PAD moved right; _hidden left-aligns it.
+        prefix = _pads_to_right(jnp.concatenate(
+            [obs, self._ids(p.feedback_header, n, obs.dtype), feedback,
+             self._ids(p.feedback_footer, n, obs.dtype)], axis=1), self.pad_id)
         hidden, _ = self._hidden(model, prefix, actions)
         logp, _ = self._constrained(model, hidden, actions, cands, legal)
         return logp
@@ -225,11 +268,11 @@ class Policy:
         Returns: cand_logp [N, K] (-1e9 for illegal), token_logp [N, K, A], value [N].
         """
         n, k, a = cands.shape
-        model = nnx.merge(self.graphdef, params)
-        prefix = left_align(obs)
+        model = self.merge(params)
+        prefix = self._with_action_header(left_align(obs, self.pad_id))
         o = prefix.shape[1]
         cache = init_cache(model.config, n, o + a - 1)
-        hidden0, cache = model.hidden_states(prefix, attention_mask=prefix != PAD_ID,
+        hidden0, cache = model.hidden_states(prefix, attention_mask=prefix != self.pad_id,
                                              cache=cache)
         value = model.value(hidden0[:, -1:])[:, 0]
         cache = jax.tree.map(lambda x: jnp.repeat(x, k, axis=0) if x.ndim else x, cache)
@@ -242,7 +285,7 @@ class Policy:
         # logits[n, k, c, j]: candidate c's token j read from candidate k's hidden state j
         # (the same state wherever c is live along k: they share the prefix).
         cand_logits = head_logits(model, hidden, cands, "nkjh,ncjh->nkcj")
-        live = trie_live(cands, cands[:, None], legal[:, None])     # [N, K, K, A]
+        live = trie_live(cands, cands[:, None], legal[:, None], self.pad_id)  # [N, K, K, A]
         token_logp, _ = candidate_constrained_log_probs(
             cand_logits, jnp.broadcast_to(cands[:, None], live.shape), live, cands)
         cand_logp = jnp.where(legal, jnp.sum(token_logp, axis=-1), NEG_INF)
@@ -250,14 +293,14 @@ class Policy:
 
     def value(self, params, obs):
         """V(x) [N] for observations [N, O]."""
-        model = nnx.merge(self.graphdef, params)
+        model = self.merge(params)
         dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
         _, value = self._hidden(model, obs, dummy)
         return value
 
 
-def _pads_to_right(tokens: chex.Array) -> chex.Array:
+def _pads_to_right(tokens: chex.Array, pad_id: int = PAD_ID) -> chex.Array:
     """Stable-compacts non-PAD tokens to the left (so left_align can re-pad them)."""
-    is_real = tokens != PAD_ID
+    is_real = tokens != pad_id
     order = jnp.argsort(~is_real, axis=-1, stable=True)
     return jnp.take_along_axis(tokens, order, axis=-1)

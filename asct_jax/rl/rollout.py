@@ -14,7 +14,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from asct_jax.envs.base import PAD_ID, Environment
+from asct_jax.envs.base import Environment
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.types import Rollout
 
@@ -56,7 +56,7 @@ def rollout(policy: Policy, params: Any, env: Environment, env_params: Any,
         logp = jnp.take_along_axis(token_logp, index[:, None, None], axis=1)[:, 0]
         new_states, new_ts = jax.vmap(env.step, in_axes=(0, 0, None))(states, actions, env_params)
         live = ~done
-        token_mask = (actions != PAD_ID) & live[:, None]
+        token_mask = (actions != policy.pad_id) & live[:, None]
         out = dict(
             obs=ts.observation, feedback=new_ts.feedback, actions=actions,
             action_index=jnp.where(live, index, -1), token_mask=token_mask, turn_mask=live,
