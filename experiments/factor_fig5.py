@@ -370,6 +370,7 @@ def run(config) -> Dict[str, Any]:
     """Trains, computes the three panels, writes the PNG and the JSON; returns the numbers."""
     from asct_jax.infra.checkpoint import Checkpointer, NonFiniteLossError
     from asct_jax.infra.run_logger import atomic_write_json
+    from asct_jax.rl.train_step import policy_params
     from asct_jax.rl.trainer import JaxEnvSource, build_learner
     from experiments import registry
     from experiments.runner import train_run
@@ -378,7 +379,7 @@ def run(config) -> Dict[str, Any]:
     tc = config.train
     source = JaxEnvSource(config)
     learner = build_learner(config, registry.get(config.method), source)
-    early = learner.init_state.params
+    early = policy_params(learner.init_state)
     ckdir = os.path.join(tc.results_dir, tc.experiment, tc.run, "checkpoints")
     reused = tc.resume and os.path.isdir(ckdir) and \
         Checkpointer(ckdir, save_every=tc.checkpoint_every, keep=tc.keep).latest_step() == tc.steps

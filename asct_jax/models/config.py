@@ -7,6 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,12 @@ class ModelConfig:
     max_seq_len: int = 2048
     dtype: str = "float32"
     param_dtype: str = "float32"
+    # LoRA (Hu et al. 2021) on the named projections when lora_rank > 0:
+    # W x + (lora_alpha / lora_rank) B A x, with A, B the only trainable decoder weights.
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: tuple = LORA_TARGETS
+    remat: bool = False   # rematerialise each block's activations in the backward pass
 
     def __post_init__(self):
         for name in ("dtype", "param_dtype"):
@@ -39,6 +46,11 @@ class ModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                     f"ModelConfig: num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
+        unknown = set(self.lora_targets) - set(LORA_TARGETS)
+        if unknown:
+            raise ValueError(f"ModelConfig.lora_targets has {sorted(unknown)}; allowed: {LORA_TARGETS}")
+        if self.lora_rank < 0:
+            raise ValueError(f"ModelConfig.lora_rank={self.lora_rank}; allowed: >= 0 (0 = no LoRA)")
         if self.head_dim % 2:
             raise ValueError(f"ModelConfig: head_dim={self.head_dim} must be even for rotary embeddings")
 

@@ -78,6 +78,10 @@ class Decoder(nnx.Module):
         new_k, new_v = [], []
         for i, block in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
+            if self.config.remat and cache is None:
+                # Keep only the block's input; recompute its activations in the backward pass.
+                x, (k, v) = nnx.remat(lambda blk, *a: blk(*a))(block, x, cos, sin, attn_mask)
+                continue
             x, (k, v) = block(x, cos, sin, attn_mask, kv, None if cache is None else cache.index)
             new_k.append(k)
             new_v.append(v)

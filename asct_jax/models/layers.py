@@ -14,9 +14,40 @@ from asct_jax.models.config import ModelConfig
 INIT_STD = 0.02  # transformers' initializer_range default for Llama / Qwen2.
 
 
-def dense(cfg: ModelConfig, d_in: int, d_out: int, *, bias: bool, rngs: nnx.Rngs) -> nnx.Linear:
-    return nnx.Linear(d_in, d_out, use_bias=bias, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
-                      kernel_init=nnx.initializers.normal(INIT_STD), rngs=rngs)
+class LoRALinear(nnx.Linear):
+    """y = x W (+ b) + (alpha / r) (x A) B  (LoRA, Hu et al. 2021).
+
+    A [in, r] ~ U(-1/sqrt(in), 1/sqrt(in)), B [r, out] = 0 at init (so the model starts
+    as the base); both are `nnx.LoRAParam` (float32), which is how training tells them
+    from the frozen base weights. Loading a checkpoint fills `kernel` / `bias` only.
+    """
+
+    def __init__(self, d_in: int, d_out: int, *, rank: int, alpha: float, rngs: nnx.Rngs,
+                 **kwargs):
+        super().__init__(d_in, d_out, rngs=rngs, **kwargs)
+        self.lora_a, self.lora_b = lora_init(rngs.params(), d_in, d_out, rank)
+        self.lora_scale = alpha / rank
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        delta = (x.astype(jnp.float32) @ self.lora_a[...]) @ self.lora_b[...]
+        return super().__call__(x) + (self.lora_scale * delta).astype(self.dtype or x.dtype)
+
+
+def lora_init(key: jax.Array, d_in: int, d_out: int, rank: int):
+    """(A, B) LoRAParams: A uniform in +-1/sqrt(d_in), B zeros."""
+    bound = 1.0 / d_in ** 0.5
+    a = jax.random.uniform(key, (d_in, rank), jnp.float32, -bound, bound)
+    return nnx.LoRAParam(a), nnx.LoRAParam(jnp.zeros((rank, d_out), jnp.float32))
+
+
+def dense(cfg: ModelConfig, d_in: int, d_out: int, *, bias: bool, rngs: nnx.Rngs,
+          name: str = "") -> nnx.Linear:
+    """A Linear layer; a `LoRALinear` when cfg.lora_rank > 0 and `name` is a LoRA target."""
+    kwargs = dict(use_bias=bias, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
+                  kernel_init=nnx.initializers.normal(INIT_STD), rngs=rngs)
+    if cfg.lora_rank and name in cfg.lora_targets:
+        return LoRALinear(d_in, d_out, rank=cfg.lora_rank, alpha=cfg.lora_alpha, **kwargs)
+    return nnx.Linear(d_in, d_out, **kwargs)
 
 
 def rope_tables(positions: jax.Array, head_dim: int, theta: float) -> Tuple[jax.Array, jax.Array]:
@@ -45,10 +76,10 @@ class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         h, q_dim, kv_dim = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        self.q_proj = dense(cfg, h, q_dim, bias=cfg.qkv_bias, rngs=rngs)
-        self.k_proj = dense(cfg, h, kv_dim, bias=cfg.qkv_bias, rngs=rngs)
-        self.v_proj = dense(cfg, h, kv_dim, bias=cfg.qkv_bias, rngs=rngs)
-        self.o_proj = dense(cfg, q_dim, h, bias=False, rngs=rngs)
+        self.q_proj = dense(cfg, h, q_dim, bias=cfg.qkv_bias, rngs=rngs, name="q_proj")
+        self.k_proj = dense(cfg, h, kv_dim, bias=cfg.qkv_bias, rngs=rngs, name="k_proj")
+        self.v_proj = dense(cfg, h, kv_dim, bias=cfg.qkv_bias, rngs=rngs, name="v_proj")
+        self.o_proj = dense(cfg, q_dim, h, bias=False, rngs=rngs, name="o_proj")
 
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
                  kv: Optional[Tuple[jax.Array, jax.Array]] = None, index: Optional[jax.Array] = None):
@@ -77,9 +108,12 @@ class MLP(nnx.Module):
     """SwiGLU: down(silu(gate(x)) * up(x))."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.gate_proj = dense(cfg, cfg.hidden_size, cfg.intermediate_size, bias=False, rngs=rngs)
-        self.up_proj = dense(cfg, cfg.hidden_size, cfg.intermediate_size, bias=False, rngs=rngs)
-        self.down_proj = dense(cfg, cfg.intermediate_size, cfg.hidden_size, bias=False, rngs=rngs)
+        self.gate_proj = dense(cfg, cfg.hidden_size, cfg.intermediate_size, bias=False, rngs=rngs,
+                               name="gate_proj")
+        self.up_proj = dense(cfg, cfg.hidden_size, cfg.intermediate_size, bias=False, rngs=rngs,
+                             name="up_proj")
+        self.down_proj = dense(cfg, cfg.intermediate_size, cfg.hidden_size, bias=False, rngs=rngs,
+                               name="down_proj")
 
     def __call__(self, x: jax.Array) -> jax.Array:
         # On [B*S, H] rather than [B, S, H]: with 3-D activations XLA:CPU materialises the

@@ -45,6 +45,28 @@ def tiny_hf_checkpoint(path: str, kind: str, seed: int = 0) -> Any:
     return model
 
 
+def tiny_llm_folder(path: str, kind: str = "qwen2", seed: int = 0) -> str:
+    """A tiny random HF checkpoint at a real vocabulary: the `kind` architecture of
+    TINY_HF widened to SmolLM2's 49,152-token byte-level BPE tokenizer (from the shipped
+    GGUF), saved with that tokenizer and its chat template. Returns `path`."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from asct_jax.models import gguf_io
+    from asct_jax.models.loading import smollm2_gguf_path
+
+    tokenizer = gguf_io.read_tokenizer(smollm2_gguf_path())
+    config_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM),
+                             "llama": (LlamaConfig, LlamaForCausalLM)}[kind]
+    torch.manual_seed(seed)
+    fields = dict(TINY_HF[kind], vocab_size=len(tokenizer), max_position_embeddings=1024)
+    model = model_cls(config_cls(**fields)).eval()
+    os.makedirs(path, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _call(method: str, graphdef, state, *args):
     return getattr(nnx.merge(graphdef, state), method)(*args)

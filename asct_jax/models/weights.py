@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import Any, List
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from asct_jax.models.config import ModelConfig
 from asct_jax.models.decoder import Decoder
+from asct_jax.models.layers import LoRALinear, lora_init
 
 # Buffers some checkpoints carry that the model recomputes.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
@@ -78,11 +80,19 @@ def assign(model: Decoder, name: str, tensor: Any, source: str) -> None:
     var.set_value(value.astype(var.dtype))
 
 
-def finish(model: Decoder, assigned: set, source: str) -> Decoder:
-    """Checks every required tensor was assigned; zero-initialises the value head."""
+def finish(model: Decoder, assigned: set, source: str, seed: int = 0) -> Decoder:
+    """Checks every required tensor was assigned; zero-initialises the value head and
+    initialises the LoRA adapters (if any) from `seed` (B = 0: the model is the base)."""
     missing = [n for n in hf_param_names(model.config) if n not in assigned]
     if missing:
         raise ValueError(f"{source}: missing tensor(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}")
     model.value_head.kernel.set_value(jnp.zeros(model.value_head.kernel.shape, jnp.float32))
     model.value_head.bias.set_value(jnp.zeros(model.value_head.bias.shape, jnp.float32))
+    key = jax.random.key(seed)
+    for i, (_, node) in enumerate(nnx.iter_graph(model)):
+        if isinstance(node, LoRALinear):
+            a, b = lora_init(jax.random.fold_in(key, i), *node.lora_a.shape[:1],
+                             node.lora_b.shape[1], node.lora_a.shape[1])
+            node.lora_a.set_value(a[...])
+            node.lora_b.set_value(b[...])
     return model

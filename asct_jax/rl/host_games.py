@@ -32,7 +32,8 @@ from asct_jax.rl.credit import Method
 from asct_jax.rl.host_rollout import (CommandEncoder, HostShape, game_texts, host_rollout,
                                       host_rollout_from, load_or_build_tokenizer)
 from asct_jax.rl.rollout import episode_metrics
-from asct_jax.rl.train_step import to_host
+from asct_jax.rl.policy import PromptTokens
+from asct_jax.rl.train_step import policy_params, to_host
 from asct_jax.rl.trainer import EvalFn, Learner, StepFn, TextShape
 
 
@@ -70,6 +71,7 @@ class HostGames:
     """TextWorld games played on the host: a `trainer.RolloutSource`."""
 
     env = env_params = None   # no JAX-native environment to restore states in
+    prompt = PromptTokens()   # the games' own word vocabulary
 
     def __init__(self, config, games: Dict[str, List[str]]):
         self.config, self.games = config, games
@@ -114,12 +116,12 @@ class HostGames:
                                                                           step_index), 3)
             t0 = time.time()
             batch, host_states = host_rollout(
-                policy, state.params, self.train_env, self.tokenizer,
+                policy, policy_params(state), self.train_env, self.tokenizer,
                 self.train_seeds(step_index), self.host_shape,
                 group_size=config.rollout.group_size, key=k_roll, encoder=self.encoder)
             t1 = time.time()
             if calibrate is not None:
-                cal = calibrate(config, play_from(state.params), batch, host_states, k_cal,
+                cal = calibrate(config, play_from(policy_params(state)), batch, host_states, k_cal,
                                 len(self.train_env))
                 if cal is not None:
                     batch = batch.replace(calibration=cal)

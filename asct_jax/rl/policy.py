@@ -139,7 +139,7 @@ def candidate_constrained_log_probs(cand_logits: chex.Array, cands: chex.Array,
 
 
 def allowed_tokens(actions: chex.Array, cands: chex.Array, legal: chex.Array,
-                   vocab_size: int) -> chex.Array:
+                   vocab_size: int, pad_id: int = PAD_ID) -> chex.Array:
     """The constrained-decoding trie mask as a dense [A, V] set (test reference).
 
     Args:
@@ -151,7 +151,7 @@ def allowed_tokens(actions: chex.Array, cands: chex.Array, legal: chex.Array,
       O(K A V) memory: the policy itself uses `candidate_constrained_log_probs`.
     """
     chex.assert_rank([actions, cands, legal], [1, 2, 1])
-    live = trie_live(actions, cands, legal)  # [K, A]
+    live = trie_live(actions, cands, legal, pad_id)  # [K, A]
     onehot = jax.nn.one_hot(cands, vocab_size, dtype=jnp.bool_)  # [K, A, V]
     return jnp.any(onehot & live[:, :, None], axis=0)
 

@@ -39,9 +39,27 @@ SEED_AXIS = "seed"   # the vmapped axis of make_seeds_train_step (CreditContext.
 
 @chex.dataclass
 class TrainState:
+    """params: what the optimiser trains (all decoder weights, or with LoRA the adapters
+    and the value head); frozen: the rest of the decoder (LoRA's base weights, None
+    without LoRA), an argument of every step but never updated or checkpointed."""
+
     params: Any
     opt_state: Any
     step: chex.Array  # [] int32
+    frozen: Any = None
+
+
+def join_params(params: Any, frozen: Any) -> Any:
+    """What the policy reads (asct_jax.rl.policy.Policy.merge): params, or (params, frozen)."""
+    return params if frozen is None else (params, frozen)
+
+
+def policy_params(state: TrainState) -> Any:
+    return join_params(state.params, state.frozen)
+
+
+# vmap axes of a seed batch: per-seed params, optimiser state and step; one shared base.
+SEED_STATE_AXES = TrainState(params=0, opt_state=0, step=0, frozen=None)
 
 
 def make_mesh(num_devices: Optional[int] = None) -> Mesh:
@@ -79,10 +97,11 @@ def _learn_fn(config, policy, credit_fn: Callable, optimizer: optax.GradientTran
         return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding)
                             if x.ndim >= 1 else x, tree)
 
-    def loss_fn(params, mb: Rollout, credit: Credit):
+    def loss_fn(params, frozen, mb: Rollout, credit: Credit):
         b, t = mb.turn_mask.shape
         logp, ent, value = policy.action_log_probs(
-            params, _flat(mb.obs), _flat(mb.actions), _flat(mb.cand_tokens), _flat(mb.cand_mask))
+            join_params(params, frozen), _flat(mb.obs), _flat(mb.actions),
+            _flat(mb.cand_tokens), _flat(mb.cand_mask))
         logp, ent, value = (logp.reshape(b, t, -1), ent.reshape(b, t, -1), value.reshape(b, t))
         pl, m = losses.policy_loss(logp, mb.logp_old, credit.coef, mb.token_mask,
                                    ppo.clip_eps, ppo.aggregation)
@@ -91,9 +110,10 @@ def _learn_fn(config, policy, credit_fn: Callable, optimizer: optax.GradientTran
         total = pl + ppo.vf_coef * vl - ppo.ent_coef * entropy
         m = dict(m, policy_loss=pl, value_loss=vl, entropy=entropy)
         if ppo.kl_coef > 0.0:
+            # With LoRA the reference is the initial adapters (B = 0) on the frozen base.
             ref_logp, _, _ = policy.action_log_probs(
-                ref_params, _flat(mb.obs), _flat(mb.actions), _flat(mb.cand_tokens),
-                _flat(mb.cand_mask))
+                join_params(ref_params, frozen), _flat(mb.obs), _flat(mb.actions),
+                _flat(mb.cand_tokens), _flat(mb.cand_mask))
             kl = losses.kl_penalty(logp, jax.lax.stop_gradient(ref_logp.reshape(b, t, -1)),
                                    mb.token_mask, ppo.aggregation)
             total = total + ppo.kl_coef * kl
@@ -105,43 +125,48 @@ def _learn_fn(config, policy, credit_fn: Callable, optimizer: optax.GradientTran
         m["loss"] = total
         return total, m
 
-    def update_minibatch(carry, mb):
-        params, opt_state = carry
-        data, credit = mb
-        data = shard_episodes(data, episode_sharding)
-        credit = shard_episodes(credit, episode_sharding)
-        (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, data, credit)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        m["grad_norm"] = optax.tree.norm(grads)
-        return (params, opt_state), m
+    def update(params, opt_state, frozen, data, credit, key):
+        """`epochs` passes of shuffled minibatch updates (nested lax.scan); the frozen
+        base is a loop invariant of both scans, not a carry."""
 
-    def update_epoch(carry, key):
-        params, opt_state, data, credit = carry
-        batch = data.turn_mask.shape[0]
-        perm = jax.random.permutation(key, batch)
+        def update_minibatch(carry, mb):
+            params, opt_state = carry
+            data, credit = mb
+            data = shard_episodes(data, episode_sharding)
+            credit = shard_episodes(credit, episode_sharding)
+            (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                params, frozen, data, credit)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            m["grad_norm"] = optax.tree.norm(grads)
+            return (params, opt_state), m
 
-        def split(x):
-            x = jnp.take(x, perm, axis=0)
-            x = x.reshape((ppo.minibatches, batch // ppo.minibatches) + x.shape[1:])
-            return jax.lax.with_sharding_constraint(x, mb_sharding)
+        def update_epoch(carry, key):
+            params, opt_state = carry
+            batch = data.turn_mask.shape[0]
+            perm = jax.random.permutation(key, batch)
 
-        mbs = jax.tree.map(split, (data, credit))
-        (params, opt_state), m = jax.lax.scan(update_minibatch, (params, opt_state), mbs)
-        return (params, opt_state, data, credit), m
+            def split(x):
+                x = jnp.take(x, perm, axis=0)
+                x = x.reshape((ppo.minibatches, batch // ppo.minibatches) + x.shape[1:])
+                return jax.lax.with_sharding_constraint(x, mb_sharding)
+
+            mbs = jax.tree.map(split, (data, credit))
+            return jax.lax.scan(update_minibatch, (params, opt_state), mbs)
+
+        return jax.lax.scan(update_epoch, (params, opt_state),
+                            jax.random.split(key, ppo.epochs))
 
     def learn(state: TrainState, data: Rollout, key: chex.PRNGKey):
         k_credit, k_update = jax.random.split(key)
         data = shard_episodes(data, episode_sharding)
-        credit = credit_fn(state.params, data, k_credit, state.step)
+        credit = credit_fn(policy_params(state), data, k_credit, state.step)
         credit = shard_episodes(credit, episode_sharding)
         # The update needs the per-episode arrays only: drop states, scalars and infos.
         shuffled = data.replace(states=None, final_info={}, env_calls=None,
                                 calibration=None)
-        credit_arrays = credit.replace(metrics={})
-        (params, opt_state, _, _), m = jax.lax.scan(
-            update_epoch, (state.params, state.opt_state, shuffled, credit_arrays),
-            jax.random.split(k_update, ppo.epochs))
+        (params, opt_state), m = update(state.params, state.opt_state, state.frozen,
+                                        shuffled, credit.replace(metrics={}), k_update)
         metrics: Dict[str, Any] = {f"train/{k}": jnp.mean(v) for k, v in m.items()}
         metrics.update({f"rollout/{k}": v for k, v in episode_metrics(data).items()})
         metrics.update({f"credit/{k}": v for k, v in credit.metrics.items()})
@@ -149,7 +174,7 @@ def _learn_fn(config, policy, credit_fn: Callable, optimizer: optax.GradientTran
         coef_mask = data.token_mask.astype(jnp.float32)
         metrics["credit/coef_abs_mean"] = (jnp.sum(jnp.abs(credit.coef) * coef_mask)
                                            / jnp.maximum(jnp.sum(coef_mask), 1.0))
-        new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1)
+        new_state = state.replace(params=params, opt_state=opt_state, step=state.step + 1)
         return new_state, metrics
 
     return learn
@@ -178,7 +203,8 @@ def train_step_fn(config, policy, env, env_params, credit_fn: Callable,
 
     def step(state: TrainState, key: chex.PRNGKey):
         k_roll, k_learn = jax.random.split(jax.random.fold_in(key, state.step))
-        data = rollout(policy, state.params, env, env_params, k_roll, num_groups, group_size)
+        data = rollout(policy, policy_params(state), env, env_params, k_roll, num_groups,
+                       group_size)
         return learn(state, data, k_learn)
     return step
 
@@ -205,7 +231,9 @@ def make_seeds_train_step(config, policy, env, env_params, credit_fn: Callable,
                          "train the seeds as separate runs")
     step = train_step_fn(config, policy, env, env_params, credit_fn, optimizer, mesh)
     replicated = NamedSharding(mesh, P())
-    return jax.jit(jax.vmap(step, axis_name=SEED_AXIS), in_shardings=(replicated, replicated),
+    seeds_step = jax.vmap(step, in_axes=(SEED_STATE_AXES, 0),
+                          out_axes=(SEED_STATE_AXES, 0), axis_name=SEED_AXIS)
+    return jax.jit(seeds_step, in_shardings=(replicated, replicated),
                    out_shardings=(replicated, replicated), donate_argnums=(0,))
 
 
@@ -213,17 +241,19 @@ def make_eval(policy, env, env_params, num_episodes: int, mesh: Mesh,
               greedy: bool = True, seeds: bool = False) -> Callable:
     """Jitted held-out evaluation: `num_episodes` fresh episodes (group size 1).
 
+    evaluate(params, frozen, key): `frozen` is the shared base (None without LoRA).
     seeds=True: params carry a leading seed axis [S, ...] and the metrics are [S]; every
     seed plays the same episodes (the key is shared).
     """
     replicated = NamedSharding(mesh, P())
 
-    def evaluate(params, key):
-        data = rollout(policy, params, env, env_params, key, num_episodes, 1, greedy=greedy)
+    def evaluate(params, frozen, key):
+        data = rollout(policy, join_params(params, frozen), env, env_params, key,
+                       num_episodes, 1, greedy=greedy)
         return episode_metrics(data)
 
-    fn = jax.vmap(evaluate, in_axes=(0, None)) if seeds else evaluate
-    return jax.jit(fn, in_shardings=(replicated, replicated), out_shardings=replicated)
+    fn = jax.vmap(evaluate, in_axes=(0, None, None)) if seeds else evaluate
+    return jax.jit(fn, in_shardings=(replicated,) * 3, out_shardings=replicated)
 
 
 def to_host(metrics: Dict[str, Any]) -> Dict[str, float]:

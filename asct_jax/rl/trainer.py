@@ -27,19 +27,22 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from asct_jax.envs import make as make_env
+from asct_jax.envs.text_interface import LLMView
 from asct_jax.infra import compile_cache
 from asct_jax.infra.checkpoint import Checkpointer, check_finite, start_or_resume
 from asct_jax.infra.config_cli import config_to_dict
 from asct_jax.infra.run_logger import RunLogger
 from asct_jax.models import Decoder, get_preset
+from asct_jax.models.loading import load_pretrained, load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import CreditContext, CreditFn, Method
-from asct_jax.rl.policy import Policy
+from asct_jax.rl.policy import Policy, PromptTokens
 from asct_jax.rl.train_step import (SEED_AXIS, TrainState, make_eval, make_learn_step,
                                     make_mesh, make_optimizer, make_seeds_train_step,
-                                    make_train_step, to_host, to_host_seeds)
+                                    make_train_step, policy_params, to_host, to_host_seeds)
 
 MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size")
+TRAINING_FIELDS = ("dtype", "remat", "lora_rank", "lora_alpha", "lora_targets")
 PLOT_KEYS = ("rollout/return", "eval/env/score", "eval/env/success", "train/loss",
              "credit/aux_tokens", "train/approx_kl")
 
@@ -59,8 +62,8 @@ class TextShape:
 class RolloutSource(Protocol):
     """Where a run's episodes come from.
 
-    vocab_size, shape: what the policy is built for. env / env_params: the JAX-native
-    environment credit methods may restore states in (None for host games).
+    vocab_size, shape, prompt: what the policy is built for. env / env_params: the
+    JAX-native environment credit methods may restore states in (None for host games).
     check(method): raises ValueError (one line) if the source cannot serve the method.
     make_step(learner) -> step(state, step_index) -> (state, host metrics).
     make_eval(learner) -> evaluate(params) -> {"eval/...": float}.
@@ -68,6 +71,7 @@ class RolloutSource(Protocol):
 
     vocab_size: int
     shape: TextShape
+    prompt: PromptTokens
     env: Any
     env_params: Any
 
@@ -78,15 +82,37 @@ class RolloutSource(Protocol):
     def close(self) -> None: ...
 
 
-def build_policy(config, vocab_size: int, shape: TextShape) -> Tuple[Policy, Any]:
-    """The decoder (preset + config.model overrides) over `vocab_size` tokens, and its Policy."""
-    overrides = {f: config.model[f] for f in MODEL_FIELDS if config.model.get(f)}
-    seq = shape.obs_len + shape.feedback_len + shape.action_len + 2
-    mcfg = get_preset(config.model.preset, vocab_size=vocab_size, max_seq_len=max(seq, 16),
-                      **overrides)
-    graphdef, params = nnx.split(Decoder(mcfg, rngs=nnx.Rngs(config.seed)))
-    policy = Policy(graphdef, mcfg.vocab_size, shape.obs_len, shape.action_len,
-                    shape.feedback_len)
+def build_policy(config, vocab_size: int, shape: TextShape,
+                 prompt: PromptTokens = PromptTokens()) -> Tuple[Policy, Any]:
+    """The decoder and its Policy: the preset (+ config.model overrides) from scratch over
+    `vocab_size` tokens, or the pretrained weights of config.model.path.
+
+    Returns (policy, params): params is an nnx.State, or with LoRA (model.lora_rank > 0)
+    a tuple (trainable, frozen): the adapters and the new value head, then the base.
+    """
+    training = {f: config.model[f] for f in TRAINING_FIELDS if f in config.model}
+    if "lora_targets" in training:
+        training["lora_targets"] = tuple(training["lora_targets"])
+    if config.model.get("path"):
+        dtype = training.pop("dtype", "float32")
+        model, _ = load_pretrained(resolve_model_path(config.model.path), dtype,
+                                   seed=config.seed, **training)
+    else:
+        overrides = {f: config.model[f] for f in MODEL_FIELDS if config.model.get(f)}
+        seq = shape.obs_len + shape.feedback_len + shape.action_len + 2
+        if "dtype" in training:
+            training["param_dtype"] = training["dtype"]
+        mcfg = get_preset(config.model.preset, vocab_size=vocab_size,
+                          max_seq_len=max(seq, 16), **overrides, **training)
+        model = Decoder(mcfg, rngs=nnx.Rngs(config.seed))
+    if model.config.lora_rank:
+        trainable = nnx.Any(nnx.LoRAParam, nnx.PathContains("value_head"))
+        graphdef, params, frozen = nnx.split(model, trainable, ...)
+        params = (params, frozen)
+    else:
+        graphdef, params = nnx.split(model)
+    policy = Policy(graphdef, model.config.vocab_size, shape.obs_len, shape.action_len,
+                    shape.feedback_len, prompt)
     return policy, params
 
 
@@ -119,7 +145,8 @@ def build_learner(config, method: Method, source: RolloutSource,
     """Model, policy, mesh, credit, optimiser and the replicated initial state of a run
     (seed_axis: the vmapped seed axis when the run is part of a seed batch)."""
     source.check(method)
-    policy, params = build_policy(config, source.vocab_size, source.shape)
+    policy, params = build_policy(config, source.vocab_size, source.shape, source.prompt)
+    params, frozen = params if isinstance(params, tuple) else (params, None)
     mesh = make_mesh(config.train.num_devices or None)
     replicated = NamedSharding(mesh, P())
     ctx = CreditContext(policy=policy, env=source.env, env_params=source.env_params,
@@ -127,7 +154,8 @@ def build_learner(config, method: Method, source: RolloutSource,
     optimizer = make_optimizer(config.ppo)
     # Placed replicated up front, like the step's outputs: the step compiles once.
     state = jax.device_put(TrainState(params=params, opt_state=optimizer.init(params),
-                                      step=jnp.zeros((), jnp.int32)), replicated)
+                                      step=jnp.zeros((), jnp.int32), frozen=frozen),
+                           replicated)
     return Learner(config=config, method=method, policy=policy, mesh=mesh,
                    credit_fn=method.make_credit(config, ctx), optimizer=optimizer,
                    init_state=state, ref_params=params if config.ppo.kl_coef > 0 else None,
@@ -135,8 +163,17 @@ def build_learner(config, method: Method, source: RolloutSource,
 
 
 def build_env(config):
-    """(env, env_params) of config.env: name, size and the env's own option fields."""
-    return make_env(config.env.name, size=config.env.size, **dict(config.env.get("options", {})))
+    """(env, env_params) of config.env: name, size and the env's own option fields; with
+    a pretrained model (config.model.path) the environment is shown to it as text in its
+    tokenizer (LLMView, config.text)."""
+    env, env_params = make_env(config.env.name, size=config.env.size,
+                               **dict(config.env.get("options", {})))
+    if config.model.get("path"):
+        t = config.text
+        env = LLMView(env, env_params, load_tokenizer(resolve_model_path(config.model.path)),
+                      system_prompt=t.system_prompt, obs_len=t.obs_len,
+                      action_len=t.action_len, feedback_len=t.feedback_len)
+    return env, env_params
 
 
 class JaxEnvSource:
@@ -147,6 +184,8 @@ class JaxEnvSource:
         self.env, self.env_params = build_env(config)
         self.vocab_size = len(self.env.tokenizer)
         self.shape = TextShape(self.env.obs_len, self.env.action_len, self.env.feedback_len)
+        self.prompt = (self.env.prompt_tokens() if isinstance(self.env, LLMView)
+                       else PromptTokens())
 
     def check(self, method: Method) -> None:
         pass  # every method runs here: states are pytrees, restoring one is keeping it
@@ -168,7 +207,11 @@ class JaxEnvSource:
         eval_fn = make_eval(learner.policy, self.env, self.env_params, tc.eval_episodes,
                             learner.mesh, greedy=tc.eval_greedy)
         key = jax.device_put(jax.random.key(tc.eval_seed), learner.replicated)
-        return lambda params: {f"eval/{k}": v for k, v in to_host(eval_fn(params, key)).items()}
+
+        def evaluate(params):
+            trainable, frozen = params if isinstance(params, tuple) else (params, None)
+            return {f"eval/{k}": v for k, v in to_host(eval_fn(trainable, frozen, key)).items()}
+        return evaluate
 
     def summary_extra(self) -> Dict[str, Any]:
         return {"env": self.config.env.name}
@@ -193,8 +236,11 @@ class _RunFiles:
                                         save_every=tc.checkpoint_every, keep=tc.keep))
 
     def restore(self, state):
+        """(state, first step): the latest checkpoint's if resuming, else `state`; the
+        frozen base is not in checkpoints and is carried over."""
         tc = self.config.train
-        state, start = start_or_resume(self.ckpt, state, tc.resume)
+        restored, start = start_or_resume(self.ckpt, state.replace(frozen=None), tc.resume)
+        state = restored.replace(frozen=state.frozen)
         self.logger = RunLogger(tc.results_dir, tc.experiment, tc.run, self.config,
                                 total_steps=tc.steps, resume_step=start if tc.resume else None,
                                 progress=tc.progress,
@@ -213,13 +259,14 @@ class _RunFiles:
 def _loop(runs, state, start: int, step_fn, evaluate, seed_slice) -> Tuple[Any, float]:
     """The training loop shared by single runs and seed batches; returns (state, seconds).
 
-    step_fn(state, step) -> (state, [host metrics per run]); evaluate(params) -> [per run];
-    seed_slice(state, i) -> the state of run i (what its checkpoint holds).
+    step_fn(state, step) -> (state, [host metrics per run]); evaluate(policy params) ->
+    [per run]; seed_slice(state, i) -> the state of run i (what its checkpoint holds,
+    without the frozen base).
     """
     tc = runs[0].config.train
     t0 = time.time()
     if start == 0:
-        for r, m in zip(runs, evaluate(state.params)):
+        for r, m in zip(runs, evaluate(policy_params(state))):
             r.logger.log(0, m)
     for step in range(start, tc.steps):
         state, metrics = step_fn(state, step)
@@ -227,12 +274,13 @@ def _loop(runs, state, start: int, step_fn, evaluate, seed_slice) -> Tuple[Any, 
             check_finite(step + 1, {k: v for k, v in m.items() if k.startswith("train/")},
                          r.ckpt.latest_step())
         if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
-            for m, e in zip(metrics, evaluate(state.params)):
+            for m, e in zip(metrics, evaluate(policy_params(state))):
                 m.update(e)
         for i, (r, m) in enumerate(zip(runs, metrics)):
             r.logger.log(step + 1, m)
             if r.ckpt.should_save(step + 1):
-                r.ckpt.save(step + 1, seed_slice(state, i), extra={"step": step + 1})
+                r.ckpt.save(step + 1, seed_slice(state.replace(frozen=None), i),
+                            extra={"step": step + 1})
     return state, time.time() - t0
 
 
@@ -240,7 +288,7 @@ def train(config, method: Method, source: Optional[RolloutSource] = None,
           return_params: bool = False):
     """Runs config.train.steps steps (resuming if asked) and writes the run's results.
 
-    Returns the summary dict (and the final parameters if `return_params`).
+    Returns the summary dict (and the final policy parameters if `return_params`).
     """
     _start_logging_and_cache(config)
     cache_before = compile_cache.counts()
@@ -259,7 +307,7 @@ def train(config, method: Method, source: Optional[RolloutSource] = None,
         summary = run.finish({**source.summary_extra(), **_cache_use(cache_before)}, wall)
     finally:
         source.close()
-    return (summary, state.params) if return_params else summary
+    return (summary, policy_params(state)) if return_params else summary
 
 
 def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = False):
@@ -284,7 +332,9 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
         raise ValueError(f"train.resume: the seeds stopped at different steps {sorted(starts)}; "
                          "resume them as separate runs")
     stack = lambda *xs: jnp.stack(xs)  # noqa: E731
-    state = jax.device_put(jax.tree.map(stack, *[st for st, _ in restored]), first.replicated)
+    # Per-seed params, optimiser states and steps stacked; the frozen base is shared.
+    state = jax.tree.map(stack, *[st.replace(frozen=None) for st, _ in restored])
+    state = jax.device_put(state.replace(frozen=restored[0][0].frozen), first.replicated)
     keys = jax.device_put(jax.tree.map(stack, *[l.key for l in learners]), first.replicated)
     seeds_step = make_seeds_train_step(config, first.policy, source.env, source.env_params,
                                        first.credit_fn, first.optimizer, first.mesh)
@@ -299,15 +349,17 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
         return state, to_host_seeds(m, n)
 
     def evaluate(params):
+        trainable, frozen = params if isinstance(params, tuple) else (params, None)
         return [{f"eval/{k}": v for k, v in m.items()}
-                for m in to_host_seeds(eval_fn(params, eval_key), n)]
+                for m in to_host_seeds(eval_fn(trainable, frozen, eval_key), n)]
 
     state, wall = _loop(runs, state, starts.pop(), step_fn, evaluate,
                         lambda state, i: jax.tree.map(lambda x: x[i], state))
     extra = {**source.summary_extra(), **_cache_use(cache_before), "seed_batch": len(configs)}
     summaries = [r.finish(extra, wall) for r in runs]
     if return_params:
-        return [(s, jax.tree.map(lambda x: x[i], state.params))
+        return [(s, policy_params(state.replace(
+                    params=jax.tree.map(lambda x: x[i], state.params))))
                 for i, s in enumerate(summaries)]
     return summaries
 

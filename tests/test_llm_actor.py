@@ -1,0 +1,130 @@
+"""The pretrained-LLM actor: LoRA, real-vocabulary scoring, every credit method, and
+training with checkpoints of the adapters only (a tiny random Qwen2 checkpoint with
+SmolLM2's 49k BPE tokenizer and chat template)."""
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from asct_jax.models.loading import load_pretrained
+from asct_jax.models.testing import tiny_llm_folder
+from asct_jax.rl import policy as policy_lib
+from asct_jax.rl.credit import CreditContext
+from asct_jax.rl.rollout import rollout
+from asct_jax.rl.trainer import JaxEnvSource, build_policy, train
+from experiments import registry
+from experiments.configs import base
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tiny_llm_folder(str(tmp_path_factory.mktemp("tiny_qwen2")))
+
+
+def llm_config(folder, tmp_path=None, **model):
+    c = base.get_config()
+    c.model.path = folder
+    c.model.update(model)
+    c.env.name = "household"
+    c.rollout.num_groups, c.rollout.group_size = 2, 2
+    c.ppo.minibatches, c.ppo.epochs = 2, 1
+    c.asct.search.num_simulations = 2
+    c.vineppo.k = 2
+    c.factor.calib_turns = 2
+    c.factor.calib_rollouts = 1
+    c.text.obs_len, c.text.action_len, c.text.feedback_len = 72, 16, 16
+    c.train.compilation_cache = ""
+    c.train.progress = False
+    if tmp_path is not None:
+        c.train.results_dir = str(tmp_path)
+    return c
+
+
+def test_lora_starts_at_the_base_and_only_adapters_and_value_head_train(folder):
+    base_model, _ = load_pretrained(folder)
+    lora_model, _ = load_pretrained(folder, lora_rank=4, lora_alpha=8.0)
+    ids = jnp.asarray(np.random.default_rng(0).integers(0, 49152, (2, 12)), jnp.int32)
+    np.testing.assert_allclose(nnx.jit(lambda m, x: m(x))(lora_model, ids),
+                               nnx.jit(lambda m, x: m(x))(base_model, ids), atol=1e-5)
+    c = llm_config(folder, lora_rank=4)
+    source = JaxEnvSource(c)
+    _, (trainable, frozen) = build_policy(c, source.vocab_size, source.shape, source.prompt)
+    names = {"/".join(map(str, p)) for p, _ in jax.tree_util.tree_leaves_with_path(
+        nnx.to_pure_dict(trainable))}
+    assert names and all("lora_" in n or "value_head" in n for n in names)
+    n_train = sum(x.size for x in jax.tree.leaves(trainable))
+    n_frozen = sum(x.size for x in jax.tree.leaves(frozen))
+    assert n_train < 0.05 * n_frozen
+
+
+def test_policy_scores_at_a_real_vocabulary_equal_the_full_masked_softmax(folder):
+    """Candidate scoring from LM-head rows == dense [A, V] masked softmax at V = 49,152."""
+    c = llm_config(folder)
+    source = JaxEnvSource(c)
+    policy, params = build_policy(c, source.vocab_size, source.shape, source.prompt)
+    env, ep = source.env, source.env_params
+    state, ts = env.reset(jax.random.key(0), ep)
+    cands, legal = env.legal_actions(state, ep)
+    obs = ts.observation[None]
+    cand_logp, token_logp, _ = jax.jit(policy.candidate_log_probs)(
+        params, obs, cands[None], legal[None])
+    model = policy.merge(params)
+    header = jnp.asarray(source.prompt.action_header, jnp.int32)
+    prefix = jnp.concatenate([policy_lib.left_align(obs[0], policy.pad_id), header])
+    for k in range(int(legal.sum())):
+        ids = jnp.concatenate([prefix, cands[k]])[None]
+        mask = ids != policy.pad_id
+        logits = model(ids, attention_mask=mask)[0, len(prefix) - 1:-1]     # [A, V]
+        allowed = policy_lib.allowed_tokens(cands[k], cands, legal, model.config.vocab_size,
+                                            policy.pad_id)
+        ref, _ = policy_lib.constrained_log_probs(logits, allowed, cands[k])
+        real = np.asarray(cands[k] != policy.pad_id)
+        np.testing.assert_allclose(np.asarray(token_logp[0, k])[real], np.asarray(ref)[real],
+                                   atol=2e-4)
+
+
+@pytest.fixture(scope="module")
+def llm_batch(folder):
+    c = llm_config(folder, lora_rank=2)
+    source = JaxEnvSource(c)
+    policy, params = build_policy(c, source.vocab_size, source.shape, source.prompt)
+    ctx = CreditContext(policy=policy, env=source.env, env_params=source.env_params,
+                        group_size=2)
+    batch = jax.jit(lambda p, k: rollout(policy, p, source.env, source.env_params, k, 2, 2))(
+        params, jax.random.key(0))
+    return c, ctx, params, batch
+
+
+@pytest.mark.parametrize("method", registry.names())
+def test_every_credit_method_runs_unchanged_with_the_llm_actor(llm_batch, method):
+    c, ctx, params, batch = llm_batch
+    credit = jax.jit(registry.get(method).make_credit(c, ctx))(
+        params, batch, jax.random.key(2), jnp.int32(0))
+    coef = np.asarray(credit.coef)
+    assert coef.shape == batch.token_mask.shape and np.all(np.isfinite(coef))
+    assert np.all(coef[~np.asarray(batch.token_mask)] == 0)
+
+
+def test_lora_run_checkpoints_adapters_only_and_resumes_exactly(folder, tmp_path):
+    c = llm_config(folder, tmp_path, lora_rank=2)
+    c.train.experiment, c.train.run = "lora", "run"
+    c.train.steps, c.train.eval_every, c.train.eval_episodes = 2, 2, 2
+    c.train.checkpoint_every, c.train.keep = 1, 2
+    run_dir = tmp_path / "lora" / "run"
+    rows = lambda: [json.loads(line) for line in open(run_dir / "metrics.jsonl")]  # noqa: E731
+    last = lambda: {k: v for k, v in rows()[-1].items() if "time" not in k}  # noqa: E731
+    train(c, registry.get("grpo"))
+    uninterrupted = last()
+    ckpt = run_dir / "checkpoints"
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(ckpt / "1") for f in fs)
+    assert size < 1_000_000   # the adapters and the value head, not the 3.3 M-param base
+    shutil.rmtree(ckpt / "2")          # as if killed after step 1
+    c.train.resume = True
+    train(c, registry.get("grpo"))
+    assert uninterrupted["step"] == last()["step"] == 2
+    assert uninterrupted == last()
