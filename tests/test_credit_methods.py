@@ -33,6 +33,8 @@ def setup():
 def test_registry_names_each_method_once_and_rejects_unknown_names():
     assert len(set(registry.names())) == len(registry.names()) >= 14
     assert all(registry.get(n).name == n for n in registry.names())
+    assert "gigpo" in registry.names()
+    assert base.get_constraints()["method"] == registry.names()
     with pytest.raises(ValueError, match=r"^method: unknown credit method 'nope'; allowed: ppo"):
         registry.get("nope")
 
@@ -58,7 +60,7 @@ def test_chunked_vineppo_values_equal_plain_vmap(setup):
 
 
 @pytest.mark.parametrize("method", ["vineppo", "asct_agentuct", "factor", "serl",
-                                    "asct_factor"])
+                                    "asct_factor", "gigpo"])
 def test_credit_is_masked_finite_and_counts_its_costs(setup, method):
     c, ctx, params, batch = setup
     fn = registry.get(method).make_credit(c, ctx)

@@ -266,3 +266,194 @@ def test_closed_forms_vmap_over_gamma_lambda(t):
     np.testing.assert_allclose(jax.vmap(lambda g: adv.returns_to_go(r, m, g))(gs),
                                jax.vmap(lambda g: adv.returns_to_go_scan_reference(r, m, g))(gs),
                                rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------- GiGPO
+# Jitted (one compile per shape) for the hypothesis tests: much faster than op-by-op.
+_gigpo = jax.jit(adv.gigpo_advantages, static_argnames=("group_size", "normalise"))
+
+
+def _returns_numpy(r, m, gamma):
+    """R_t = r_t + gamma R_{t+1} over the real turns, 0 elsewhere."""
+    ret = np.zeros(r.shape)
+    for i in range(r.shape[0]):
+        acc = 0.0
+        for k in reversed(range(r.shape[1])):
+            if m[i, k]:
+                acc = r[i, k] + gamma * acc
+                ret[i, k] = acc
+    return ret
+
+
+def _gigpo_numpy(r, obs, m, group_size, gamma, omega, normalise, eps=1e-6):
+    """Explicit loops over episodes, turns and anchor members, in float64."""
+    r, obs, m = np.asarray(r, np.float64), np.asarray(obs), np.asarray(m)
+    b, t = r.shape
+
+    def f(xs):  # sample std + eps, or 1
+        if normalise == "none":
+            return 1.0
+        return (np.std(xs, ddof=1) if len(xs) > 1 else 0.0) + eps
+
+    ep_ret = [sum(r[i, k] for k in range(t) if m[i, k]) for i in range(b)]
+    ret = _returns_numpy(r, m, gamma)
+    out = np.zeros((b, t))
+    for i in range(b):
+        group = range(i // group_size * group_size, (i // group_size + 1) * group_size)
+        rets = [ep_ret[j] for j in group]
+        a_e = (ep_ret[i] - np.mean(rets)) / f(rets)
+        for k in range(t):
+            if not m[i, k]:
+                continue
+            anchor = [ret[j, k2] for j in group for k2 in range(t)
+                      if m[j, k2] and np.array_equal(obs[j, k2], obs[i, k])]
+            out[i, k] = a_e + omega * (ret[i, k] - np.mean(anchor)) / f(anchor)
+    return out
+
+
+def _gigpo_batch(seed, num_groups, group_size, t, o, vocab):
+    """Random rewards (nan where masked), a ragged prefix mask, obs from a small vocab."""
+    rng = np.random.default_rng(seed)
+    b = num_groups * group_size
+    lengths = rng.integers(0, t + 1, size=b)
+    mask = np.arange(t)[None, :] < lengths[:, None]
+    rewards = np.where(mask, rng.normal(size=(b, t)), np.nan).astype(np.float32)
+    obs = rng.integers(0, vocab, size=(b, t, o)).astype(np.int32)
+    return rewards, obs, mask
+
+
+def _anchor_groups(obs, m, group_size):
+    """{(group, obs bytes): [(i, t), ...]} over real turns."""
+    groups = {}
+    for i, k in zip(*np.nonzero(m)):
+        groups.setdefault((i // group_size, obs[i, k].tobytes()), []).append((i, k))
+    return groups
+
+
+def test_gigpo_by_hand():
+    # 2 groups of G = 2, T = 3, O = 2, gamma = 0.5. Observations A=(1,1) B=(2,2) C=(3,3)
+    # D=(1,2) (one token off A); X marks turns that did not happen (obs A, reward 9).
+    a, b_, c_, d_ = (1, 1), (2, 2), (3, 3), (1, 2)
+    obs = jnp.array([[a, b_, a],    # ep 0: A at t=0 and t=2 (repeated across turns)
+                     [a, c_, b_],   # ep 1: A, B shared with ep 0 (across episodes)
+                     [a, b_, a],    # ep 2: last turn X; B is not shared across groups
+                     [a, d_, a]],   # ep 3: last turn X
+                    jnp.int32)
+    r = jnp.array([[0., 1., 2.], [1., 0., 4.], [1., 1., 9.], [0., 2., 9.]])
+    m = jnp.array([[1, 1, 1], [1, 1, 1], [1, 1, 0], [1, 1, 0]], bool)
+    # R_t (gamma 0.5): ep0 [0 + .5*2, 1 + .5*2, 2] = [1, 2, 2]
+    #                  ep1 [1 + .5*2, 0 + .5*4, 4] = [2, 2, 4]
+    #                  ep2 [1 + .5*1, 1] = [1.5, 1]     ep3 [0 + .5*2, 2] = [1, 2]
+    # R(tau) = 3, 5 | 2, 2: centred -1, +1 (sample std sqrt2) | 0, 0.
+    # Group 0 anchors: A = {(0,0): 1, (0,2): 2, (1,0): 2}: mean 5/3, centred -2/3, 1/3, 1/3,
+    #                      sample std sqrt((4 + 1 + 1) / 9 / 2) = 1/sqrt3;
+    #                  B = {(0,1): 2, (1,2): 4}: mean 3, centred -1, +1, std sqrt2;
+    #                  C = {(1,1)}: singleton, A^S = 0.
+    # Group 1 anchors: A = {(2,0): 1.5, (3,0): 1}: mean 1.25, centred +-1/4, std sqrt(1/8);
+    #                  B (not shared across groups) and D: singletons. X turns: 0.
+    none = adv.gigpo_advantages(r, obs, m, 2, gamma=0.5, normalise="none")
+    np.testing.assert_allclose(none, [[-1 - 2 / 3, -1 - 1, -1 + 1 / 3],
+                                      [1 + 1 / 3, 1 + 0, 1 + 1],
+                                      [0.25, 0, 0],
+                                      [-0.25, 0, 0]], rtol=1e-6, atol=1e-6)
+    s2, s3 = np.sqrt(2), np.sqrt(3)
+    std = adv.gigpo_advantages(r, obs, m, 2, gamma=0.5, omega=0.5, eps=1e-12)
+    np.testing.assert_allclose(std, [[-1 / s2 + 0.5 * (-2 / s3), -1 / s2 + 0.5 * (-1 / s2),
+                                      -1 / s2 + 0.5 / s3],
+                                     [1 / s2 + 0.5 / s3, 1 / s2 + 0, 1 / s2 + 0.5 / s2],
+                                     [0.5 / s2, 0, 0],
+                                     [-0.5 / s2, 0, 0]], rtol=1e-5, atol=1e-6)
+    assert std.dtype == jnp.float32
+
+
+@given(seed=st.integers(0, 2**31 - 1), num_groups=st.integers(1, 3),
+       group_size=st.integers(1, 4), t=st.integers(1, 6), o=st.integers(1, 3),
+       vocab=st.integers(1, 3), gamma=st.sampled_from([1.0, 0.95, 0.5]),
+       omega=st.sampled_from([1.0, 0.5, 0.0]), normalise=st.sampled_from(["std", "none"]))
+def test_gigpo_matches_numpy_loops(seed, num_groups, group_size, t, o, vocab, gamma, omega,
+                                   normalise):
+    r, obs, m = _gigpo_batch(seed, num_groups, group_size, t, o, vocab)
+    out = _gigpo(jnp.asarray(r), jnp.asarray(obs), jnp.asarray(m), group_size,
+                               gamma=gamma, omega=omega, normalise=normalise)
+    ref = _gigpo_numpy(r, obs, m, group_size, gamma, omega, normalise)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    assert np.all(np.asarray(out)[~m] == 0)   # masked turns (nan rewards there) are 0
+
+
+@given(seed=st.integers(0, 2**31 - 1), group_size=st.integers(2, 4), t=st.integers(1, 5),
+       normalise=st.sampled_from(["std", "none"]))
+def test_gigpo_anchor_groups_by_equality_only(seed, group_size, t, normalise):
+    """Relabelling tokens changes nothing; changing one token of a shared observation
+    splits it off: that turn gets A^E only, the rest of the group loses its return."""
+    r, _, m = _gigpo_batch(seed, 2, group_size, t, 2, 1)
+    r = np.nan_to_num(r, nan=0.5)
+    m[:, 0] = True                                  # every episode has turn 0
+    obs = np.zeros(r.shape + (2,), np.int32)        # one observation shared by every turn
+    fn = lambda o, **kw: np.asarray(_gigpo(  # noqa: E731
+        jnp.asarray(r), jnp.asarray(o), jnp.asarray(m), group_size, normalise=normalise,
+        **kw))
+    base = fn(obs)
+    np.testing.assert_allclose(fn(obs + 7), base, rtol=1e-6, atol=1e-6)
+    split = obs.copy()
+    split[0, 0, 1] = 5                              # one token of episode 0's turn 0
+    out, episode = fn(split), fn(split, omega=0.0)
+    assert out[0, 0] == pytest.approx(episode[0, 0], abs=1e-6)
+    rest = m.copy()
+    rest[0, 0] = False
+    rest[group_size:] = False                       # the first group, without (0, 0)
+    ret = _returns_numpy(r, m, 0.95)
+    mean = ret[rest].mean()
+    f = np.std(ret[rest], ddof=1) + 1e-6 if normalise == "std" and rest.sum() > 1 else 1.0
+    np.testing.assert_allclose(out[rest], episode[rest] + (ret[rest] - mean) / f,
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out[group_size:], base[group_size:])  # other group untouched
+
+
+@given(seed=st.integers(0, 2**31 - 1), num_groups=st.integers(1, 3),
+       group_size=st.integers(1, 4), t=st.integers(1, 6), vocab=st.integers(1, 3))
+def test_gigpo_step_advantages_sum_to_zero_per_anchor_group(seed, num_groups, group_size, t,
+                                                            vocab):
+    r, obs, m = _gigpo_batch(seed, num_groups, group_size, t, 2, vocab)
+    args = (jnp.asarray(r), jnp.asarray(obs), jnp.asarray(m), group_size)
+    a_s = (np.asarray(_gigpo(*args, normalise="none"))
+           - np.asarray(_gigpo(*args, omega=0.0, normalise="none")))
+    for members in _anchor_groups(obs, m, group_size).values():
+        assert abs(sum(a_s[i, k] for i, k in members)) < 1e-4
+
+
+@given(seed=st.integers(0, 2**31 - 1), group_size=st.integers(1, 4), t=st.integers(1, 6),
+       omega=st.sampled_from([1.0, 0.5]), normalise=st.sampled_from(["std", "none"]))
+def test_gigpo_singletons_give_episode_term_and_omega_zero_is_grpo(seed, group_size, t, omega,
+                                                                   normalise):
+    r, obs, m = _gigpo_batch(seed, 2, group_size, t, 2, 3)
+    b = r.shape[0]
+    rj, mj = jnp.where(jnp.asarray(m), jnp.asarray(r), 0.0), jnp.asarray(m)
+    grpo = adv.grpo_advantages(adv.episode_returns(rj, mj), group_size,
+                               normalise_std=normalise == "std")
+    expected = np.asarray(grpo)[:, None] * m
+    unique = jnp.arange(b * t * 2, dtype=jnp.int32).reshape(b, t, 2)  # every anchor a singleton
+    np.testing.assert_allclose(_gigpo(jnp.asarray(r), unique, mj, group_size,
+                                                    omega=omega, normalise=normalise),
+                               expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(_gigpo(jnp.asarray(r), jnp.asarray(obs), mj,
+                                                    group_size, omega=0.0, normalise=normalise),
+                               expected, rtol=1e-6, atol=1e-6)
+
+
+def test_gigpo_checks_its_arguments():
+    from asct_jax.infra.checks import ConfigError
+    r, obs, m = map(jnp.asarray, _gigpo_batch(0, 2, 2, 3, 2, 2))
+    with pytest.raises(ConfigError, match=r"^normalise: 'batch_std' is not allowed; "
+                                          r"allowed: std, none$"):
+        adv.gigpo_advantages(r, obs, m, 2, normalise="batch_std")
+    with pytest.raises(ConfigError, match=r"^eps: "):
+        adv.gigpo_advantages(r, obs, m, 2, eps=0.0)
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        adv.gigpo_advantages(r, obs, m, 3)
+    with pytest.raises(AssertionError):
+        adv.gigpo_advantages(r, obs.astype(jnp.float32), m, 2)
+    with pytest.raises(AssertionError):
+        adv.gigpo_advantages(r, obs[:, :2], m, 2)
+    np.testing.assert_allclose(_gigpo(r, obs, m, group_size=2, gamma=0.9, omega=0.5),
+                               adv.gigpo_advantages(r, obs, m, 2, gamma=0.9, omega=0.5),
+                               rtol=1e-6, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Returns and advantage estimators over turns: GAE, GRPO, trajectory return, VinePPO.
+"""Returns and advantage estimators over turns: GAE, GRPO, GiGPO, trajectory return, VinePPO.
 
 Shapes: B episodes, T turns, A tokens per action. `turn_mask` [B, T] bool marks the turns
 that happened; it is a *prefix* mask (episode i has turns 0 .. L_i - 1, L_i <= T, and
@@ -15,8 +15,9 @@ Reverse recurrences over turns are computed in closed form on batch-major [B, T]
 y_t = x_t + c * m_{t+1} * y_{t+1} equals sum_{k >= t} c^(k-t) x_k, i.e. y = x @ U(c) with the
 [T, T] upper-triangular Toeplitz matrix U[k, t] = c^(k-t) [k >= t] (`_discounted_suffix_sum`).
 T (turns, <= ~40) is small, so the matmul is cheap and beats a sequential scan over T.
-`_reverse_discounted_sum` keeps the plain reverse `lax.scan` form as the reference. Groups (GRPO / FACTOR) are contiguous: episode i
-belongs to group i // G, so B must be a multiple of the group size G.
+`_reverse_discounted_sum` keeps the plain reverse `lax.scan` form as the reference. Groups
+(GRPO / GiGPO / FACTOR) are contiguous: episode i belongs to group i // G, so B must be a
+multiple of the group size G.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from asct_jax.infra.checks import check_choice, check_range
 
 Scalar = Union[float, chex.Array]
 
@@ -249,6 +252,72 @@ def grpo_advantages(returns: chex.Array, group_size: int, eps: float = 1e-6,
         var = jnp.sum(centred**2, axis=1, keepdims=True) / max(group_size - ddof, 1)
         centred = centred / (jnp.sqrt(var) + eps)
     return centred.reshape(b)
+
+
+GIGPO_NORMALISE = ("std", "none")   # gigpo_advantages(normalise=), config.gigpo.normalise
+
+
+def gigpo_advantages(rewards: chex.Array, obs: chex.Array, turn_mask: chex.Array,
+                     group_size: int, *, gamma: Scalar = 0.95, omega: Scalar = 1.0,
+                     normalise: str = "std", eps: float = 1e-6) -> chex.Array:
+    """GiGPO (Feng et al. 2025): an episode-relative plus an anchor-state-relative advantage.
+
+      A(a_t^i)   = A^E(tau_i) + omega * A^S(a_t^i)
+      A^E(tau_i) = (R(tau_i) - mean_{j in g(i)} R(tau_j)) / F(g(i)),    R(tau) = sum_t m_t r_t
+      A^S(a_t^i) = (R_t^i - mean_{(j,t') in S(i,t)} R_t'^j) / F(S(i,t)),
+                   R_t = sum_{k >= t} gamma^(k-t) m_k r_k
+      S(i, t)    = {(j, t') : j in g(i), m_t'^j, obs_t'^j == obs_t^i (all O tokens)}
+
+    The anchor group S(i, t) holds (i, t) itself and every real turn of the same episode
+    group whose observation is identical, at any turn t' (a state revisited within one
+    episode counts too). F is the sample std (ddof = 1, denominator max(n - 1, 1), the
+    convention of `grpo_advantages`) plus eps for normalise="std", and 1 for "none"; both
+    terms use it. A singleton anchor group gets A^S = 0 (exactly: its mean is its own
+    return). Observations are compared per group of episodes with one [G*T, G*T] equality
+    matrix ([B, T, O] -> [num_groups, G*T, O]); anchor means and stds are masked sums over it.
+    Rewards of turns that did not happen are never read (even nan there stays out).
+
+    Args:
+      rewards: [B, T] float r_t.
+      obs: [B, T, O] int tokens x_t, the anchor state of turn t.
+      turn_mask: [B, T] bool prefix mask.
+      group_size: G (static int), B = num_groups * G, contiguous groups.
+      gamma: discount of the step return R_t (the paper's 0.95).
+      omega: weight of the step term.
+      normalise: "std" | "none" (static).
+      eps: added to both stds (> 0).
+    Returns:
+      [B, T] float32 A, 0 where turn_mask is False.
+    """
+    check_choice("normalise", normalise, GIGPO_NORMALISE)
+    check_range("eps", eps, lo=0.0, lo_open=True)
+    _check_turns(rewards, turn_mask)
+    chex.assert_rank(obs, 3)
+    chex.assert_type(obs, int)
+    chex.assert_equal_shape_prefix([rewards, obs], 2)
+    b, t = rewards.shape
+    std = normalise == "std"
+    rewards = jnp.where(turn_mask, rewards, 0).astype(jnp.float32)
+    # A^E(tau_i) = (R(tau_i) - mean_j R(tau_j)) / F   (raises unless G divides B)
+    a_e = grpo_advantages(episode_returns(rewards, turn_mask), group_size, eps,
+                          normalise_std=std)                                   # [B]
+    n, gt = b // group_size, group_size * t
+    ret = returns_to_go(rewards, turn_mask, gamma).reshape(n, gt)              # R_t^i
+    m = turn_mask.reshape(n, gt)
+    x = obs.reshape(n, gt, obs.shape[2])
+    # (j, t') in S(i, t)  <=>  same group, both turns real, obs_t'^j == obs_t^i
+    same = jnp.all(x[:, :, None, :] == x[:, None, :, :], axis=-1)             # [n, GT, GT]
+    w = (same & m[:, :, None] & m[:, None, :]).astype(jnp.float32)
+    count = jnp.sum(w, axis=2)                                                 # |S(i, t)|
+    mean = jnp.einsum("npq,nq->np", w, ret, precision=jax.lax.Precision.HIGHEST
+                      ) / jnp.maximum(count, 1.0)                  # mean_{S(i,t)} R_t'^j
+    a_s = ret - mean                                               # R_t^i - mean_S R
+    if std:
+        var = jnp.sum(w * (ret[:, None, :] - mean[:, :, None]) ** 2, axis=2
+                      ) / jnp.maximum(count - 1.0, 1.0)            # sample variance over S
+        a_s = a_s / (jnp.sqrt(var) + eps)                          # A^S = (R - mean_S R) / F(S)
+    # A(a_t^i) = A^E(tau_i) + omega * A^S(a_t^i), 0 at turns that did not happen
+    return (a_e[:, None] + omega * a_s.reshape(b, t)) * turn_mask.astype(jnp.float32)
 
 
 def group_baseline(returns: chex.Array, group_size: int,

@@ -1,4 +1,4 @@
-"""The substrate's baseline credit methods: trajectory-return PPO, PPO with GAE, GRPO.
+"""The substrate's baseline credit methods: trajectory-return PPO, PPO with GAE, GRPO, GiGPO.
 
 Each is a `Method` record (asct_jax.rl.credit); experiments/registry.py lists them with
 the ASCT and FACTOR methods. Equations: docs/methods.md, "Baselines".
@@ -48,7 +48,21 @@ def _grpo(config, ctx: CreditContext) -> CreditFn:
     return credit
 
 
+def _gigpo(config, ctx: CreditContext) -> CreditFn:
+    """GiGPO: GRPO's episode advantage plus omega times the anchor-state advantage of each
+    turn (`adv.gigpo_advantages`, `config.gigpo`: gamma, omega, normalise)."""
+    cfg = config.gigpo
+    gamma, omega, normalise = float(cfg.gamma), float(cfg.omega), cfg.normalise
+
+    def credit(params, batch: Rollout, key, step) -> Credit:
+        a = adv.gigpo_advantages(batch.rewards, batch.obs, batch.turn_mask, ctx.group_size,
+                                 gamma=gamma, omega=omega, normalise=normalise)
+        return from_turn_advantages(batch, a, value_targets_mc(batch))
+    return credit
+
+
 PPO_RETURN = Method("ppo_return", _ppo_return)
 PPO_GAE = Method("ppo_gae", _ppo_gae)
 GRPO = Method("grpo", _grpo)
-METHODS = (PPO_RETURN, PPO_GAE, GRPO)
+GIGPO = Method("gigpo", _gigpo)
+METHODS = (PPO_RETURN, PPO_GAE, GRPO, GIGPO)

@@ -81,6 +81,10 @@ def get_config():
     c.asct.search.leaf_eval = "rollout"
     c.asct.search.num_leaf_rollouts = 1
     c.asct.search.charge = "traversal"
+    c.gigpo = ml_collections.ConfigDict()   # GiGPO (asct_jax/rl/methods.py)
+    c.gigpo.gamma = 0.95            # discount of the step return R_t in the anchor term
+    c.gigpo.omega = 1.0             # weight of the anchor-state (step) advantage
+    c.gigpo.normalise = "std"       # std | none: F of both terms
     c.vineppo = ml_collections.ConfigDict()
     c.vineppo.k = 9                 # Monte-Carlo rollouts per visited state
 
@@ -129,6 +133,7 @@ def get_constraints():
     """Allowed values come from the modules that use them; ranges are the config's own."""
     from asct_jax.envs import ENVS, SIZES
     from asct_jax.models.config import PRESETS
+    from asct_jax.rl.advantages import GIGPO_NORMALISE
     from asct_jax.rl.losses import AGGREGATIONS
     from asct_jax.rl.methods import RETURN_BASELINES
     from asct_jax.search.credit import CENTRE_MODES
@@ -144,6 +149,7 @@ def get_constraints():
         "ppo.return_baseline": RETURN_BASELINES,
         "factor.tac_values": TAC_VALUES,
         "factor.normalise": NORMALISE,
+        "gigpo.normalise": GIGPO_NORMALISE,
         "model.preset": tuple(PRESETS),
         "model.dtype": ("float32", "bfloat16"),
         "model.lora_targets": LORA_TARGETS,
@@ -163,6 +169,8 @@ def get_constraints():
         "asct.search.beta": Range(0.0, None),
         "asct.states_per_episode": Range(1, None, integer=True),
         "vineppo.k": Range(1, None, integer=True),
+        "gigpo.gamma": Range(0.0, 1.0),
+        "gigpo.omega": Range(0.0, None),
         "factor.calib_turns": Range(0, None, integer=True),
         "factor.calib_rollouts": Range(0, None, integer=True),
         "factor.tau": Range(0.0, None, lo_open=True),
