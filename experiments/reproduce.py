@@ -1,8 +1,12 @@
 """Reproduces both methods against their baselines: the ASCT table, the FACTOR table and
 Figure 5, with tables and plots under results/.
 
-    python -m experiments.reproduce --quick   # reduced: 16 min on 2 cores (12 with a warm cache)
+    python -m experiments.reproduce --quick   # smoke scale: every part in minutes on 2 cores
     python -m experiments.reproduce           # full scale (see README for the runtime)
+
+--quick runs each script's `smoke` config (10 steps of 16-32 episodes, 2 seeds: a check of
+the whole pipeline whose numbers do not separate the methods); the reduced tables of
+docs/results are the scripts' `quick` configs.
 """
 import argparse
 import os
@@ -18,7 +22,7 @@ def main(argv=None):
     parser.add_argument("--only", choices=("asct", "factor", "fig5"), action="append",
                         help="run only these parts (repeatable)")
     args = parser.parse_args(argv)
-    arg = "quick" if args.quick else "full"
+    arg = "smoke" if args.quick else "full"
     parts = args.only or ["asct", "factor", "fig5"]
 
     from experiments import asct_table, factor_fig5, factor_table

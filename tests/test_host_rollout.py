@@ -261,3 +261,42 @@ def test_factor_learn_step_uses_host_calibration(setup):
     assert float(metrics["credit/env_calls"]) == float(cal.env_calls)
     assert float(metrics["credit/aux_tokens"]) == float(cal.aux_tokens)
     assert all(np.isfinite(float(v)) for v in metrics.values())
+
+
+def test_a_pretrained_model_plays_the_games_as_chat_text(setup, tmp_path):
+    """ChatCodec: the observation is the chat template around the game's text, each
+    candidate a command in the model's tokens ending with the end-of-turn token, and the
+    command played is the candidate the model scored (token-in, token-out)."""
+    from asct_jax.models.loading import load_pretrained
+    from asct_jax.models.testing import tiny_llm_folder
+    from asct_jax.rl.host_games import SYSTEM_PROMPT
+    from asct_jax.rl.host_rollout import ChatCodec
+
+    model, tokenizer = load_pretrained(tiny_llm_folder(str(tmp_path / "tiny")))
+    codec = ChatCodec(tokenizer, SYSTEM_PROMPT)
+    shape = HostShape(max_turns=2, obs_len=320, feedback_len=48, action_len=16,
+                      max_candidates=K)
+    graphdef, params = nnx.split(model)
+    policy = Policy(graphdef, model.config.vocab_size, shape.obs_len, shape.action_len,
+                    shape.feedback_len, codec.prompt_tokens())
+    env = BatchedHostEnv([TextWorldEnv(setup["games"], max_turns=HOST_MAX_TURNS)
+                          for _ in range(NUM_GAMES)])
+    states, _ = env.reset(list(range(NUM_GAMES)))
+    batch, host_states = host_rollout(policy, params, env, codec, list(range(NUM_GAMES)),
+                                      shape, group_size=1, key=jax.random.key(0))
+    pad = codec.pad_id
+    for i in range(NUM_GAMES):
+        text = host_states[i][0].observation
+        chat = tokenizer.apply_chat_template(
+            [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}],
+            tokenize=False)
+        obs = [int(x) for x in np.asarray(batch.obs[i, 0]) if x != pad]
+        assert obs == tokenizer.encode(chat, add_special_tokens=False)
+        action = [int(x) for x in np.asarray(batch.actions[i, 0]) if x != pad]
+        assert action[-1] == codec.pieces.end_of_turn
+        command = tokenizer.decode(action[:-1])
+        assert command in env.legal_actions(states)[i]
+        # The game was sent that command: replaying it gives the stored next state.
+        replay, _ = env.step(states, [command if j == i else env.legal_actions(states)[j][0]
+                                      for j in range(NUM_GAMES)])
+        assert replay[i].observation == host_states[i][1].observation

@@ -85,7 +85,7 @@ def render_text(words: Sequence[str]) -> str:
     return "".join(out)
 
 
-class _Pieces:
+class ChatPieces:
     """The static ids of the chat template around the environment's text."""
 
     def __init__(self, tokenizer, system_prompt: str):
@@ -106,6 +106,13 @@ class _Pieces:
         fb_head, fb_tail = two[len(user):].split(_MARK)
         self.feedback_header, self.feedback_footer = enc(fb_head), enc(fb_tail)
         self.user_text = (head, tail)
+
+    def prompt_tokens(self, pad_id: int):
+        """The policy's static pieces (asct_jax.rl.policy.PromptTokens)."""
+        from asct_jax.rl.policy import PromptTokens
+        return PromptTokens(pad_id=pad_id, action_header=tuple(self.action_header),
+                            feedback_header=tuple(self.feedback_header),
+                            feedback_footer=tuple(self.feedback_footer))
 
     def ids(self):
         return set(self.obs_head + self.obs_tail + self.action_header + self.feedback_header
@@ -186,9 +193,9 @@ class LLMView(Environment):
         self.num_actions, self.max_turns = env.num_actions, env.max_turns
         self._tokenizer = tokenizer
         self.system_prompt = system_prompt or SYSTEM_PROMPTS.get(env.name, DEFAULT_SYSTEM_PROMPT)
-        self.pieces = _Pieces(tokenizer, self.system_prompt)
+        self.pieces = ChatPieces(tokenizer, self.system_prompt)
         probe = WordTable(env.tokenizer, tokenizer, -1, self.pieces.end_of_turn)
-        self.pad_id = _pick_pad(tokenizer, self.pieces.ids() | probe.used_ids())
+        self.pad_id = pick_pad(tokenizer, self.pieces.ids() | probe.used_ids())
         self.table = WordTable(env.tokenizer, tokenizer, self.pad_id, self.pieces.end_of_turn)
         self._ids = jnp.asarray(self.table.ids)
         self._lens = jnp.asarray(self.table.lens)
@@ -300,10 +307,7 @@ class LLMView(Environment):
 
     def prompt_tokens(self):
         """The policy's static pieces (asct_jax.rl.policy.PromptTokens) for this view."""
-        from asct_jax.rl.policy import PromptTokens
-        return PromptTokens(pad_id=self.pad_id, action_header=tuple(self.pieces.action_header),
-                            feedback_header=tuple(self.pieces.feedback_header),
-                            feedback_footer=tuple(self.pieces.feedback_footer))
+        return self.pieces.prompt_tokens(self.pad_id)
 
     # ------------------------------------------------------------------ host reference
     def observation_text(self, env_obs: np.ndarray) -> str:
@@ -354,7 +358,7 @@ class LLMView(Environment):
         return {"obs": int(o), "feedback": max(int(f), 1), "action": int(a)}
 
 
-def _pick_pad(tokenizer, used: set) -> int:
+def pick_pad(tokenizer, used: set) -> int:
     """A special token id the renderings never use (the pad token if it qualifies)."""
     for tok_id in [tokenizer.pad_token_id, *tokenizer.all_special_ids, 0]:
         if tok_id is not None and tok_id not in used:

@@ -28,11 +28,13 @@ import jax
 import numpy as np
 
 from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
+from asct_jax.models.loading import load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import Method
-from asct_jax.rl.host_rollout import (CommandEncoder, HostShape, game_texts, host_rollout,
-                                      host_rollout_from, load_or_build_tokenizer)
-from asct_jax.rl.rollout import episode_metrics
+from asct_jax.rl.host_rollout import (ChatCodec, CommandEncoder, HostShape, game_texts,
+                                      host_rollout, host_rollout_from,
+                                      load_or_build_tokenizer)
 from asct_jax.rl.policy import PromptTokens
+from asct_jax.rl.rollout import episode_metrics
 from asct_jax.rl.train_step import policy_params, to_host
 from asct_jax.rl.trainer import EvalFn, Learner, StepFn, TextShape
 
@@ -67,11 +69,15 @@ def host_metrics(batch) -> Dict[str, float]:
     return m
 
 
+SYSTEM_PROMPT = ("You are playing a text adventure game. Read the observation and reply with "
+                 "the next command.")
+
+
 class HostGames:
     """TextWorld games played on the host: a `trainer.RolloutSource`."""
 
     env = env_params = None   # no JAX-native environment to restore states in
-    prompt = PromptTokens()   # the games' own word vocabulary
+    prompt = PromptTokens()   # the games' own word vocabulary (a ChatCodec's with a model)
 
     def __init__(self, config, games: Dict[str, List[str]]):
         self.config, self.games = config, games
@@ -79,8 +85,13 @@ class HostGames:
         if rc.num_groups > len(games["train"]):
             raise ValueError(f"rollout.num_groups = {rc.num_groups} > textworld.num_train = "
                              f"{len(games['train'])} (groups use distinct games)")
-        self.tokenizer = build_tokenizer_for(config, games)
-        self.vocab_size = len(self.tokenizer)
+        if config.model.get("path"):   # a pretrained model reads the games' text as is
+            tokenizer = load_tokenizer(resolve_model_path(config.model.path))
+            self.tokenizer = ChatCodec(tokenizer, config.text.system_prompt or SYSTEM_PROMPT)
+            self.prompt = self.tokenizer.prompt_tokens()
+        else:
+            tokenizer = self.tokenizer = build_tokenizer_for(config, games)
+        self.vocab_size = len(tokenizer)
         self.shape = TextShape(tw.obs_len, tw.action_len, tw.feedback_len)
         self.host_shape = HostShape(max_turns=tw.max_turns, obs_len=tw.obs_len,
                                     feedback_len=tw.feedback_len, action_len=tw.action_len,

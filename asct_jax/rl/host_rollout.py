@@ -145,22 +145,93 @@ def load_or_build_tokenizer(directory: str, texts_fn, **kwargs):
     return PreTrainedTokenizerFast.from_pretrained(directory)
 
 
+# ----------------------------------------------------------------------------- text -> ids
+
+class WordCodec:
+    """Game text in the games' own word-level tokenizer (build_tokenizer: PAD 0, EOS 1):
+    observations and feedback keep their last tokens, a command is its words then EOS."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.pad_id = tokenizer, PAD_ID
+
+    def observations(self, texts: Sequence[str], length: int) -> np.ndarray:
+        return encode(texts, self.tokenizer, length)
+
+    def feedback(self, texts: Sequence[str], length: int) -> np.ndarray:
+        return encode(texts, self.tokenizer, length)
+
+    def command_ids(self, text: str) -> List[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + [EOS_ID]
+
+
+class ChatCodec:
+    """Game text, as is, in a pretrained model's tokenizer and chat template: the
+    observation is the user message after the system prompt (the template kept whole, the
+    text's last tokens kept when it is too long), feedback its last F tokens, a command
+    the assistant's reply ending with the end-of-turn token (asct_jax.envs.text_interface).
+    """
+
+    def __init__(self, tokenizer, system_prompt: str):
+        from asct_jax.envs.text_interface import ChatPieces, pick_pad
+
+        self.tokenizer = tokenizer
+        self.pieces = ChatPieces(tokenizer, system_prompt)
+        self.pad_id = pick_pad(tokenizer, self.pieces.ids())
+
+    def _ids(self, text: str) -> List[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def observations(self, texts: Sequence[str], length: int) -> np.ndarray:
+        head, tail = self.pieces.obs_head, self.pieces.obs_tail
+        room = int(length) - len(head) - len(tail)
+        if room <= 0:
+            raise ValueError(f"textworld.obs_len = {length} cannot hold the chat template "
+                             f"({len(head) + len(tail)} tokens)")
+        out = np.full((len(texts), int(length)), self.pad_id, np.int32)
+        for i, text in enumerate(texts):
+            ids = head + self._ids(text)[-room:] + tail
+            out[i, :len(ids)] = ids
+        return out
+
+    def feedback(self, texts: Sequence[str], length: int) -> np.ndarray:
+        out = np.full((len(texts), int(length)), self.pad_id, np.int32)
+        for i, text in enumerate(texts):
+            ids = self._ids(text)[-int(length):] if text else []
+            out[i, :len(ids)] = ids
+        return out
+
+    def command_ids(self, text: str) -> List[int]:
+        return self._ids(text) + [self.pieces.end_of_turn]
+
+    def prompt_tokens(self):
+        return self.pieces.prompt_tokens(self.pad_id)
+
+
+def as_codec(tokenizer_or_codec):
+    """A codec as is; a (word-level) tokenizer wrapped in a WordCodec."""
+    if isinstance(tokenizer_or_codec, (WordCodec, ChatCodec)):
+        return tokenizer_or_codec
+    return WordCodec(tokenizer_or_codec)
+
+
 # ----------------------------------------------------------------------------- candidates
 
 class CommandEncoder:
-    """Command text -> action tokens [A] (words, EOS, PAD), cached; None if too long."""
+    """Command text -> action tokens [A] (tokens, end token, PAD), cached; None if too long.
+
+    `tokenizer` is a word-level tokenizer or a codec (WordCodec / ChatCodec)."""
 
     def __init__(self, tokenizer, action_len: int):
-        self.tokenizer, self.action_len = tokenizer, int(action_len)
+        self.codec, self.action_len = as_codec(tokenizer), int(action_len)
         self._cache: Dict[str, Optional[Tuple[int, ...]]] = {}
         self.stats = {"too_long": 0, "duplicates": 0, "over_budget": 0}
 
     def __call__(self, text: str) -> Optional[Tuple[int, ...]]:
         if text not in self._cache:
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            ids = list(ids) + [EOS_ID]
-            self._cache[text] = (tuple(ids + [PAD_ID] * (self.action_len - len(ids)))
-                                 if 1 < len(ids) <= self.action_len else None)
+            ids = self.codec.command_ids(text)
+            pad = [self.codec.pad_id] * (self.action_len - len(ids))
+            self._cache[text] = (tuple(ids + pad) if 1 < len(ids) <= self.action_len
+                                 else None)
         return self._cache[text]
 
     def candidates(self, commands: Sequence[str], max_candidates: int
@@ -214,7 +285,8 @@ def host_rollout(policy, params: Any, host_env: BatchedHostEnv, tokenizer, seeds
     Args:
       policy, params: the actor (Policy) and its parameters (pi_old).
       host_env: B host environments (BatchedHostEnv), one per episode.
-      tokenizer: PreTrainedTokenizerFast with PAD 0 and EOS 1 (build_tokenizer).
+      tokenizer: the games' word-level tokenizer (build_tokenizer: PAD 0, EOS 1), or a
+        ChatCodec (a pretrained model's tokenizer and chat template).
       seeds: the game seed of each group.
       shape: T, O, F, A, K (HostShape).
       key: PRNG key of the candidate sampling (turn t uses fold_in(key, t)).
@@ -256,8 +328,10 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
     """The turn loop of host_rollout from `states` (infos: their step infos)."""
     b = len(states)
     obs_len, feedback_len = shape.obs_len, shape.feedback_len
+    codec = as_codec(tokenizer)
+    pad = codec.pad_id
     if encoder is None or encoder.action_len != shape.action_len:
-        encoder = CommandEncoder(tokenizer, shape.action_len)
+        encoder = CommandEncoder(codec, shape.action_len)
     t_max, k_max, a_len = int(shape.max_turns), int(shape.max_candidates), int(shape.action_len)
     score = _scorer(policy, bool(greedy))
 
@@ -267,9 +341,9 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
     done = np.array([s.done for s in states], bool)
 
     out = {
-        "obs": np.full((b, t_max, obs_len), PAD_ID, np.int32),
-        "feedback": np.full((b, t_max, feedback_len), PAD_ID, np.int32),
-        "actions": np.full((b, t_max, a_len), PAD_ID, np.int32),
+        "obs": np.full((b, t_max, obs_len), pad, np.int32),
+        "feedback": np.full((b, t_max, feedback_len), pad, np.int32),
+        "actions": np.full((b, t_max, a_len), pad, np.int32),
         "action_index": np.full((b, t_max), -1, np.int32),
         "token_mask": np.zeros((b, t_max, a_len), bool),
         "turn_mask": np.zeros((b, t_max), bool),
@@ -277,7 +351,7 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
         "values": np.zeros((b, t_max), np.float32),
         "rewards": np.zeros((b, t_max), np.float32),
         "dones": np.zeros((b, t_max), bool),
-        "cand_tokens": np.full((b, t_max, k_max, a_len), PAD_ID, np.int32),
+        "cand_tokens": np.full((b, t_max, k_max, a_len), pad, np.int32),
         "cand_mask": np.zeros((b, t_max, k_max), bool),
         "cand_costs": np.zeros((b, t_max, k_max), np.float32),
     }
@@ -286,8 +360,8 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
         if not live.any():
             break
         legal_text = host_env.legal_actions(states)  # [] for done games (no restore)
-        obs = encode([s.observation for s in states], tokenizer, obs_len)
-        cands = np.full((b, k_max, a_len), PAD_ID, np.int32)
+        obs = codec.observations([s.observation for s in states], obs_len)
+        cands = np.full((b, k_max, a_len), pad, np.int32)
         legal = np.zeros((b, k_max), bool)
         kept: List[List[str]] = []
         for i in range(b):
@@ -305,14 +379,14 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
         new_states, new_steps = host_env.step(states, texts)
 
         chosen = np.where(has_cand[:, None], cands[np.arange(b), np.where(has_cand, index, 0)],
-                          PAD_ID)
+                          pad)
         acted = live & has_cand
-        token_mask = (chosen != PAD_ID) & acted[:, None]
+        token_mask = (chosen != pad) & acted[:, None]
         out["obs"][:, t] = obs
-        out["feedback"][:, t] = encode([ts.feedback if live[i] else ""
-                                        for i, ts in enumerate(new_steps)],
-                                       tokenizer, feedback_len)
-        out["actions"][:, t] = np.where(acted[:, None], chosen, PAD_ID)
+        out["feedback"][:, t] = codec.feedback([ts.feedback if live[i] else ""
+                                                for i, ts in enumerate(new_steps)],
+                                               feedback_len)
+        out["actions"][:, t] = np.where(acted[:, None], chosen, pad)
         out["action_index"][:, t] = np.where(acted, index, -1)
         out["token_mask"][:, t] = token_mask
         out["turn_mask"][:, t] = live
@@ -323,7 +397,7 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
         out["dones"][:, t] = step_done & live
         out["cand_tokens"][:, t] = cands
         out["cand_mask"][:, t] = legal
-        out["cand_costs"][:, t] = np.sum(cands != PAD_ID, axis=-1).astype(np.float32)
+        out["cand_costs"][:, t] = np.sum(cands != pad, axis=-1).astype(np.float32)
         for i in np.flatnonzero(live):
             for k in info_keys:
                 final_info[k][i] = new_steps[i].info[k]

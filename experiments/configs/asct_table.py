@@ -3,6 +3,7 @@
     python -m experiments.asct_table --config experiments/configs/asct_table.py        # full
     python -m experiments.asct_table --config experiments/configs/asct_table.py:medium # between
     python -m experiments.asct_table --config experiments/configs/asct_table.py:quick  # reduced
+    python -m experiments.asct_table --config experiments/configs/asct_table.py:smoke  # pipeline check
 
 Ablations by override, e.g. --config.asct.search.c=2.0, --config.asct.search.beta=4.0,
 --config.asct.beta_start=0.0 --config.asct.beta_steps=40 (beta schedule),
@@ -52,7 +53,7 @@ def get_config(arg: str = "full"):
         c.train.eval_episodes = 256
         c.rollout.num_groups = 8
         c.table.sweep = False
-    elif arg == "quick":
+    elif arg in ("quick", "smoke"):
         c.train.experiment = "asct_table_quick"
         c.train.steps = 20
         c.train.eval_every = 20
@@ -64,9 +65,16 @@ def get_config(arg: str = "full"):
         c.table.seeds = (42, 43)
         c.table.descriptions = False
         c.table.sweep = False
+        if arg == "smoke":
+            # `experiments.reproduce --quick`: the whole pipeline in a few minutes on 2
+            # cores (README's first command); its numbers do not separate the methods.
+            c.train.experiment = "asct_table_smoke"
+            c.train.steps = c.train.eval_every = 10
+            c.train.eval_episodes = 64
+            c.rollout.num_groups = 4
     elif arg != "full":
         raise ValueError(
-            f"asct_table config arg must be 'full', 'medium' or 'quick', got {arg!r}")
+            f"asct_table config arg must be 'full', 'medium', 'quick' or 'smoke', got {arg!r}")
     return c
 
 

@@ -3,6 +3,7 @@ household / shop / science analogues (ALFWorld / WebShop / ScienceWorld).
 
     python -m experiments.factor_table --config experiments/configs/factor_table.py        # full
     python -m experiments.factor_table --config experiments/configs/factor_table.py:quick  # reduced
+    python -m experiments.factor_table --config experiments/configs/factor_table.py:smoke  # pipeline check
 """
 import ml_collections
 
@@ -28,7 +29,7 @@ def get_config(arg: str = "full"):
     c.table.methods = METHODS
     c.table.envs = ENVS
     c.table.seeds = (42, 43, 1337)
-    if arg == "quick":
+    if arg in ("quick", "smoke"):
         c.train.experiment = "factor_table_quick"
         c.train.steps = 20
         c.train.eval_every = 20
@@ -37,8 +38,13 @@ def get_config(arg: str = "full"):
         c.table.methods = ("grpo", "serl", "factor")
         c.table.envs = ("shop",)
         c.table.seeds = (42, 43)
+        if arg == "smoke":   # `experiments.reproduce --quick` (see asct_table.py)
+            c.train.experiment = "factor_table_smoke"
+            c.train.steps = c.train.eval_every = 10
+            c.train.eval_episodes = 64
     elif arg != "full":
-        raise ValueError(f"factor_table config arg must be 'full' or 'quick', got {arg!r}")
+        raise ValueError(
+            f"factor_table config arg must be 'full', 'quick' or 'smoke', got {arg!r}")
     return c
 
 
