@@ -222,7 +222,8 @@ def test_config_errors_exit_2_with_one_line(tmp_path):
     for bad, field in [("--config.ppo.aggregation=bogus", "ppo.aggregation"),
                        ("--config.ppo.nosuchfield=1", "ppo.nosuchfield"),
                        ("--config.rollout.num_groups=two", "rollout.num_groups"),
-                       ("--config.method=unknown", "method")]:
+                       ("--config.method=unknown", "method"),
+                       ("--config.model.path=/no/such/model", "model.path")]:
         p = subprocess.run(_cli_args(tmp_path, "bad", 1, [bad]), capture_output=True,
                            text=True, env=_env(tmp_path), cwd=ROOT, timeout=120)
         lines = [line for line in p.stderr.splitlines() if line.strip()]

@@ -34,8 +34,19 @@ SHIPPED = {"smollm2": smollm2_gguf_path}   # names of the weights shipped by a P
 
 
 def resolve_model_path(path: str) -> str:
-    """A shipped model's name ("smollm2") -> its file; anything else is returned as is."""
-    return SHIPPED[path]() if path in SHIPPED else os.fspath(path)
+    """A shipped model's name ("smollm2") -> its file; an HF folder or a .gguf file as is.
+
+    Anything else raises a one-line ConfigError naming config field model.path."""
+    from asct_jax.infra.checks import ConfigError
+
+    if path in SHIPPED:
+        return SHIPPED[path]()
+    path = os.fspath(path)
+    if os.path.isdir(path) or (os.path.isfile(path) and path.endswith(".gguf")):
+        return path
+    raise ConfigError("model.path", f"{path!r} is neither a checkpoint folder nor a .gguf file",
+                      f"'' (the preset, from scratch), {', '.join(map(repr, SHIPPED))}, "
+                      "an HF folder (safetensors) or a .gguf file")
 
 
 def load_tokenizer(path: str) -> Any:
@@ -43,11 +54,8 @@ def load_tokenizer(path: str) -> Any:
     path = os.fspath(path)
     if os.path.isfile(path) and path.endswith(".gguf"):
         return gguf_io.read_tokenizer(path)
-    if os.path.isdir(path):
-        from transformers import AutoTokenizer
-        return AutoTokenizer.from_pretrained(path)
-    raise FileNotFoundError(f"model.path: {path!r} is neither a checkpoint folder nor a .gguf "
-                            f"file (or one of the shipped names {sorted(SHIPPED)})")
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(resolve_model_path(path))
 
 
 def load_pretrained(path: str, dtype: str = "float32", seed: int = 0,
