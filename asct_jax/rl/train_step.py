@@ -233,10 +233,10 @@ def make_learn_step(config, policy, credit_fn: Callable,
                  config.ppo.minibatches)
     learn = _learn_fn(config, policy, credit_fn, optimizer, mesh, ref_params)
     replicated = NamedSharding(mesh, P())
-    if state_sharding is None:
-        return jax.jit(learn, out_shardings=(replicated, replicated))
+    # in_shardings None: taken from the argument (the state, the batch, the key).
     return jax.jit(learn, in_shardings=(state_sharding, None, None),
-                   out_shardings=(state_sharding, replicated))
+                   out_shardings=(replicated if state_sharding is None else state_sharding,
+                                  replicated))
 
 
 def train_step_fn(config, policy, env, env_params, credit_fn: Callable,
