@@ -75,7 +75,7 @@ def bench_method(method, env_name, repeats, num_groups, group_size):
     learn = exp.learn_step()
     _, learn_c, learn_s = timed(learn, state, batch, key, repeats=repeats)
     step_fn = make_train_step(c, exp.policy, source.env, source.env_params, exp.credit_fn,
-                              exp.optimizer, exp.mesh)
+                              exp.optimizer, exp.mesh, state_sharding=exp.state_sharding)
     step = lambda s, k: step_fn(jax.tree.map(jnp.copy, s), k)  # noqa: E731 (donation)
     _, step_c, step_s = timed(step, state, key, repeats=repeats)
     update_s = max(learn_s - cred_s, 0.0)

@@ -14,6 +14,9 @@ Data parallelism: jit over a 1-D Mesh with axis "data" (Auto axis type). Paramet
 optimiser state are replicated; the episode axis of every batch array is sharded, so each
 device rolls out and differentiates its share and XLA inserts the gradient all-reduce
 (the loss is a mean over the global batch: gradients are averaged across devices).
+Models that do not fit replicated (train.fsdp > 1): a 2-D Mesh (data, fsdp); every
+parameter, optimiser and frozen-base leaf is sharded over "fsdp" by `fsdp_shardings`,
+the episode axis over both axes, and XLA gathers the weights where the step needs them.
 Several hosts: call `jax.distributed.initialize()` before building the mesh; the mesh then
 spans every device of every host and the same step runs unchanged.
 """
@@ -28,12 +31,14 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from asct_jax.infra.checks import ConfigError
 from asct_jax.rl import losses
 from asct_jax.rl.rollout import episode_metrics, rollout
 from asct_jax.rl.types import Credit, Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
 
 DATA_AXIS = "data"
+FSDP_AXIS = "fsdp"   # parameters sharded over it (train.fsdp > 1); the batch too
 SEED_AXIS = "seed"   # the vmapped axis of make_seeds_train_step (CreditContext.seed_axis)
 
 
@@ -62,11 +67,49 @@ def policy_params(state: TrainState) -> Any:
 SEED_STATE_AXES = TrainState(params=0, opt_state=0, step=0, frozen=None)
 
 
-def make_mesh(num_devices: Optional[int] = None) -> Mesh:
-    """A 1-D data-parallel mesh over the first `num_devices` devices (all by default)."""
+def make_mesh(num_devices: Optional[int] = None, fsdp: int = 1) -> Mesh:
+    """The mesh over the first `num_devices` devices (all by default): 1-D ("data",) for
+    fsdp = 1, else 2-D ("data", "fsdp") with data = devices / fsdp (Auto axis types)."""
     devices = jax.devices()[: num_devices or jax.device_count()]
-    return jax.make_mesh((len(devices),), (DATA_AXIS,), devices=devices,
-                         axis_types=(jax.sharding.AxisType.Auto,))
+    n = len(devices)
+    if fsdp == 1:
+        return jax.make_mesh((n,), (DATA_AXIS,), devices=devices,
+                             axis_types=(jax.sharding.AxisType.Auto,))
+    if not isinstance(fsdp, int) or fsdp < 1 or n % fsdp:
+        allowed = ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+        raise ConfigError("train.fsdp", f"{fsdp!r} does not divide the {n} devices "
+                          "(train.num_devices)", allowed)
+    return jax.make_mesh((n // fsdp, fsdp), (DATA_AXIS, FSDP_AXIS), devices=devices,
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def batch_axes(mesh: Mesh):
+    """The mesh axes the episode axis of a batch is sharded over: all of them, so every
+    device rolls out and differentiates its share ("data", or ("data", "fsdp"))."""
+    names = tuple(mesh.axis_names)
+    return names[0] if len(names) == 1 else names
+
+
+def fsdp_shardings(tree: Any, mesh: Mesh) -> Any:
+    """One NamedSharding per leaf of `tree` (params, optimiser state, a TrainState): the
+    FSDP sharding rule, in one place.
+
+    A leaf with a dimension divisible by the mesh's "fsdp" size is sharded over "fsdp"
+    along its largest such dimension (the first of equals); every other leaf (scalars,
+    small or indivisible shapes), and every leaf of a mesh without an "fsdp" axis, is
+    replicated. Only shapes are read, so `tree` may hold arrays or ShapeDtypeStructs.
+    """
+    size = dict(mesh.shape).get(FSDP_AXIS, 1)
+
+    def rule(x):
+        shape = tuple(getattr(x, "shape", ()))
+        dims = [d for d, n in enumerate(shape) if size > 1 and n >= size and n % size == 0]
+        if not dims:
+            return NamedSharding(mesh, P())
+        dim = max(dims, key=lambda d: shape[d])
+        return NamedSharding(mesh, P(*[FSDP_AXIS if d == dim else None
+                                       for d in range(len(shape))]))
+    return jax.tree.map(rule, tree)
 
 
 def make_optimizer(cfg) -> optax.GradientTransformation:
@@ -89,8 +132,8 @@ def _learn_fn(config, policy, credit_fn: Callable, optimizer: optax.GradientTran
               mesh: Mesh, ref_params: Any = None) -> Callable:
     """learn(state, data, key) -> (state, metrics): credit, then the PPO update (pure)."""
     ppo = config.ppo
-    episode_sharding = NamedSharding(mesh, P(DATA_AXIS))
-    mb_sharding = NamedSharding(mesh, P(None, DATA_AXIS))
+    episode_sharding = NamedSharding(mesh, P(batch_axes(mesh)))
+    mb_sharding = NamedSharding(mesh, P(None, batch_axes(mesh)))
     aux_loss_fn = getattr(credit_fn, "aux_loss", None)
 
     def shard_episodes(tree, sharding):
@@ -182,14 +225,18 @@ def _learn_fn(config, policy, credit_fn: Callable, optimizer: optax.GradientTran
 
 def make_learn_step(config, policy, credit_fn: Callable,
                     optimizer: optax.GradientTransformation, mesh: Mesh,
-                    ref_params: Any = None) -> Callable:
+                    ref_params: Any = None, state_sharding: Any = None) -> Callable:
     """Jitted learn(state, data, key): credit + update on a batch collected elsewhere
-    (host-side rollouts of the real games, benchmarks)."""
+    (host-side rollouts of the real games, benchmarks). state_sharding: the state's
+    shardings (fsdp_shardings of it; None: replicated, taken from the argument)."""
     _check_batch(config.rollout.num_groups * config.rollout.group_size, mesh,
                  config.ppo.minibatches)
     learn = _learn_fn(config, policy, credit_fn, optimizer, mesh, ref_params)
     replicated = NamedSharding(mesh, P())
-    return jax.jit(learn, out_shardings=(replicated, replicated))
+    # in_shardings None: taken from the argument (the state, the batch, the key).
+    return jax.jit(learn, in_shardings=(state_sharding, None, None),
+                   out_shardings=(replicated if state_sharding is None else state_sharding,
+                                  replicated))
 
 
 def train_step_fn(config, policy, env, env_params, credit_fn: Callable,
@@ -211,41 +258,49 @@ def train_step_fn(config, policy, env, env_params, credit_fn: Callable,
 
 def make_train_step(config, policy, env, env_params, credit_fn: Callable,
                     optimizer: optax.GradientTransformation, mesh: Mesh,
-                    ref_params: Any = None) -> Callable:
-    """Builds the jitted step(state, key): rollout -> credit -> update, compiled once."""
+                    ref_params: Any = None, state_sharding: Any = None) -> Callable:
+    """Builds the jitted step(state, key): rollout -> credit -> update, compiled once.
+    state_sharding: the state's shardings in and out (fsdp_shardings; None: replicated)."""
     step = train_step_fn(config, policy, env, env_params, credit_fn, optimizer, mesh,
                          ref_params)
     replicated = NamedSharding(mesh, P())
-    return jax.jit(step, in_shardings=(replicated, replicated),
-                   out_shardings=(replicated, replicated), donate_argnums=(0,))
+    state_sharding = replicated if state_sharding is None else state_sharding
+    return jax.jit(step, in_shardings=(state_sharding, replicated),
+                   out_shardings=(state_sharding, replicated), donate_argnums=(0,))
 
 
 def make_seeds_train_step(config, policy, env, env_params, credit_fn: Callable,
-                          optimizer: optax.GradientTransformation, mesh: Mesh) -> Callable:
+                          optimizer: optax.GradientTransformation, mesh: Mesh,
+                          state_sharding: Any = None) -> Callable:
     """step(states, keys) for S seeds as one program: every leaf of `states` and `keys`
     has a leading seed axis [S, ...] (vmap, as PureJaxRL trains seeds together); the
     metrics come back as [S] arrays. No KL reference (ppo.kl_coef must be 0). The credit
-    must be built with CreditContext.seed_axis = SEED_AXIS."""
+    must be built with CreditContext.seed_axis = SEED_AXIS. state_sharding: the stacked
+    state's shardings (fsdp_shardings; None: replicated)."""
     if config.ppo.kl_coef > 0:
         raise ValueError("ppo.kl_coef: seeds trained as one program support only 0; "
                          "train the seeds as separate runs")
     step = train_step_fn(config, policy, env, env_params, credit_fn, optimizer, mesh)
     replicated = NamedSharding(mesh, P())
+    state_sharding = replicated if state_sharding is None else state_sharding
     seeds_step = jax.vmap(step, in_axes=(SEED_STATE_AXES, 0),
                           out_axes=(SEED_STATE_AXES, 0), axis_name=SEED_AXIS)
-    return jax.jit(seeds_step, in_shardings=(replicated, replicated),
-                   out_shardings=(replicated, replicated), donate_argnums=(0,))
+    return jax.jit(seeds_step, in_shardings=(state_sharding, replicated),
+                   out_shardings=(state_sharding, replicated), donate_argnums=(0,))
 
 
 def make_eval(policy, env, env_params, num_episodes: int, mesh: Mesh,
-              greedy: bool = True, seeds: bool = False) -> Callable:
+              greedy: bool = True, seeds: bool = False, state_sharding: Any = None) -> Callable:
     """Jitted held-out evaluation: `num_episodes` fresh episodes (group size 1).
 
     evaluate(params, frozen, key): `frozen` is the shared base (None without LoRA).
     seeds=True: params carry a leading seed axis [S, ...] and the metrics are [S]; every
-    seed plays the same episodes (the key is shared).
+    seed plays the same episodes (the key is shared). state_sharding: the TrainState
+    shardings whose .params and .frozen the arguments have (None: replicated).
     """
     replicated = NamedSharding(mesh, P())
+    params_sh, frozen_sh = ((replicated, replicated) if state_sharding is None
+                            else (state_sharding.params, state_sharding.frozen))
 
     def evaluate(params, frozen, key):
         data = rollout(policy, join_params(params, frozen), env, env_params, key,
@@ -253,7 +308,8 @@ def make_eval(policy, env, env_params, num_episodes: int, mesh: Mesh,
         return episode_metrics(data)
 
     fn = jax.vmap(evaluate, in_axes=(0, None, None)) if seeds else evaluate
-    return jax.jit(fn, in_shardings=(replicated,) * 3, out_shardings=replicated)
+    return jax.jit(fn, in_shardings=(params_sh, frozen_sh, replicated),
+                   out_shardings=replicated)
 
 
 def to_host(metrics: Dict[str, Any]) -> Dict[str, float]:

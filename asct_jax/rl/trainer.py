@@ -5,7 +5,7 @@
 
 `method` is a `Method` record (experiments/registry.py maps config.method to it). The
 driver builds everything once with `build_learner` (model, policy, mesh, credit,
-optimiser, replicated train state), asks the rollout source for its step and its
+optimiser, train state placed on the mesh), asks the rollout source for its step and its
 held-out evaluation, and runs the loop: checkpoints, resume, the non-finite guard,
 logging, the summary. A rollout source is the small interface `RolloutSource` below:
 `JaxEnvSource` runs rollout -> credit -> update as one compiled call;
@@ -36,9 +36,10 @@ from asct_jax.models import Decoder, get_preset
 from asct_jax.models.loading import load_pretrained, load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import CreditContext, CreditFn, Method
 from asct_jax.rl.policy import Policy, PromptTokens
-from asct_jax.rl.train_step import (SEED_AXIS, TrainState, make_eval, make_learn_step,
-                                    make_mesh, make_optimizer, make_seeds_train_step,
-                                    make_train_step, policy_params, to_host, to_host_seeds)
+from asct_jax.rl.train_step import (SEED_AXIS, TrainState, fsdp_shardings, make_eval,
+                                    make_learn_step, make_mesh, make_optimizer,
+                                    make_seeds_train_step, make_train_step, policy_params,
+                                    to_host, to_host_seeds)
 
 MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size")
@@ -127,6 +128,7 @@ class Learner:
     credit_fn: CreditFn
     optimizer: Any
     init_state: TrainState
+    state_sharding: Any         # init_state's shardings (fsdp_shardings): the steps' in/out
     ref_params: Optional[Any]   # KL reference (the initial parameters) if ppo.kl_coef > 0
     key: Any                    # key(seed), replicated
 
@@ -137,28 +139,33 @@ class Learner:
     def learn_step(self):
         """Jitted learn(state, batch, key): credit + update on a batch collected elsewhere."""
         return make_learn_step(self.config, self.policy, self.credit_fn, self.optimizer,
-                               self.mesh, self.ref_params)
+                               self.mesh, self.ref_params, self.state_sharding)
 
 
 def build_learner(config, method: Method, source: RolloutSource,
                   seed_axis: Optional[str] = None) -> Learner:
-    """Model, policy, mesh, credit, optimiser and the replicated initial state of a run
-    (seed_axis: the vmapped seed axis when the run is part of a seed batch)."""
+    """Model, policy, mesh, credit, optimiser and the initial state of a run, placed with
+    fsdp_shardings (replicated unless train.fsdp > 1) (seed_axis: the vmapped seed axis
+    when the run is part of a seed batch)."""
     source.check(method)
     policy, params = build_policy(config, source.vocab_size, source.shape, source.prompt)
     params, frozen = params if isinstance(params, tuple) else (params, None)
-    mesh = make_mesh(config.train.num_devices or None)
+    mesh = make_mesh(config.train.num_devices or None, config.train.get("fsdp", 1))
     replicated = NamedSharding(mesh, P())
     ctx = CreditContext(policy=policy, env=source.env, env_params=source.env_params,
                         group_size=config.rollout.group_size, seed_axis=seed_axis)
     optimizer = make_optimizer(config.ppo)
-    # Placed replicated up front, like the step's outputs: the step compiles once.
-    state = jax.device_put(TrainState(params=params, opt_state=optimizer.init(params),
-                                      step=jnp.zeros((), jnp.int32), frozen=frozen),
-                           replicated)
+    # Placed up front with the step's in/out shardings: the step compiles once.
+    state = TrainState(params=params, opt_state=optimizer.init(params),
+                       step=jnp.zeros((), jnp.int32), frozen=frozen)
+    sharding = fsdp_shardings(state, mesh)
+    # The KL reference: a copy (never aliased to the donated state), sharded like params.
+    ref_params = (jax.device_put(params, sharding.params, may_alias=False)
+                  if config.ppo.kl_coef > 0 else None)
     return Learner(config=config, method=method, policy=policy, mesh=mesh,
                    credit_fn=method.make_credit(config, ctx), optimizer=optimizer,
-                   init_state=state, ref_params=params if config.ppo.kl_coef > 0 else None,
+                   init_state=jax.device_put(state, sharding), state_sharding=sharding,
+                   ref_params=ref_params,
                    key=jax.device_put(jax.random.key(config.seed), replicated))
 
 
@@ -193,7 +200,7 @@ class JaxEnvSource:
     def make_step(self, learner: Learner) -> StepFn:
         step_fn = make_train_step(self.config, learner.policy, self.env, self.env_params,
                                   learner.credit_fn, learner.optimizer, learner.mesh,
-                                  learner.ref_params)
+                                  learner.ref_params, learner.state_sharding)
 
         def step(state, step_index):
             state, metrics = step_fn(state, learner.key)
@@ -205,7 +212,8 @@ class JaxEnvSource:
         seed is evaluated on the same tasks."""
         tc = self.config.train
         eval_fn = make_eval(learner.policy, self.env, self.env_params, tc.eval_episodes,
-                            learner.mesh, greedy=tc.eval_greedy)
+                            learner.mesh, greedy=tc.eval_greedy,
+                            state_sharding=learner.state_sharding)
         key = jax.device_put(jax.random.key(tc.eval_seed), learner.replicated)
 
         def evaluate(params):
@@ -334,13 +342,16 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
     stack = lambda *xs: jnp.stack(xs)  # noqa: E731
     # Per-seed params, optimiser states and steps stacked; the frozen base is shared.
     state = jax.tree.map(stack, *[st.replace(frozen=None) for st, _ in restored])
-    state = jax.device_put(state.replace(frozen=restored[0][0].frozen), first.replicated)
+    state = state.replace(frozen=restored[0][0].frozen)
+    sharding = fsdp_shardings(state, first.mesh)
+    state = jax.device_put(state, sharding)
     keys = jax.device_put(jax.tree.map(stack, *[l.key for l in learners]), first.replicated)
     seeds_step = make_seeds_train_step(config, first.policy, source.env, source.env_params,
-                                       first.credit_fn, first.optimizer, first.mesh)
+                                       first.credit_fn, first.optimizer, first.mesh, sharding)
     tc = config.train
     eval_fn = make_eval(first.policy, source.env, source.env_params, tc.eval_episodes,
-                        first.mesh, greedy=tc.eval_greedy, seeds=True)
+                        first.mesh, greedy=tc.eval_greedy, seeds=True,
+                        state_sharding=sharding)
     eval_key = jax.device_put(jax.random.key(tc.eval_seed), first.replicated)
     n = len(configs)
 

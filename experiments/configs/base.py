@@ -113,6 +113,10 @@ def get_config():
     c.train.keep = 2
     c.train.resume = False
     c.train.num_devices = 0  # 0: every device
+    # FSDP: > 1 shards every parameter / optimiser leaf over a second mesh axis of this
+    # size (mesh data x fsdp, data = devices / fsdp; must divide the devices), for models
+    # that do not fit replicated; 1: parameters replicated, data parallelism only.
+    c.train.fsdp = 1
     c.train.results_dir = "results"
     c.train.experiment = "train"
     c.train.run = "run"
@@ -184,4 +188,5 @@ def get_constraints():
         "train.eval_every": Range(1, None, integer=True),
         "train.checkpoint_every": Range(1, None, integer=True),
         "train.keep": Range(1, None, integer=True),
+        "train.fsdp": Range(1, None, integer=True),
     }
