@@ -203,8 +203,11 @@ class JaxEnvSource:
                                   learner.ref_params, learner.state_sharding)
 
         def step(state, step_index):
+            t0 = time.time()
             state, metrics = step_fn(state, learner.key)
-            return state, to_host(metrics)
+            m = to_host(metrics)   # waits for the step
+            m["time/step_s"] = time.time() - t0   # the first includes the compile
+            return state, m
         return step
 
     def make_eval(self, learner: Learner) -> EvalFn:
@@ -356,8 +359,12 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
     n = len(configs)
 
     def step_fn(state, step):
+        t0 = time.time()
         state, m = seeds_step(state, keys)
-        return state, to_host_seeds(m, n)
+        ms = to_host_seeds(m, n)
+        for m in ms:
+            m["time/step_s"] = time.time() - t0   # the whole seed batch's step
+        return state, ms
 
     def evaluate(params):
         trainable, frozen = params if isinstance(params, tuple) else (params, None)
