@@ -111,7 +111,7 @@ def test_every_credit_method_runs_unchanged_with_the_llm_actor(llm_batch, method
 
 
 def test_lora_run_checkpoints_adapters_only_and_resumes_exactly(folder, tmp_path):
-    c = llm_config(folder, tmp_path, lora_rank=2)
+    c = llm_config(folder, tmp_path, lora_rank=2, remat=True)
     c.train.experiment, c.train.run = "lora", "run"
     c.train.steps, c.train.eval_every, c.train.eval_episodes = 2, 2, 2
     c.train.checkpoint_every, c.train.keep = 1, 2

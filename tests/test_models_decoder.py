@@ -132,6 +132,32 @@ def test_bfloat16(tiny):
     assert np.abs(l16 - l32).max() < 0.05 * np.abs(l32).max()
 
 
+def test_remat_and_lora_keep_the_loss_and_gradients(tiny):
+    """model.remat recomputes activations without changing the loss or any gradient;
+    LoRA (B = 0 at init) starts at the base model's loss, and its adapters get gradients."""
+    path = tiny["qwen2"][2]
+    ids = jnp.asarray(_ids(5, 2, 8))
+
+    def loss_and_grads(model):
+        graphdef, state = nnx.split(model)
+
+        @jax.jit
+        def loss(state):
+            logits = nnx.merge(graphdef, state)(ids)
+            return jnp.mean(jax.nn.log_softmax(logits)[..., 0])
+        return jax.value_and_grad(loss)(state)
+
+    base, g_base = loss_and_grads(models.load_pretrained(path)[0])
+    remat, g_remat = loss_and_grads(models.load_pretrained(path, remat=True)[0])
+    np.testing.assert_allclose(remat, base, rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(g_remat), jax.tree.leaves(g_base)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    lora, g_lora = loss_and_grads(models.load_pretrained(path, lora_rank=2, remat=True)[0])
+    np.testing.assert_allclose(lora, base, rtol=1e-6)
+    b_grad = g_lora["layers"][0]["mlp"]["down_proj"]["lora_b"][...]
+    assert float(jnp.abs(b_grad).sum()) > 0
+
+
 def test_tiny_preset_random_init():
     cfg = models.get_preset("tiny", vocab_size=64)
     model = models.Decoder(cfg, rngs=nnx.Rngs(0))

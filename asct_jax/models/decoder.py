@@ -79,8 +79,11 @@ class Decoder(nnx.Module):
         for i, block in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
             if self.config.remat and cache is None:
-                # Keep only the block's input; recompute its activations in the backward pass.
-                x, (k, v) = nnx.remat(lambda blk, *a: blk(*a))(block, x, cos, sin, attn_mask)
+                # Keep only the block's input; recompute its activations in the backward
+                # pass (jax.checkpoint of the block as a pure function of its weights).
+                graphdef, weights = nnx.split(block)
+                x, (k, v) = jax.checkpoint(
+                    lambda w, *a: nnx.merge(graphdef, w)(*a))(weights, x, cos, sin, attn_mask)
                 continue
             x, (k, v) = block(x, cos, sin, attn_mask, kv, None if cache is None else cache.index)
             new_k.append(k)
