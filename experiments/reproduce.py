@@ -1,7 +1,7 @@
 """Reproduces both methods against their baselines: the ASCT table, the FACTOR table and
 Figure 5, with tables and plots under results/.
 
-    python -m experiments.reproduce --quick   # smoke scale: every part in minutes on 2 cores
+    python -m experiments.reproduce --quick   # smoke scale: 8 min on 2 cores (4.5 with a warm cache)
     python -m experiments.reproduce           # full scale (see README for the runtime)
 
 --quick runs each script's `smoke` config (10 steps of 16-32 episodes, 2 seeds: a check of
