@@ -59,6 +59,11 @@ def join_params(params: Any, frozen: Any) -> Any:
     return params if frozen is None else (params, frozen)
 
 
+def split_params(params: Any):
+    """The inverse of join_params: (params, frozen or None)."""
+    return params if isinstance(params, tuple) else (params, None)
+
+
 def policy_params(state: TrainState) -> Any:
     return join_params(state.params, state.frozen)
 

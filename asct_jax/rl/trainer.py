@@ -39,7 +39,7 @@ from asct_jax.rl.policy import Policy, PromptTokens
 from asct_jax.rl.train_step import (SEED_AXIS, TrainState, fsdp_shardings, make_eval,
                                     make_learn_step, make_mesh, make_optimizer,
                                     make_seeds_train_step, make_train_step, policy_params,
-                                    to_host, to_host_seeds)
+                                    split_params, to_host, to_host_seeds)
 
 MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size")
@@ -149,7 +149,7 @@ def build_learner(config, method: Method, source: RolloutSource,
     when the run is part of a seed batch)."""
     source.check(method)
     policy, params = build_policy(config, source.vocab_size, source.shape, source.prompt)
-    params, frozen = params if isinstance(params, tuple) else (params, None)
+    params, frozen = split_params(params)
     mesh = make_mesh(config.train.num_devices or None, config.train.get("fsdp", 1))
     replicated = NamedSharding(mesh, P())
     ctx = CreditContext(policy=policy, env=source.env, env_params=source.env_params,
@@ -220,7 +220,7 @@ class JaxEnvSource:
         key = jax.device_put(jax.random.key(tc.eval_seed), learner.replicated)
 
         def evaluate(params):
-            trainable, frozen = params if isinstance(params, tuple) else (params, None)
+            trainable, frozen = split_params(params)
             return {f"eval/{k}": v for k, v in to_host(eval_fn(trainable, frozen, key)).items()}
         return evaluate
 
@@ -367,7 +367,7 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
         return state, ms
 
     def evaluate(params):
-        trainable, frozen = params if isinstance(params, tuple) else (params, None)
+        trainable, frozen = split_params(params)
         return [{f"eval/{k}": v for k, v in m.items()}
                 for m in to_host_seeds(eval_fn(trainable, frozen, eval_key), n)]
 
