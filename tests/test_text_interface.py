@@ -63,7 +63,7 @@ def test_in_jit_ids_equal_the_tokenizer_on_the_rendered_text(tokenizer, name):
     for t in range(view.max_turns):
         for b in range(EPISODES):
             assert real(out["obs"][t, b]) == enc(view.observation_text(out["env_obs"][t, b]))
-            fb_text = render_text(view._words(out["env_feedback"][t, b]))
+            fb_text = render_text(view.env_words(out["env_feedback"][t, b]))
             assert real(out["feedback"][t, b]) == enc(fb_text)
             for k in range(view.num_actions):
                 assert real(out["cands"][t, b, k]) == enc(
@@ -89,9 +89,9 @@ def test_chat_pieces_reproduce_the_template(tokenizer):
     obs = [int(i) for i in np.asarray(ts.observation) if i != p.pad_id]
     act = [int(i) for i in np.asarray(cands[0]) if i != p.pad_id]
     system = {"role": "system", "content": view.system_prompt}
-    user = {"role": "user", "content": render_text(view._words(
+    user = {"role": "user", "content": render_text(view.env_words(
         np.asarray(view.inner.observe(state, params))))}
-    reply = render_text(view._words(np.asarray(env_cands[0])))
+    reply = render_text(view.env_words(np.asarray(env_cands[0])))
     full = tokenizer.apply_chat_template(
         [system, user, {"role": "assistant", "content": reply}], tokenize=False)
     ids = tokenizer.encode(full, add_special_tokens=False)
@@ -116,4 +116,4 @@ def test_an_unknown_action_is_nothing_happens_and_truncation_is_counted(tokenize
     _, ts_view = view.step(state, bogus, params)
     _, ts_env = env.step(state, jnp.zeros((env.action_len,), jnp.int32), params)
     np.testing.assert_array_equal(np.asarray(ts_view.reward), np.asarray(ts_env.reward))
-    assert render_text(view._words(np.asarray(ts_env.feedback))) == "nothing happens"
+    assert render_text(view.env_words(np.asarray(ts_env.feedback))) == "nothing happens"

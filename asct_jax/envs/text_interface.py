@@ -313,14 +313,15 @@ class LLMView(Environment):
     def observation_text(self, env_obs: np.ndarray) -> str:
         """The chat text of an observation (env ids): what tokenizer(...) is compared to."""
         head, tail = self.pieces.user_text
-        return head + render_text(self._words(env_obs)) + tail
+        return head + render_text(self.env_words(env_obs)) + tail
 
     def action_text(self, env_action: np.ndarray) -> str:
-        words = self._words(env_action)
+        words = self.env_words(env_action)
         end = self._tokenizer.convert_ids_to_tokens(self.pieces.end_of_turn)
         return render_text(words) + (end if "<eos>" in words else "")
 
-    def _words(self, ids: np.ndarray):
+    def env_words(self, ids: np.ndarray):
+        """The environment tokenizer's tokens of env ids (host side)."""
         return [self.table.words[i] for i in np.asarray(ids).tolist()]
 
     def _sample_lengths(self, env_params: Any) -> Dict[str, int]:
