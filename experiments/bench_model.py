@@ -3,13 +3,34 @@
 Same weights, same machine, one process. Compile time (first call minus steady state) is
 reported apart from the steady-state time (median over --repeats calls).
 
-  python experiments/bench_model.py --models tiny smollm2-135m --batch-sizes 1 4 --out results/bench/model.json
+  python -m experiments.bench_model --models tiny smollm2-135m --batch-sizes 1 4 --out results/bench/model.json
 
 --policy-scoring adds the policy's constrained candidate scoring (Policy.candidate_log_probs:
 N observations x K candidates of A tokens, log-probs from the hidden states and the
 LM-head rows of the candidates' tokens) beside the dense reference it replaced (full
 [N K A V] logits, a one-hot [K, A, V] trie mask per action and a masked softmax), in
 candidate tokens per second, at the model's own vocabulary.
+
+--train-pass times the training pass instead of generate / score: forward + backward
+(jax.jit(jax.value_and_grad(loss)) on the params from nnx.split; torch: loss.backward(),
+torch threads = the cores unless --torch-threads) at --train-shape [B, S], loss = mean
+next-token cross-entropy of the LM logits. Ours also in bfloat16 compute, and the policy's
+constrained scoring pass (value_and_grad of the sum of Policy.action_log_probs over N
+observations of O tokens, actions of A tokens, K candidates; default N O A K = 8 112 16 8,
+so N (O + A) = 1024 tokens, as [8, 128]). Compile time (lower + compile) is reported apart
+from the steady state. FLOP/s: 6 * params * tokens (the tied embedding counted once, as the
+LM head; the policy pass, which forms no [.., V] logits: 6 * (params - V H) * tokens;
+attention scores not counted) and XLA's cost analysis, beside the machine's jitted
+[2048, 2048] x [2048, 2048] float32 matmul (and torch's, and both in bfloat16). Torch's
+model is also timed in bfloat16 (a copy). After one first call each, all these passes run
+in --repeats interleaved rounds, so that each sees the same machine load; torch's bfloat16
+passes get their own rounds after the others (once oneDNN has run its AMX bfloat16 kernels
+in the process, our passes spend 1.5-4 s more a pass in the kernel; `system_s` in the rows).
+On a shared machine run it with OMP_WAIT_POLICY=PASSIVE: with libgomp's default spin-wait
+torch's 2 threads lose whole scheduler slices at every barrier once another process holds
+a core (tiny: 1.3 s a pass instead of 46 ms; 1 thread: 36 ms). XLA does not use OpenMP.
+
+  OMP_WAIT_POLICY=PASSIVE python -m experiments.bench_model --train-pass --models tiny smollm2-135m
 """
 from __future__ import annotations
 
@@ -17,6 +38,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import tempfile
 import time
@@ -38,24 +60,26 @@ def to_hf_llama(cfg: models.ModelConfig):
                        tie_word_embeddings=cfg.tie_embeddings, attention_bias=cfg.qkv_bias)
 
 
-def load_pair(name: str):
-    """(our Decoder, torch model) with identical weights."""
+def load_pair(name: str, bf16: bool = False):
+    """(our Decoder, torch model, our bfloat16 Decoder or None) with identical weights."""
     from transformers import LlamaConfig, LlamaForCausalLM
+    load = lambda path: (models.load_pretrained(path)[0],
+                         models.load_pretrained(path, dtype="bfloat16")[0] if bf16 else None)
     if name == "smollm2-135m":
         from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
         path = models.smollm2_gguf_path()
-        ours, _ = models.load_pretrained(path)
+        ours, ours_bf16 = load(path)
         config = {k: v for k, v in load_gguf_checkpoint(path)["config"].items() if k != "model_type"}
         ref = LlamaForCausalLM(LlamaConfig(**config)).eval()
         ref.load_state_dict(load_gguf_checkpoint(path, return_tensors=True, model_to_load=ref)["tensors"],
                             strict=False)
         ref.tie_weights()
-        return ours, ref
+        return ours, ref, ours_bf16
     ref = LlamaForCausalLM(to_hf_llama(models.get_preset(name))).eval()
     with tempfile.TemporaryDirectory() as tmp:
         ref.save_pretrained(tmp)
-        ours, _ = models.load_pretrained(tmp)
-    return ours, ref
+        ours, ours_bf16 = load(tmp)
+    return ours, ref, ours_bf16
 
 
 def timed(fn, repeats: int):
@@ -115,6 +139,17 @@ def bench_one(name, ours, ref, batch, args):
     return rows
 
 
+def policy_inputs(ours, graphdef, n, k, a, o):
+    """(Policy over `graphdef`, obs [N, O], cands [N, K, A] with shared prefixes, legal [N, K])."""
+    import jax.numpy as jnp
+    from asct_jax.rl.policy import Policy
+    v = ours.config.vocab_size
+    rng = np.random.default_rng(1)
+    obs = jnp.asarray(rng.integers(5, v, (n, o)), jnp.int32)
+    cands = jnp.asarray(rng.integers(5, 9, (n, k, a)), jnp.int32)   # shared prefixes
+    return Policy(graphdef, v, o, a, 0), obs, cands, jnp.ones((n, k), bool)
+
+
 def dense_candidate_log_probs(model, obs, cands, legal):
     """The replaced path (same shared-prefix KV cache as the policy): full [N K A V] logits
     of every candidate, a one-hot [K, A, V] trie mask per action, masked softmax."""
@@ -140,14 +175,9 @@ def bench_policy_scoring(name, ours, args, n=16, k=8, a=8, o=48):
     """Candidate tokens/s of Policy.candidate_log_probs vs the dense reference."""
     import jax.numpy as jnp
     from flax import nnx
-    from asct_jax.rl.policy import Policy
     graphdef, params = nnx.split(ours)
-    policy = Policy(graphdef, ours.config.vocab_size, o, a, 0)
-    rng = np.random.default_rng(1)
+    policy, obs, cands, legal = policy_inputs(ours, graphdef, n, k, a, o)
     v = ours.config.vocab_size
-    obs = jnp.asarray(rng.integers(5, v, (n, o)), jnp.int32)
-    cands = jnp.asarray(rng.integers(5, 9, (n, k, a)), jnp.int32)   # shared prefixes
-    legal = jnp.ones((n, k), bool)
     ours_fn = jax.jit(lambda p: policy.candidate_log_probs(p, obs, cands, legal)[1])
     dense_fn = jax.jit(lambda p: dense_candidate_log_probs(nnx.merge(graphdef, p), obs, cands, legal))
     rows = []
@@ -166,6 +196,144 @@ def bench_policy_scoring(name, ours, args, n=16, k=8, a=8, o=48):
     return rows
 
 
+def lm_loss(model, ids):
+    """Mean next-token cross-entropy of the LM logits [B, S - 1, V] (float32)."""
+    import jax.numpy as jnp
+    logp = jax.nn.log_softmax(model(ids)[:, :-1], axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1))
+
+
+def compile_apart(fn, *args):
+    """(jax.jit(fn) compiled for args, lower + compile seconds, XLA's flop estimate)."""
+    t = time.perf_counter()
+    exe = jax.jit(fn).lower(*args).compile()
+    seconds = time.perf_counter() - t
+    ca = exe.cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    return exe, seconds, float((ca or {}).get("flops", float("nan")))
+
+
+def global_norm(arrays) -> float:
+    return float(np.sqrt(sum(float(np.sum(np.square(np.asarray(g, np.float32)))) for g in arrays)))
+
+
+def matmul_passes(n=2048):
+    """[n, n] x [n, n] matmuls (float32 and bfloat16, jitted jnp.dot and torch.mm) as timed passes."""
+    import jax.numpy as jnp
+    passes, dot = [], jax.jit(jnp.dot)
+    for dtype in ("float32", "bfloat16"):
+        x, tx = jnp.ones((n, n), dtype), torch.ones(n, n, dtype=getattr(torch, dtype))
+        for impl, fn in (("jax", lambda x=x: dot(x, x).block_until_ready()), ("torch", lambda x=tx: torch.mm(x, x))):
+            passes.append(dict(op="matmul", impl=impl if dtype == "float32" else impl + "_bf16", step=fn,
+                               tokens=0, flop=2.0 * n ** 3, shape=dict(m=n, k=n, n=n)))
+    return passes
+
+
+def bench_train_pass(name, ours, ref, ours_bf16, args):
+    """Forward + backward tokens/s: ours (float32, bfloat16, policy scoring) vs torch (float32,
+    bfloat16), and the [2048]^3 matmuls. After one first call each, the passes are timed in
+    --repeats interleaved rounds, so that every one sees the same machine load (torch's
+    bfloat16 passes in rounds of their own, last; see the module docstring)."""
+    import copy
+    import jax.numpy as jnp
+    from flax import nnx
+    b, s = args.train_shape
+    v, h = ours.config.vocab_size, ours.config.hidden_size
+    n_params = sum(p.numel() for p in ref.parameters())   # the tied embedding once
+    ids = np.random.default_rng(2).integers(3, v, (b, s)).astype(np.int32)
+    lm = dict(op="train_pass", tokens=b * s, flop=6.0 * n_params * b * s, shape=dict(batch=b, seq=s, v=v))
+    passes = []   # dict(op, impl, step, check -> (loss, grad norm), tokens, flop, ...)
+
+    def add_jax(impl, loss_fn, params, *inputs, **info):
+        exe, compile_s, xla_flop = compile_apart(jax.value_and_grad(loss_fn), params, *inputs)
+
+        def check():
+            loss, grads = exe(params, *inputs)
+            return float(loss), global_norm(jax.tree.leaves(grads))
+        passes.append(dict(impl=impl, step=lambda: jax.block_until_ready(exe(params, *inputs)), check=check,
+                           compile_s=compile_s, xla_gflop=xla_flop / 1e9, **info))
+
+    for impl, model in (("jax", ours), ("jax_bf16", ours_bf16)):
+        if model is not None:
+            graphdef, params = nnx.split(model)
+            add_jax(impl, lambda p, x, g=graphdef: lm_loss(nnx.merge(g, p), x), params, jnp.asarray(ids), **lm)
+    n, o, a, k = args.policy_shape
+    graphdef, params = nnx.split(ours)
+    policy, obs, cands, legal = policy_inputs(ours, graphdef, n, k, a, o)
+    add_jax("jax", lambda p: jnp.sum(policy.action_log_probs(p, obs, cands[:, 0], cands, legal)[0]), params,
+            op="policy_train_pass", tokens=n * (o + a), flop=6.0 * (n_params - v * h) * n * (o + a),
+            shape=dict(n=n, o=o, a=a, k=k, v=v))
+
+    x = torch.as_tensor(ids, dtype=torch.long)
+
+    def torch_step(model):
+        model.zero_grad(set_to_none=True)
+        logits = model(x).logits[:, :-1].float()
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, v), x[:, 1:].reshape(-1))
+        loss.backward()
+        return loss
+
+    def torch_check(model):
+        loss = torch_step(model).item()
+        return loss, global_norm(p.grad.float() for p in model.parameters() if p.grad is not None)
+
+    if not args.no_torch:
+        models_torch = [("torch", ref)]
+        if ours_bf16 is not None:
+            models_torch.append(("torch_bf16", copy.deepcopy(ref).to(torch.bfloat16)))
+        for impl, model in models_torch:
+            passes.append(dict(impl=impl, step=lambda m=model: torch_step(m), check=lambda m=model: torch_check(m),
+                               compile_s=None, xla_gflop=None, torch_threads=torch.get_num_threads(), **lm))
+
+    passes += matmul_passes()
+    # torch's bfloat16 passes (oneDNN on AMX) last: once they have run, our passes in the
+    # same process spend seconds more in the kernel (system time) each.
+    for late in (False, True):
+        group = [p for p in passes if p["impl"].startswith("torch_bf16") == late]
+        for p in group:
+            p["times"], p["sys"] = [], []
+            p["step"]()
+        for _ in range(args.repeats):
+            for p in group:
+                sys_t, t = resource.getrusage(resource.RUSAGE_SELF).ru_stime, time.perf_counter()
+                p["step"]()
+                p["times"].append(time.perf_counter() - t)
+                p["sys"].append(resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys_t)
+    rows = []
+    for p in passes:
+        times = p.pop("times")
+        steady = statistics.median(times)
+        loss, grad_norm = p.pop("check", lambda: (None, None))()
+        del p["step"]
+        rows.append(dict(model=name, **p, steady_s=steady, best_s=min(times), times_s=times,
+                         system_s=statistics.median(p.pop("sys")),
+                         tokens_per_s=p["tokens"] / steady, gflop_per_s=p["flop"] / steady / 1e9,
+                         loss=loss, grad_norm=grad_norm, load_1min=os.getloadavg()[0]))
+    matmul = next(r for r in rows if r["op"] == "matmul" and r["impl"] == "jax")["gflop_per_s"]
+    for r in rows:
+        r["vs_jax_matmul"] = r["gflop_per_s"] / matmul
+        comp = f"{r['compile_s']:.1f}s" if r.get("compile_s") is not None else "-"
+        head = f"{name:14s} {r['op']:17s} {r['impl']:10s} "
+        if r["op"] == "matmul":
+            print(head + f"[2048]^3 {r['steady_s'] * 1e3:8.1f} ms {r['gflop_per_s']:6.1f} GFLOP/s  "
+                  f"(best {r['flop'] / r['best_s'] / 1e9:6.1f})", flush=True)
+            continue
+        print(head + f"{r['tokens_per_s']:7.1f} tok/s  steady {r['steady_s'] * 1e3:8.1f} ms (best "
+              f"{r['best_s'] * 1e3:8.1f})  {r['gflop_per_s']:6.1f} GFLOP/s ({r['vs_jax_matmul']:4.0%} of jax matmul)  "
+              f"compile {comp}  system {r['system_s']:.2f}s  loss {r['loss']:.4f} |g| {r['grad_norm']:.4f}  "
+              f"load {r['load_1min']:.2f}", flush=True)
+    by = {(r["op"], r["impl"]): r for r in rows}
+    for ours_impl, torch_impl in (("jax", "torch"), ("jax_bf16", "torch_bf16"), ("jax_bf16", "torch")):
+        if ("train_pass", ours_impl) in by and ("train_pass", torch_impl) in by:
+            o, t = by["train_pass", ours_impl], by["train_pass", torch_impl]
+            o[f"speed_vs_{torch_impl}"] = statistics.median(tt / to for to, tt in zip(o["times_s"], t["times_s"]))
+            print(f"{name:14s} train_pass speed {ours_impl} / {torch_impl}: {o[f'speed_vs_{torch_impl}']:.2f}x "
+                  f"(median of the rounds' ratios; of the medians {t['steady_s'] / o['steady_s']:.2f}x, "
+                  f"of the best {t['best_s'] / o['best_s']:.2f}x)", flush=True)
+    ref.zero_grad(set_to_none=True)
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["tiny", "smollm2-135m"])
@@ -179,23 +347,37 @@ def main():
                         help="also time the policy's constrained candidate scoring")
     parser.add_argument("--torch-threads", type=int, default=0,
                         help="torch intra-op threads (0: torch's default). On a busy machine 1 is steadier.")
-    parser.add_argument("--out", default="results/bench/model.json")
+    parser.add_argument("--train-pass", action="store_true",
+                        help="time forward + backward (ours fp32 / bf16 / policy scoring, torch) "
+                             "instead of generate / score")
+    parser.add_argument("--train-shape", nargs=2, type=int, default=[8, 128], metavar=("B", "S"))
+    parser.add_argument("--policy-shape", nargs=4, type=int, default=[8, 112, 16, 8],
+                        metavar=("N", "O", "A", "K"), help="policy scoring training pass (with --train-pass)")
+    parser.add_argument("--out", default=None,
+                        help="default results/bench/model.json (model_train.json with --train-pass)")
     args = parser.parse_args()
+    args.out = args.out or f"results/bench/model{'_train' if args.train_pass else ''}.json"
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
+    elif args.train_pass:
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
 
     env = dict(jax=jax.__version__, torch=torch.__version__, backend=jax.default_backend(),
                devices=[str(d) for d in jax.devices()], torch_threads=torch.get_num_threads(),
-               cpu_count=os.cpu_count(), machine=platform.platform())
+               cpu_count=os.cpu_count(), machine=platform.platform(), load_1min=os.getloadavg()[0],
+               omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"))
     print(json.dumps(env))
     rows = []
     for name in args.models:
-        ours, ref = load_pair(name)
-        for batch in args.batch_sizes:
-            rows += bench_one(name, ours, ref, batch, args)
+        ours, ref, ours_bf16 = load_pair(name, bf16=args.train_pass)
+        if args.train_pass:
+            rows += bench_train_pass(name, ours, ref, ours_bf16, args)
+        else:
+            for batch in args.batch_sizes:
+                rows += bench_one(name, ours, ref, batch, args)
         if args.policy_scoring:
             rows += bench_policy_scoring(name, ours, args)
-        del ours, ref
+        del ours, ref, ours_bf16
     out = dict(env=env, settings=vars(args), results=rows)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
