@@ -132,7 +132,7 @@ def get_config():
     c.warm_start = ml_collections.ConfigDict()
     c.warm_start.episodes = 256     # noisy-expert episodes (and value-fit episodes)
     c.warm_start.epsilon = 0.3      # probability of a uniformly random legal action
-    c.warm_start.sft_steps = 100
+    c.warm_start.sft_steps = 75
     c.warm_start.value_steps = 50
     c.warm_start.batch = 128        # turns per update
     c.warm_start.lr = 1e-3
