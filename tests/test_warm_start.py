@@ -59,6 +59,20 @@ def test_expert_episodes_masks_and_epsilon():
     assert np.all(np.asarray(half.rollout.action_index)[~np.asarray(half.rollout.turn_mask)] == -1)
 
 
+def test_expert_turns_are_legal_actions_off_the_experts_path():
+    """shop's expert can name an illegal candidate after a random mistake: such a turn is
+    played at random and is not an expert turn (SFT never trains on an illegal action)."""
+    c = small_config("/tmp")
+    c.env.name = "shop"
+    source = _source(c)
+    b = jax.jit(ws.expert_episodes, static_argnums=(0, 3))(
+        source.env, source.env_params, jax.random.key(0), 32, 0.3)
+    d = b.rollout
+    legal = np.take_along_axis(np.asarray(d.cand_mask),
+                               np.maximum(np.asarray(d.action_index), 0)[..., None], -1)[..., 0]
+    assert np.all(legal[np.asarray(d.turn_mask)])
+
+
 def test_sft_lowers_the_loss_and_raises_held_out_expert_log_probs():
     from asct_jax.rl.trainer import build_policy
     c = small_config("/tmp")

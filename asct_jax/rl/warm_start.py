@@ -5,10 +5,11 @@ value head fitted to Monte-Carlo returns of the warm-started actor.
     params, info = warm_start(config, JaxEnvSource(config))
 
 Data (`expert_episodes`): at each turn, with probability epsilon a uniformly random legal
-candidate, else the expert's (env.expert_policy). The epsilon actions stay in the
-episodes, so the states include the consequences of mistakes and their feedback, but SFT
-trains only on the expert's actions (`ExpertBatch.expert`): the actor learns to imitate
-the expert from states a noisy actor reaches, including the recovery from mistakes.
+candidate, else the expert's (env.expert_policy; a random one too where the expert names
+an illegal candidate, as a scripted expert can off its own path: shop). The random
+actions stay in the episodes, so the states include the consequences of mistakes and
+their feedback, but SFT trains only on the expert's actions (`ExpertBatch.expert`): the
+actor learns to imitate the expert from states a noisy actor reaches, recoveries included.
 
 SFT loss (`sft_loss`): the mean over the expert actions' real tokens of -log pi(y_j | x,
 y_<j), the constrained log-probs of Policy.action_log_probs. Value fit (`value_fit_loss`):
@@ -42,7 +43,8 @@ class ExpertBatch:
     """Episodes of the noisy expert.
 
     rollout: a Rollout [B, T, ...] (logp_old and values are 0: no policy played it).
-    expert: [B, T] bool, the turn happened and its action is the expert's (not epsilon's).
+    expert: [B, T] bool, the turn happened and its action is the expert's (not epsilon's,
+      nor a random stand-in for an illegal expert pick).
     """
 
     rollout: Rollout
@@ -68,7 +70,10 @@ def expert_episodes(env, env_params, key: chex.PRNGKey, num_episodes: int,
         costs = jax.vmap(env.action_costs, in_axes=(0, None))(states, env_params)
         expert = jax.vmap(env.expert_policy, in_axes=(0, None, 0))(
             states, env_params, jax.random.split(k_exp, num_episodes))
-        noisy = jax.random.bernoulli(k_coin, epsilon, (num_episodes,))
+        # A scripted expert off its own path may name an illegal candidate (shop): that
+        # turn is played like an epsilon turn and is not trained on.
+        legal_pick = jnp.take_along_axis(legal, expert[:, None], axis=1)[:, 0]
+        noisy = jax.random.bernoulli(k_coin, epsilon, (num_episodes,)) | ~legal_pick
         rand = jax.random.categorical(k_rand, jnp.where(legal, 0.0, -1e9), axis=-1)
         index = jnp.where(noisy, rand, expert).astype(jnp.int32)
         actions = jnp.take_along_axis(cands, index[:, None, None], axis=1)[:, 0]
