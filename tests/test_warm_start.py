@@ -118,3 +118,15 @@ def test_init_from_errors_name_the_field(warm, tmp_path):
         with pytest.raises(ConfigError, match=r"^train\.init_from: ") as e:
             build_learner(c, registry.get(c.method), _source(c))
         assert "\n" not in str(e.value)
+
+
+def test_runs_stored_before_init_from_still_match_a_fresh_config(tmp_path):
+    """A config.json written before train.init_from / warm_start existed is the same run."""
+    from asct_jax.infra.config_cli import config_to_dict
+    from experiments.runner import config_differences
+    c = small_config(tmp_path)
+    stored = config_to_dict(c)
+    del stored["train"]["init_from"], stored["warm_start"]
+    assert config_differences(stored, c) == []
+    c.train.init_from = "elsewhere"
+    assert config_differences(stored, c) == ["train.init_from"]
