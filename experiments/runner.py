@@ -23,7 +23,9 @@ Variant = Tuple[str, Mapping[str, Any]]
 
 # Fields that do not change what a run computes.
 _NOT_COMPARED = ("table", "train.experiment", "train.resume", "train.results_dir",
-                 "train.progress", "train.compilation_cache")
+                 "train.progress", "train.compilation_cache", "warm_start")
+# Fields added after runs were stored, with the value a config.json without them meant.
+_ADDED_DEFAULTS = {"train.init_from": ""}
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
@@ -41,7 +43,8 @@ def config_differences(stored: Mapping[str, Any], config) -> List[str]:
     """Dotted fields where a finished run's config.json and `config` disagree."""
     from asct_jax.infra.config_cli import config_to_dict
 
-    a, b = _flatten(stored), _flatten(config_to_dict(config))
+    a = {**_ADDED_DEFAULTS, **_flatten(stored)}
+    b = _flatten(config_to_dict(config))
     keys = {k for k in set(a) | set(b)
             if not any(k == n or k.startswith(n + ".") for n in _NOT_COMPARED)}
     return sorted(k for k in keys if a.get(k) != b.get(k))

@@ -36,6 +36,7 @@ from asct_jax.models import Decoder, get_preset
 from asct_jax.models.loading import load_pretrained, load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import CreditContext, CreditFn, Method
 from asct_jax.rl.policy import Policy, PromptTokens
+from asct_jax.rl.warm_start import load_params
 from asct_jax.rl.train_step import (SEED_AXIS, TrainState, fsdp_shardings, make_eval,
                                     make_learn_step, make_mesh, make_optimizer,
                                     make_seeds_train_step, make_train_step, policy_params,
@@ -146,10 +147,13 @@ def build_learner(config, method: Method, source: RolloutSource,
                   seed_axis: Optional[str] = None) -> Learner:
     """Model, policy, mesh, credit, optimiser and the initial state of a run, placed with
     fsdp_shardings (replicated unless train.fsdp > 1) (seed_axis: the vmapped seed axis
-    when the run is part of a seed batch)."""
+    when the run is part of a seed batch). train.init_from: the params start from that
+    warm start (asct_jax.rl.warm_start.load_params), the optimiser state is fresh."""
     source.check(method)
     policy, params = build_policy(config, source.vocab_size, source.shape, source.prompt)
     params, frozen = split_params(params)
+    if config.train.get("init_from"):   # a warm start: its params, fresh optimiser, step 0
+        params = load_params(config.train.init_from, params)
     mesh = make_mesh(config.train.num_devices or None, config.train.get("fsdp", 1))
     replicated = NamedSharding(mesh, P())
     ctx = CreditContext(policy=policy, env=source.env, env_params=source.env_params,

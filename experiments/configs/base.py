@@ -123,6 +123,19 @@ def get_config():
     c.train.progress = True
     c.train.batch_seeds = True      # table scripts train a variant's seeds as one program
     c.train.compilation_cache = "~/.cache/asct_jax/jax"   # persistent XLA cache; "": off
+    # "": a fresh initialisation; else a warm-start directory (experiments.warm_start):
+    # the run starts from its params (fresh optimiser state, step 0).
+    c.train.init_from = ""
+
+    # The warm start (asct_jax/rl/warm_start.py): SFT on the epsilon-noisy expert, then
+    # the value head on the warm-started actor's Monte-Carlo returns.
+    c.warm_start = ml_collections.ConfigDict()
+    c.warm_start.episodes = 256     # noisy-expert episodes (and value-fit episodes)
+    c.warm_start.epsilon = 0.3      # probability of a uniformly random legal action
+    c.warm_start.sft_steps = 75
+    c.warm_start.value_steps = 50
+    c.warm_start.batch = 128        # turns per update
+    c.warm_start.lr = 1e-3
     return c
 
 
@@ -189,4 +202,10 @@ def get_constraints():
         "train.checkpoint_every": Range(1, None, integer=True),
         "train.keep": Range(1, None, integer=True),
         "train.fsdp": Range(1, None, integer=True),
+        "warm_start.episodes": Range(1, None, integer=True),
+        "warm_start.epsilon": Range(0.0, 1.0),
+        "warm_start.sft_steps": Range(0, None, integer=True),
+        "warm_start.value_steps": Range(0, None, integer=True),
+        "warm_start.batch": Range(1, None, integer=True),
+        "warm_start.lr": Range(0.0, 1.0, lo_open=True),
     }

@@ -1,0 +1,239 @@
+"""A warm start shared by every method: supervised fine-tuning (SFT) of the actor on
+episodes of the environment's scripted expert played with exploration noise, then the
+value head fitted to Monte-Carlo returns of the warm-started actor.
+
+    params, info = warm_start(config, JaxEnvSource(config))
+
+Data (`expert_episodes`): at each turn, with probability epsilon a uniformly random legal
+candidate, else the expert's (env.expert_policy; a random one too where the expert names
+an illegal candidate, as a scripted expert can off its own path: shop). The random
+actions stay in the episodes, so the states include the consequences of mistakes and
+their feedback, but SFT trains only on the expert's actions (`ExpertBatch.expert`): the
+actor learns to imitate the expert from states a noisy actor reaches, recoveries included.
+
+SFT loss (`sft_loss`): the mean over the expert actions' real tokens of -log pi(y_j | x,
+y_<j), the constrained log-probs of Policy.action_log_probs. Value fit (`value_fit_loss`):
+the warm-started actor plays fresh episodes (asct_jax.rl.rollout.rollout) and V(x_t) is
+regressed on the return-to-go G_t (asct_jax.rl.advantages.returns_to_go, gamma =
+config.ppo.gamma); only the value head trains in this phase (the other weights get a zero
+update), so the actor the value describes is the one SFT produced.
+
+Both phases sample `config.warm_start.batch` turns per step from a fixed batch of episodes
+(`sample_turns`) and take one Adam step (config.warm_start.lr) on one jitted update,
+compiled once per phase.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Tuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from asct_jax.envs.base import PAD_ID
+from asct_jax.rl.advantages import returns_to_go
+from asct_jax.rl.losses import value_loss
+from asct_jax.rl.rollout import group_reset_keys, rollout
+from asct_jax.rl.types import Rollout, merge_batch_turns
+
+
+@chex.dataclass(frozen=True)
+class ExpertBatch:
+    """Episodes of the noisy expert.
+
+    rollout: a Rollout [B, T, ...] (logp_old and values are 0: no policy played it).
+    expert: [B, T] bool, the turn happened and its action is the expert's (not epsilon's,
+      nor a random stand-in for an illegal expert pick).
+    """
+
+    rollout: Rollout
+    expert: chex.Array
+
+
+def expert_episodes(env, env_params, key: chex.PRNGKey, num_episodes: int,
+                    epsilon: float, pad_id: int = PAD_ID) -> ExpertBatch:
+    """B = num_episodes episodes of T = env.max_turns turns of the epsilon-noisy expert.
+
+    The tasks are those `rollout(policy, params, env, env_params, key, B, 1)` plays (same
+    reset keys), so the expert and the random policy (epsilon=1) can be evaluated on the
+    held-out tasks of an eval key. Returns an ExpertBatch; jit it with num_episodes static.
+    """
+    reset_key, turn_key = jax.random.split(key)
+    states, ts = jax.vmap(env.reset, in_axes=(0, None))(
+        group_reset_keys(reset_key, num_episodes, 1), env_params)
+
+    def turn(carry, key_t):
+        states, ts, done = carry
+        k_coin, k_rand, k_exp = jax.random.split(key_t, 3)
+        cands, legal = jax.vmap(env.legal_actions, in_axes=(0, None))(states, env_params)
+        costs = jax.vmap(env.action_costs, in_axes=(0, None))(states, env_params)
+        expert = jax.vmap(env.expert_policy, in_axes=(0, None, 0))(
+            states, env_params, jax.random.split(k_exp, num_episodes))
+        # A scripted expert off its own path may name an illegal candidate (shop): that
+        # turn is played like an epsilon turn and is not trained on.
+        legal_pick = jnp.take_along_axis(legal, expert[:, None], axis=1)[:, 0]
+        noisy = jax.random.bernoulli(k_coin, epsilon, (num_episodes,)) | ~legal_pick
+        rand = jax.random.categorical(k_rand, jnp.where(legal, 0.0, -1e9), axis=-1)
+        index = jnp.where(noisy, rand, expert).astype(jnp.int32)
+        actions = jnp.take_along_axis(cands, index[:, None, None], axis=1)[:, 0]
+        new_states, new_ts = jax.vmap(env.step, in_axes=(0, 0, None))(states, actions, env_params)
+        live = ~done
+        out = dict(
+            obs=ts.observation, feedback=new_ts.feedback, actions=actions,
+            action_index=jnp.where(live, index, -1), token_mask=(actions != pad_id) & live[:, None],
+            turn_mask=live, logp_old=jnp.zeros(actions.shape, jnp.float32),
+            values=jnp.zeros((num_episodes,), jnp.float32),
+            rewards=jnp.where(live, new_ts.reward, 0.0), dones=new_ts.done & live,
+            cand_tokens=cands, cand_mask=legal, cand_costs=costs, states=states,
+            expert=live & ~noisy)
+        return (new_states, new_ts, done | new_ts.done), out
+
+    (_, last_ts, _), traj = jax.lax.scan(
+        turn, (states, ts, jnp.zeros((num_episodes,), bool)),
+        jax.random.split(turn_key, env.max_turns))
+    traj = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)   # [T, B] -> [B, T]
+    expert = traj.pop("expert")
+    data = Rollout(**traj, final_info=last_ts.info, group=jnp.arange(num_episodes),
+                   env_calls=jnp.sum(traj["turn_mask"]).astype(jnp.int32))
+    return ExpertBatch(rollout=data, expert=expert)
+
+
+def sample_turns(key: chex.PRNGKey, data: Rollout, weight: chex.Array, batch: int,
+                 targets: chex.Array = None) -> Dict[str, chex.Array]:
+    """`batch` turns drawn with replacement among those with weight [B, T] > 0.
+
+    Returns {obs [N, O], actions [N, A], cands [N, K, A], legal [N, K], token_mask [N, A],
+    targets [N]} with N = batch (targets: [B, T] value targets, zeros if None).
+    """
+    w = merge_batch_turns(weight).astype(jnp.float32)
+    idx = jax.random.choice(key, w.shape[0], (batch,), p=w / jnp.maximum(jnp.sum(w), 1e-9))
+    targets = jnp.zeros(weight.shape, jnp.float32) if targets is None else targets
+    pick = lambda x: merge_batch_turns(x)[idx]  # noqa: E731
+    return dict(obs=pick(data.obs), actions=pick(data.actions), cands=pick(data.cand_tokens),
+                legal=pick(data.cand_mask), token_mask=pick(data.token_mask),
+                targets=pick(targets))
+
+
+def sft_loss(policy, params, mb: Dict[str, chex.Array]) -> chex.Array:
+    """Mean over the real tokens of the minibatch's (expert) actions of -log pi(y_j | .)."""
+    logp, _, _ = policy.action_log_probs(params, mb["obs"], mb["actions"], mb["cands"],
+                                         mb["legal"])
+    m = mb["token_mask"].astype(jnp.float32)
+    return -jnp.sum(logp * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+
+def value_fit_loss(policy, params, mb: Dict[str, chex.Array]) -> chex.Array:
+    """0.5 (V(x) - G)^2 averaged over the minibatch's turns (G: Monte-Carlo return-to-go)."""
+    v = policy.value(params, mb["obs"])
+    return value_loss(v[None], mb["targets"][None], jnp.ones((1,) + v.shape, bool))
+
+
+def make_update(policy, loss: Callable, optimizer: optax.GradientTransformation,
+                frozen: Any = None) -> Callable:
+    """Jitted update(params, opt_state, data, weight, targets, key) -> (params, opt_state,
+    loss): one optimiser step on `loss(policy, join(params, frozen), minibatch)` of
+    sample_turns(key, data, weight, batch) (batch: static, from weight's caller)."""
+    from asct_jax.rl.train_step import join_params
+
+    def update(params, opt_state, data, weight, targets, key, batch):
+        mb = sample_turns(key, data, weight, batch, targets)
+        value, grads = jax.value_and_grad(
+            lambda p: loss(policy, join_params(p, frozen), mb))(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+    return jax.jit(update, static_argnames=("batch",))
+
+
+def value_head_only(optimizer: optax.GradientTransformation, params: Any
+                    ) -> optax.GradientTransformation:
+    """`optimizer` on the value head's leaves, a zero update on every other leaf."""
+    labels = jax.tree_util.tree_map_with_path(
+        lambda path, _: "value" if "value_head" in jax.tree_util.keystr(path) else "rest",
+        params)
+    return optax.multi_transform({"value": optimizer, "rest": optax.set_to_zero()}, labels)
+
+
+def _fit(update, params, opt_state, data, weight, targets, key, steps: int, batch: int):
+    """`steps` updates; returns (params, first loss, last loss)."""
+    losses = []
+    for i in range(steps):
+        params, opt_state, loss = update(params, opt_state, data, weight, targets,
+                                         jax.random.fold_in(key, i), batch=batch)
+        if i in (0, steps - 1):
+            losses.append(float(loss))
+    return params, (losses[0] if losses else float("nan")), (losses[-1] if losses else
+                                                             float("nan"))
+
+
+def warm_start(config, source) -> Tuple[Any, Dict[str, float]]:
+    """SFT on the noisy expert, then the value head on the SFT actor's returns.
+
+    source: a JaxEnvSource (env, env_params, vocab_size, shape, prompt). Returns (params,
+    info): params are what TrainState.params holds for config's model (with LoRA the
+    trainable part; build_learner's train.init_from loads them), info the first / last
+    losses of each phase. Keys: fold_in(key(config.seed), 1..4).
+    """
+    from asct_jax.rl.train_step import join_params, split_params
+    from asct_jax.rl.trainer import build_policy
+
+    ws = config.warm_start
+    policy, params = build_policy(config, source.vocab_size, source.shape, source.prompt)
+    params, frozen = split_params(params)
+    key = jax.random.key(config.seed)
+    k_data, k_sft, k_roll, k_value = (jax.random.fold_in(key, i) for i in range(1, 5))
+
+    data = jax.jit(expert_episodes, static_argnums=(0, 3, 5))(
+        source.env, source.env_params, k_data, int(ws.episodes), float(ws.epsilon),
+        policy.pad_id)
+    adam = optax.adam(ws.lr)
+    sft = make_update(policy, sft_loss, adam, frozen)
+    params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,
+                                       data.expert, None, k_sft, ws.sft_steps, ws.batch)
+
+    played = jax.jit(rollout, static_argnums=(0, 2, 5, 6))(
+        policy, join_params(params, frozen), source.env, source.env_params, k_roll,
+        int(ws.episodes), 1)
+    returns = returns_to_go(played.rewards, played.turn_mask, config.ppo.gamma)
+    vopt = value_head_only(adam, params)
+    vfit = make_update(policy, value_fit_loss, vopt, frozen)
+    params, v_first, v_last = _fit(vfit, params, vopt.init(params), played, played.turn_mask,
+                                   returns, k_value, ws.value_steps, ws.batch)
+    info = {"sft_loss_first": sft_first, "sft_loss_last": sft_last,
+            "value_loss_first": v_first, "value_loss_last": v_last,
+            "expert_fraction": float(jnp.sum(data.expert) / jnp.sum(data.rollout.turn_mask))}
+    return params, info
+
+
+CHECKPOINT = "checkpoint"   # <warm-start directory>/checkpoint: the orbax step directory
+
+
+def save_params(directory: str, params: Any, extra: Dict[str, Any] = None) -> None:
+    """Writes `params` as step 0 of <directory>/checkpoint (orbax: written to a temporary
+    directory, renamed when complete). CheckpointError if one is already there."""
+    import os
+
+    from asct_jax.infra.checkpoint import Checkpointer
+
+    with Checkpointer(os.path.join(directory, CHECKPOINT), keep=None) as ckpt:
+        ckpt.save(0, params, extra=extra, force=True)
+
+
+def load_params(directory: str, target: Any, field: str = "train.init_from") -> Any:
+    """The params saved by `save_params` in `directory`, in the structure and shardings of
+    `target`; ConfigError (one line, naming `field`) when there is no readable checkpoint
+    there or its tree does not match `target` (another model config)."""
+    import os
+
+    from asct_jax.infra.checkpoint import CheckpointError, Checkpointer
+    from asct_jax.infra.checks import ConfigError
+
+    path = os.path.join(directory, CHECKPOINT)
+    if not os.path.isdir(path):
+        raise ConfigError(field, f"{directory!r} has no warm-start checkpoint ({CHECKPOINT}/)",
+                          "a directory written by experiments.warm_start, or ''")
+    try:
+        with Checkpointer(path) as ckpt:
+            return ckpt.restore(target).state
+    except CheckpointError as e:
+        raise ConfigError(field, f"cannot start from {directory!r}: {e.problem}") from e

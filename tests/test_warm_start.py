@@ -1,0 +1,132 @@
+"""The warm start (asct_jax/rl/warm_start.py): the noisy-expert data, SFT, and a run
+started from it with train.init_from."""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from asct_jax.infra.checks import ConfigError
+from asct_jax.rl import warm_start as ws
+from tests.test_rl_train import small_config
+
+
+def _source(c):
+    from asct_jax.rl.trainer import JaxEnvSource
+    return JaxEnvSource(c)
+
+
+def _warm_config(tmp_path, **train):
+    c = small_config(tmp_path, **train)
+    c.warm_start.update(dict(episodes=16, sft_steps=10, value_steps=3, batch=32))
+    return c
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """A tiny warm start written by experiments.warm_start: (config, summary, out_dir)."""
+    from experiments.warm_start import run
+    c = _warm_config(tmp_path_factory.mktemp("warm"))
+    summary = run(c)
+    return c, summary, os.path.join(c.train.results_dir, c.train.experiment, "warm_start")
+
+
+def test_expert_episodes_masks_and_epsilon():
+    c = small_config("/tmp")
+    source = _source(c)
+    env, params = source.env, source.env_params
+    play = jax.jit(ws.expert_episodes, static_argnums=(0, 3))
+    clean = play(env, params, jax.random.key(0), 8, 0.0)
+    d = clean.rollout
+    np.testing.assert_array_equal(clean.expert, d.turn_mask)      # every action the expert's
+    # The expert's own choice in every visited state.
+    states = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), d.states)
+    expert = jax.vmap(env.expert_policy, in_axes=(0, None, None))(states, params,
+                                                                  jax.random.key(1))
+    live = np.asarray(d.turn_mask).reshape(-1)
+    np.testing.assert_array_equal(np.asarray(d.action_index).reshape(-1)[live],
+                                  np.asarray(expert)[live])
+    assert float(jnp.mean(d.final_info["success"])) == 1.0
+    assert not np.any(np.asarray(d.token_mask) & ~np.asarray(d.turn_mask)[..., None])
+    noisy = play(env, params, jax.random.key(0), 8, 1.0)
+    assert not np.any(noisy.expert) and np.any(noisy.rollout.turn_mask)
+    half = play(env, params, jax.random.key(0), 16, 0.5)
+    frac = float(jnp.sum(half.expert) / jnp.sum(half.rollout.turn_mask))
+    assert 0.25 < frac < 0.75
+    assert np.all(np.asarray(half.rollout.action_index)[~np.asarray(half.rollout.turn_mask)] == -1)
+
+
+def test_expert_turns_are_legal_actions_off_the_experts_path():
+    """shop's expert can name an illegal candidate after a random mistake: such a turn is
+    played at random and is not an expert turn (SFT never trains on an illegal action)."""
+    c = small_config("/tmp")
+    c.env.name = "shop"
+    source = _source(c)
+    b = jax.jit(ws.expert_episodes, static_argnums=(0, 3))(
+        source.env, source.env_params, jax.random.key(0), 32, 0.3)
+    d = b.rollout
+    legal = np.take_along_axis(np.asarray(d.cand_mask),
+                               np.maximum(np.asarray(d.action_index), 0)[..., None], -1)[..., 0]
+    assert np.all(legal[np.asarray(d.turn_mask)])
+
+
+def test_sft_lowers_the_loss_and_raises_held_out_expert_log_probs():
+    from asct_jax.rl.trainer import build_policy
+    c = small_config("/tmp")
+    source = _source(c)
+    policy, params = build_policy(c, source.vocab_size, source.shape, source.prompt)
+    play = jax.jit(ws.expert_episodes, static_argnums=(0, 3))
+    train = play(source.env, source.env_params, jax.random.key(1), 32, 0.3)
+    held = play(source.env, source.env_params, jax.random.key(2), 16, 0.3)
+    held_mb = ws.sample_turns(jax.random.key(3), held.rollout, held.expert, 64)
+    before = float(ws.sft_loss(policy, params, held_mb))
+    adam = optax.adam(3e-3)
+    update = ws.make_update(policy, ws.sft_loss, adam)
+    params, first, last = ws._fit(update, params, adam.init(params), train.rollout,
+                                  train.expert, None, jax.random.key(4), 30, 64)
+    after = float(ws.sft_loss(policy, params, held_mb))
+    assert last < first
+    assert after < before - 0.02, (before, after)
+
+
+def test_a_run_with_init_from_starts_from_the_warm_start(warm, tmp_path):
+    from experiments.runner import train_run
+    c0, summary, out_dir = warm
+    c = small_config(tmp_path, steps=1, eval_every=1, init_from=out_dir)
+    summary_run = train_run(c)
+    assert summary_run is not None
+    with open(os.path.join(tmp_path, c.train.experiment, c.train.run, "metrics.jsonl")) as f:
+        step0 = json.loads(f.readline())
+    assert step0["step"] == 0
+    for k in ("env/success", "env/score", "return"):
+        assert step0[f"eval/{k}"] == pytest.approx(summary["actor"][k], abs=1e-6), k
+    assert summary["expert"]["env/success"] == 1.0
+    assert summary["sft_loss_last"] < summary["sft_loss_first"]
+
+
+def test_init_from_errors_name_the_field(warm, tmp_path):
+    from asct_jax.rl.trainer import build_learner
+    from experiments import registry
+    _, _, out_dir = warm
+    for init_from, fix in [(str(tmp_path / "nowhere"), {}),
+                           (out_dir, {"hidden_size": 48})]:
+        c = small_config(tmp_path, init_from=init_from)
+        c.model.update(fix)
+        with pytest.raises(ConfigError, match=r"^train\.init_from: ") as e:
+            build_learner(c, registry.get(c.method), _source(c))
+        assert "\n" not in str(e.value)
+
+
+def test_runs_stored_before_init_from_still_match_a_fresh_config(tmp_path):
+    """A config.json written before train.init_from / warm_start existed is the same run."""
+    from asct_jax.infra.config_cli import config_to_dict
+    from experiments.runner import config_differences
+    c = small_config(tmp_path)
+    stored = config_to_dict(c)
+    del stored["train"]["init_from"], stored["warm_start"]
+    assert config_differences(stored, c) == []
+    c.train.init_from = "elsewhere"
+    assert config_differences(stored, c) == ["train.init_from"]
