@@ -36,11 +36,11 @@ from asct_jax.models import Decoder, get_preset
 from asct_jax.models.loading import load_pretrained, load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import CreditContext, CreditFn, Method
 from asct_jax.rl.policy import Policy, PromptTokens
-from asct_jax.rl.warm_start import load_params
 from asct_jax.rl.train_step import (SEED_AXIS, TrainState, fsdp_shardings, make_eval,
                                     make_learn_step, make_mesh, make_optimizer,
                                     make_seeds_train_step, make_train_step, policy_params,
                                     split_params, to_host, to_host_seeds)
+from asct_jax.rl.warm_start import load_params
 
 MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size")
