@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Sequence, Tuple
 
 import chex
 import jax
