@@ -129,14 +129,14 @@ def value_fit_loss(policy, params, mb: Dict[str, chex.Array]) -> chex.Array:
     return value_loss(v[None], mb["targets"][None], jnp.ones((1,) + v.shape, bool))
 
 
-def make_update(policy, loss: Callable, optimizer: optax.GradientTransformation,
-                frozen: Any = None) -> Callable:
-    """Jitted update(params, opt_state, data, weight, targets, key) -> (params, opt_state,
-    loss): one optimiser step on `loss(policy, join(params, frozen), minibatch)` of
-    sample_turns(key, data, weight, batch) (batch: static, from weight's caller)."""
+def make_update(policy, loss: Callable, optimizer: optax.GradientTransformation) -> Callable:
+    """Jitted update(params, opt_state, data, weight, targets, key, batch, frozen) ->
+    (params, opt_state, loss): one optimiser step on `loss(policy, join(params, frozen),
+    minibatch)` of sample_turns(key, data, weight, batch) (batch static; frozen, the LoRA
+    base or None, an argument like in the train step, never a compiled-in constant)."""
     from asct_jax.rl.train_step import join_params
 
-    def update(params, opt_state, data, weight, targets, key, batch):
+    def update(params, opt_state, data, weight, targets, key, batch, frozen=None):
         mb = sample_turns(key, data, weight, batch, targets)
         value, grads = jax.value_and_grad(
             lambda p: loss(policy, join_params(p, frozen), mb))(params)
@@ -154,12 +154,14 @@ def value_head_only(optimizer: optax.GradientTransformation, params: Any
     return optax.multi_transform({"value": optimizer, "rest": optax.set_to_zero()}, labels)
 
 
-def _fit(update, params, opt_state, data, weight, targets, key, steps: int, batch: int):
+def _fit(update, params, opt_state, data, weight, targets, key, steps: int, batch: int,
+         frozen: Any = None):
     """`steps` updates; returns (params, first loss, last loss)."""
     losses = []
     for i in range(steps):
         params, opt_state, loss = update(params, opt_state, data, weight, targets,
-                                         jax.random.fold_in(key, i), batch=batch)
+                                         jax.random.fold_in(key, i), batch=batch,
+                                         frozen=frozen)
         if i in (0, steps - 1):
             losses.append(float(loss))
     return params, (losses[0] if losses else float("nan")), (losses[-1] if losses else
@@ -187,18 +189,19 @@ def warm_start(config, source) -> Tuple[Any, Dict[str, float]]:
         source.env, source.env_params, k_data, int(ws.episodes), float(ws.epsilon),
         policy.pad_id)
     adam = optax.adam(ws.lr)
-    sft = make_update(policy, sft_loss, adam, frozen)
+    sft = make_update(policy, sft_loss, adam)
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,
-                                       data.expert, None, k_sft, ws.sft_steps, ws.batch)
+                                       data.expert, None, k_sft, ws.sft_steps, ws.batch,
+                                       frozen)
 
     played = jax.jit(rollout, static_argnums=(0, 2, 5, 6))(
         policy, join_params(params, frozen), source.env, source.env_params, k_roll,
         int(ws.episodes), 1)
     returns = returns_to_go(played.rewards, played.turn_mask, config.ppo.gamma)
     vopt = value_head_only(adam, params)
-    vfit = make_update(policy, value_fit_loss, vopt, frozen)
+    vfit = make_update(policy, value_fit_loss, vopt)
     params, v_first, v_last = _fit(vfit, params, vopt.init(params), played, played.turn_mask,
-                                   returns, k_value, ws.value_steps, ws.batch)
+                                   returns, k_value, ws.value_steps, ws.batch, frozen)
     info = {"sft_loss_first": sft_first, "sft_loss_last": sft_last,
             "value_loss_first": v_first, "value_loss_last": v_last,
             "expert_fraction": float(jnp.sum(data.expert) / jnp.sum(data.rollout.turn_mask))}
