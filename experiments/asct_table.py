@@ -2,7 +2,9 @@
 
 For every method and seed: train, then evaluate the final actor on held-out episodes
 (utility = answer F1 - lambda * execution tokens, F1, execution cost) and, if
-config.table.transfer, on the changed component set. Auxiliary tokens are the tokens the
+config.table.transfer, on the changed component set. With table.warm_start every run
+starts from the shared warm start of its environment config (experiments/warm_start.py;
+the no-description study from one made without descriptions). Auxiliary tokens are the tokens the
 credit method spent in training (search or VinePPO rollouts). Writes
 results/asct_table/{table,transfer,descriptions,sweep}.{md,json} and utility_vs_aux.png.
 """
@@ -10,7 +12,7 @@ import os
 
 from asct_jax.infra import config_cli
 from asct_jax.infra.tables import scatter_with_errorbars
-from experiments.runner import run_grid, write_table
+from experiments.runner import from_warm_start, run_grid, write_table
 
 MAIN_METRICS = {
     "final/env/utility": "utility",
@@ -40,7 +42,8 @@ def transfer_eval(config, summary, params):
 def main(config):
     out_dir = os.path.join(config.train.results_dir, config.train.experiment)
     seeds = tuple(config.table.seeds)
-    variants = [(m, {"method": m}) for m in config.table.methods]
+    variants = [(m, from_warm_start(config, {"method": m}, "rag_workflow"))
+                for m in config.table.methods]
     results = run_grid(config, variants, seeds, config.train.experiment,
                        after_run=transfer_eval if config.table.transfer else None)
     print(write_table(results, MAIN_METRICS, os.path.join(out_dir, "table")))
@@ -52,7 +55,9 @@ def main(config):
     if config.table.transfer:
         print(write_table(results, TRANSFER_METRICS, os.path.join(out_dir, "transfer")))
     if config.table.descriptions:
-        desc = [(f"{m}_nodesc", {"method": m, "env.options.describe_components": False})
+        desc = [(f"{m}_nodesc", from_warm_start(
+                    config, {"method": m, "env.options.describe_components": False},
+                    "rag_workflow_nodesc"))
                 for m in ("ppo_return", "asct_agentuct")]
         nodesc = run_grid(config, desc, seeds, config.train.experiment)
         both = {f"{m} (with descriptions)": results[m] for m in ("ppo_return", "asct_agentuct")
@@ -72,6 +77,7 @@ def main(config):
                  ("agentuct_none", {"method": "asct_agentuct", "asct.centring": "none"}),
                  ("agentuct_sims32", {"method": "asct_agentuct",
                                       "asct.search.num_simulations": 32})]
+        sweep = [(n, from_warm_start(config, o, "rag_workflow")) for n, o in sweep]
         res = run_grid(config, sweep, tuple(config.table.sweep_seeds), config.train.experiment)
         print(write_table(res, MAIN_METRICS, os.path.join(out_dir, "sweep")))
 

@@ -4,7 +4,8 @@
     python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py:quick
 
 Trains FACTOR (method "factor") on one environment (default `shop`, small) with the
-trainer, keeping the initial parameters ("early") and the final ones ("late"), then draws
+trainer (from the shared warm start with fig5.warm_start), keeping the initial parameters
+("early": the warm-started actor's, if any) and the final ones ("late"), then draws
 three panels on fresh diagnostic batches (`config.fig5.*`):
 
 (a) Conservation. On a batch rolled out with the late parameters, FACTOR's token weights
@@ -376,6 +377,10 @@ def run(config) -> Dict[str, Any]:
     from experiments.runner import train_run
 
     t_start = time.time()
+    if config.fig5.get("warm_start"):
+        from experiments.warm_start import shared
+        config = config.copy_and_resolve_references()
+        config.train.init_from = shared(config, config.env.name)
     tc = config.train
     source = JaxEnvSource(config)
     learner = build_learner(config, registry.get(config.method), source)

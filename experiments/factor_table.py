@@ -3,7 +3,8 @@
 Every method trains with the same steps and group size. grpo_extended is GRPO given
 FACTOR's environment-call budget: its rollout.num_groups is scaled by the ratio of
 FACTOR's measured environment calls (rollouts + value calibration) to GRPO's, so `factor`
-and `grpo` run first. Writes results/factor_table/<env>.{md,json}, a combined table and
+and `grpo` run first. With table.warm_start every run starts from the environment's
+shared warm start (experiments/warm_start.py), made before the first run of that env. Writes results/factor_table/<env>.{md,json}, a combined table and
 FACTOR's environment calls and wall clock as ratios to GRPO's.
 """
 import os
@@ -13,7 +14,7 @@ import numpy as np
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table
-from experiments.runner import run_grid, write_table
+from experiments.runner import from_warm_start, run_grid, write_table
 
 METRICS = {"final/env/success": "success", "final/env/score": "score",
            "total/env_calls": "env calls", "wall_clock_s": "wall clock (s)"}
@@ -33,7 +34,7 @@ def main(config):
     for env in config.table.envs:
         results = {}
         for m in order:
-            overrides = {"method": m, "env.name": env}
+            overrides = from_warm_start(config, {"method": m, "env.name": env}, env)
             if m == "grpo_extended":
                 if not {"grpo", "factor"} <= set(results):
                     raise ValueError("table.methods: grpo_extended needs grpo and factor")

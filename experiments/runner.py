@@ -28,12 +28,12 @@ _NOT_COMPARED = ("table", "train.experiment", "train.resume", "train.results_dir
 _ADDED_DEFAULTS = {"train.init_from": ""}
 
 
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+def flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for k, v in d.items():
         key = prefix + k
         if isinstance(v, Mapping):
-            out.update(_flatten(v, key + "."))
+            out.update(flatten(v, key + "."))
         else:
             out[key] = v
     return out
@@ -43,8 +43,8 @@ def config_differences(stored: Mapping[str, Any], config) -> List[str]:
     """Dotted fields where a finished run's config.json and `config` disagree."""
     from asct_jax.infra.config_cli import config_to_dict
 
-    a = {**_ADDED_DEFAULTS, **_flatten(stored)}
-    b = _flatten(config_to_dict(config))
+    a = {**_ADDED_DEFAULTS, **flatten(stored)}
+    b = flatten(config_to_dict(config))
     keys = {k for k in set(a) | set(b)
             if not any(k == n or k.startswith(n + ".") for n in _NOT_COMPARED)}
     return sorted(k for k in keys if a.get(k) != b.get(k))
@@ -80,6 +80,17 @@ def apply_overrides(config, overrides: Mapping[str, Any]):
             raise ValueError(f"override {dotted}: unknown field; allowed: {sorted(node.keys())}")
         node[last] = value
     return c
+
+
+def from_warm_start(base, overrides: Mapping[str, Any], name: str) -> Dict[str, Any]:
+    """`overrides` plus train.init_from = the shared warm start (made once, reused) of the
+    environment the overridden config trains on, when base.table.warm_start is set
+    (experiments.warm_start.shared; `name` names its folder); else `overrides` unchanged."""
+    if not base.get("table", {}).get("warm_start"):
+        return dict(overrides)
+    from experiments.warm_start import shared
+
+    return dict(overrides, **{"train.init_from": shared(apply_overrides(base, overrides), name)})
 
 
 def run_grid(base, variants: Sequence[Variant], seeds: Sequence[int], experiment: str,

@@ -6,14 +6,20 @@ expert, then the value head (asct_jax/rl/warm_start.py).
     python -m experiments.train --config experiments/configs/base.py \
         --config.env.name=household --config.train.init_from=results/train/warm_start
 
-Writes results/<experiment>/warm_start/: checkpoint/ (orbax, the params only) and
+Writes results/<experiment>/warm_start/: checkpoint/ (orbax, the params only), config.json and
 summary.json: the held-out success / score of the warm-started actor (the trainer's
 evaluation: train.eval_episodes episodes of the key train.eval_seed, exactly the step-0
 evaluation of a run with train.init_from) beside the expert's and the uniform-random
 policy's on the same tasks. Exit status 1 if the directory already holds a warm start.
+The keys come from --config.warm_start.seed (not --config.seed).
+
+Tables share one warm start per environment across methods and seeds (`shared`, used by
+the table scripts' "_warm" configs): made once under
+results/<experiment>/warm_start/<name>/, reused while the fields it depends on are unchanged.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -24,6 +30,9 @@ from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json
 
 KEYS = ("env/success", "env/score", "return", "episode_len")
+# The fields a warm start depends on (a stored one is reused only if these match).
+DEPENDS_ON = ("env", "model", "text", "warm_start", "ppo.gamma", "train.eval_seed",
+              "train.eval_episodes", "train.eval_greedy")
 
 
 def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilon: float):
@@ -39,22 +48,26 @@ def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilon: float):
     return {k: float(v) for k, v in jax.jit(play)(jax.random.key(eval_seed)).items()}
 
 
-def run(config):
-    """Warm start, save, evaluate; returns the summary dict."""
+def run(config, out_dir: str = None):
+    """Warm start, save, evaluate; returns the summary dict. out_dir: default
+    results/<experiment>/warm_start."""
+    from asct_jax.infra.config_cli import config_to_dict
     from asct_jax.rl.train_step import policy_params
     from asct_jax.rl.trainer import JaxEnvSource, build_learner
     from asct_jax.rl.warm_start import save_params, warm_start
     from experiments import registry
 
     tc = config.train
-    out_dir = os.path.join(tc.results_dir, tc.experiment, "warm_start")
+    out_dir = out_dir or os.path.join(tc.results_dir, tc.experiment, "warm_start")
     if os.path.exists(os.path.join(out_dir, "checkpoint")):
         raise FileExistsError(f"{out_dir} already holds a warm start; delete it or choose "
                               "another --config.train.experiment")
     source = JaxEnvSource(config)
     t0 = time.time()
     params, info = warm_start(config, source)
-    save_params(out_dir, params, extra={"env": config.env.name, "seed": config.seed})
+    save_params(out_dir, params, extra={"env": config.env.name,
+                                        "seed": config.warm_start.seed})
+    atomic_write_json(os.path.join(out_dir, "config.json"), config_to_dict(config))
     wall = time.time() - t0
     # The trainer's own step-0 evaluation of a run started from the saved params.
     c = config.copy_and_resolve_references()
@@ -62,7 +75,7 @@ def run(config):
     learner = build_learner(c, registry.get(c.method), source)
     actor = source.make_eval(learner)(policy_params(learner.init_state))
     summary = {
-        "env": config.env.name, "seed": config.seed, "eval_episodes": tc.eval_episodes,
+        "env": config.env.name, "seed": config.warm_start.seed, "eval_episodes": tc.eval_episodes,
         "eval_seed": tc.eval_seed, "eval_greedy": tc.eval_greedy,
         "warm_start": dict(config.warm_start), "warm_start_s": wall, **info,
         "actor": {k: actor[f"eval/{k}"] for k in KEYS},
@@ -73,6 +86,37 @@ def run(config):
     }
     atomic_write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary
+
+
+def shared(config, name: str) -> str:
+    """The warm start a table shares across its methods and seeds for `config`'s
+    environment: results/<experiment>/warm_start/<name>/, made now if absent (seed
+    config.warm_start.seed), else reused. Returns the directory (for train.init_from).
+    ValueError naming the fields if the stored one was made from another config."""
+    from asct_jax.infra.config_cli import config_to_dict
+    from experiments.runner import flatten
+
+    tc = config.train
+    out_dir = os.path.join(tc.results_dir, tc.experiment, "warm_start", name)
+    if not os.path.exists(os.path.join(out_dir, "summary.json")):
+        if os.path.exists(out_dir):   # interrupted between the checkpoint and the summary
+            import shutil
+            shutil.rmtree(out_dir)
+        s = run(config, out_dir)
+        print(f"warm start {name}: actor success {s['actor']['env/success']:.3f} "
+              f"(expert {s['expert']['env/success']:.3f}, random "
+              f"{s['random']['env/success']:.3f}); {s['warm_start_s']:.0f} s", flush=True)
+        return out_dir
+    with open(os.path.join(out_dir, "config.json")) as f:
+        stored = flatten(json.load(f))
+    wanted = flatten(config_to_dict(config))
+    depends = lambda k: any(k == p or k.startswith(p + ".") for p in DEPENDS_ON)  # noqa: E731
+    diff = sorted(k for k in set(stored) | set(wanted)
+                  if depends(k) and stored.get(k) != wanted.get(k))
+    if diff:
+        raise ValueError(f"{out_dir} was made with another config (fields {', '.join(diff)});"
+                         " delete it or set --config.train.experiment to a new name")
+    return out_dir
 
 
 def main(config):

@@ -5,6 +5,7 @@ import os
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -21,17 +22,20 @@ def _source(c):
 
 def _warm_config(tmp_path, **train):
     c = small_config(tmp_path, **train)
-    c.warm_start.update(dict(episodes=16, sft_steps=10, value_steps=3, batch=32))
+    c.warm_start.update(dict(episodes=16, value_steps=3, batch=32))
+    c.warm_start.sft_steps[c.env.name] = 10
     return c
 
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory):
-    """A tiny warm start written by experiments.warm_start: (config, summary, out_dir)."""
-    from experiments.warm_start import run
+    """A tiny warm start written by experiments.warm_start.shared (as a table makes it):
+    (config, summary, out_dir)."""
+    from experiments.warm_start import shared
     c = _warm_config(tmp_path_factory.mktemp("warm"))
-    summary = run(c)
-    return c, summary, os.path.join(c.train.results_dir, c.train.experiment, "warm_start")
+    out_dir = shared(c, "household")
+    with open(os.path.join(out_dir, "summary.json")) as f:
+        return c, json.load(f), out_dir
 
 
 def test_expert_episodes_masks_and_epsilon():
@@ -130,3 +134,33 @@ def test_runs_stored_before_init_from_still_match_a_fresh_config(tmp_path):
     assert config_differences(stored, c) == []
     c.train.init_from = "elsewhere"
     assert config_differences(stored, c) == ["train.init_from"]
+
+
+def test_a_table_shares_one_warm_start_and_refuses_one_made_otherwise(warm):
+    from experiments.runner import from_warm_start
+    c, _, out_dir = warm
+    c = c.copy_and_resolve_references()
+    c.table = ml_collections.ConfigDict({"warm_start": False})
+    assert from_warm_start(c, {"method": "serl"}, "household") == {"method": "serl"}
+    c.table.warm_start = True
+    stamp = os.path.getmtime(os.path.join(out_dir, "summary.json"))
+    for overrides in ({"method": "serl"}, {"method": "factor", "seed": 1337}):
+        got = from_warm_start(c, overrides, "household")
+        assert got == dict(overrides, **{"train.init_from": out_dir})   # reused, not remade
+    assert os.path.getmtime(os.path.join(out_dir, "summary.json")) == stamp
+    with pytest.raises(ValueError, match=r"fields env\.size, warm_start\.epsilon\b"):
+        from_warm_start(c, {"warm_start.epsilon": 0.5, "env.size": "medium"}, "household")
+
+
+def test_table_config_args_with_warm():
+    from experiments.configs import asct_table, factor_fig5, factor_table
+    c = factor_table.get_config("quick_warm")
+    assert c.table.warm_start and c.train.experiment == "factor_table_quick_warm"
+    assert "gigpo" in c.table.methods
+    assert not factor_table.get_config("quick").table.warm_start
+    c = asct_table.get_config("warm")
+    assert c.table.warm_start and c.train.experiment == "asct_table_warm"
+    f = factor_fig5.get_config("smoke_warm")
+    assert f.fig5.warm_start and f.fig5.name == "fig5_smoke_warm" and f.train.steps == 10
+    with pytest.raises(ValueError, match="'medium_warm'.*got 'tiny_warm'"):
+        asct_table.get_config("tiny_warm")

@@ -301,6 +301,11 @@ class LLMView(Environment):
     def restorable(self, state: Any, params: Any) -> chex.Array:
         return self.inner.restorable(state, params)
 
+    def expert_policy(self, state: Any, params: Any, key: chex.PRNGKey = None) -> chex.Array:
+        """The inner environment's scripted expert (a candidate index: the same in both
+        vocabularies), for the warm start."""
+        return self.inner.expert_policy(state, params, key)
+
     @property
     def tokenizer(self):
         return self._tokenizer

@@ -180,9 +180,14 @@ def warm_start(config, source) -> Tuple[Any, Dict[str, float]]:
     from asct_jax.rl.trainer import build_policy
 
     ws = config.warm_start
+    if config.env.name not in ws.sft_steps:
+        from asct_jax.infra.checks import ConfigError
+        raise ConfigError(f"warm_start.sft_steps.{config.env.name}", "not set",
+                          f"one of {sorted(ws.sft_steps)} or add the environment")
+    sft_steps = int(ws.sft_steps[config.env.name])
     policy, params = build_policy(config, source.vocab_size, source.shape, source.prompt)
     params, frozen = split_params(params)
-    key = jax.random.key(config.seed)
+    key = jax.random.key(ws.seed)
     k_data, k_sft, k_roll, k_value = (jax.random.fold_in(key, i) for i in range(1, 5))
 
     data = jax.jit(expert_episodes, static_argnums=(0, 3, 5))(
@@ -191,7 +196,7 @@ def warm_start(config, source) -> Tuple[Any, Dict[str, float]]:
     adam = optax.adam(ws.lr)
     sft = make_update(policy, sft_loss, adam)
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,
-                                       data.expert, None, k_sft, ws.sft_steps, ws.batch,
+                                       data.expert, None, k_sft, sft_steps, ws.batch,
                                        frozen)
 
     played = jax.jit(rollout, static_argnums=(0, 2, 5, 6))(

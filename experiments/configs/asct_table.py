@@ -5,6 +5,10 @@
     python -m experiments.asct_table --config experiments/configs/asct_table.py:quick  # reduced
     python -m experiments.asct_table --config experiments/configs/asct_table.py:smoke  # pipeline check
 
+Each scale with "_warm" appended (e.g. `asct_table.py:medium_warm`, `:warm` for the full
+scale) trains every run from the shared warm start of its environment (SFT on the noisy
+scripted expert, experiments/warm_start.py) into results/<experiment>_warm/.
+
 Ablations by override, e.g. --config.asct.search.c=2.0, --config.asct.search.beta=4.0,
 --config.asct.beta_start=0.0 --config.asct.beta_steps=40 (beta schedule),
 --config.asct.centring=logpi, --config.asct.search.num_simulations=32.
@@ -13,10 +17,11 @@ import ml_collections
 
 from experiments.configs import base
 
-METHODS = ("ppo_return", "vineppo", "asct_uniform", "asct_uct", "asct_agentuct")
+METHODS = ("ppo_return", "vineppo", "asct_uniform", "asct_uct", "asct_agentuct", "gigpo")
 
 
 def get_config(arg: str = "full"):
+    arg, warm = base.split_arg(arg, ("full", "medium", "quick", "smoke"), "asct_table")
     c = base.get_config()
     c.method = "asct_agentuct"
     c.env.name = "rag_workflow"
@@ -45,6 +50,7 @@ def get_config(arg: str = "full"):
     c.table.descriptions = True      # retrain ASCT-AgentUCT and PPO without descriptions
     c.table.sweep = True             # AgentUCT c / beta / centring / budget sweep
     c.table.sweep_seeds = (7,)       # sweeps run on seeds other than the table's
+    c.table.warm_start = False       # set by the "_warm" args (see the docstring)
     if arg == "medium":
         # Between quick and full: the paper's budgets (VinePPO K = 9, 16 simulations) on
         # 40 steps of 32 episodes; the description study, no sweep.
@@ -72,10 +78,7 @@ def get_config(arg: str = "full"):
             c.train.steps = c.train.eval_every = 10
             c.train.eval_episodes = 64
             c.rollout.num_groups = 4
-    elif arg != "full":
-        raise ValueError(
-            f"asct_table config arg must be 'full', 'medium', 'quick' or 'smoke', got {arg!r}")
-    return c
+    return base.use_warm_start(c, warm)
 
 
 def get_constraints():

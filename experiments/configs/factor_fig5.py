@@ -3,6 +3,11 @@
     python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py
     python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py:quick
     python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py:smoke
+    python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py:quick_warm
+
+"_warm" (or "warm" for the full scale): training starts from the shared warm start of the
+environment (experiments/warm_start.py, results/factor_fig5/warm_start/<env>/), so the
+"early" parameters are the warm-started actor's; its run and figure carry "_warm".
 
 The base config (experiments/configs/base.py) with method "factor" on `shop`, plus a
 `fig5` block for the diagnostic batch sizes. Training goes to
@@ -18,16 +23,15 @@ PERTURB_MODES = ("delete", "swap", "unk")
 
 
 def get_config(arg: str = ""):
-    if arg not in ("", "full", "quick", "smoke"):
-        raise ValueError(
-            f"factor_fig5 config arg must be '', 'full', 'quick' or 'smoke', got {arg!r}")
+    arg, warm = base.split_arg(arg or "full", ("full", "quick", "smoke"), "factor_fig5")
     quick = arg in ("quick", "smoke")   # smoke: quick with 10 training steps
     c = base.get_config()
     c.method = "factor"
     c.env.name = "shop"
     c.env.size = "small"
     c.train.experiment = "factor_fig5"
-    c.train.run = f"train_{arg}" if quick else "train_full"
+    suffix = "_warm" if warm else ""
+    c.train.run = (f"train_{arg}" if quick else "train_full") + suffix
     c.train.resume = True          # reuse a finished run of the same name (see above)
     c.train.steps = 60 if not quick else 20 if arg == "quick" else 10
     c.train.eval_every = c.train.steps
@@ -40,7 +44,9 @@ def get_config(arg: str = ""):
         c.ppo.epochs = 1
 
     c.fig5 = ml_collections.ConfigDict()
-    c.fig5.name = f"fig5_{arg}" if quick else "fig5"   # results/factor_fig5/<name>.{png,json}
+    # results/factor_fig5/<name>.{png,json}
+    c.fig5.name = (f"fig5_{arg}" if quick else "fig5") + suffix
+    c.fig5.warm_start = warm       # train from the shared warm start (see above)
     c.fig5.seed = 7                # diagnostic keys: fold_in(key(seed + fig5.seed), ...)
     c.fig5.num_groups = 4 if quick else 8            # diagnostic batch (G = group_size)
     c.fig5.group_size = 8

@@ -4,17 +4,22 @@ household / shop / science analogues (ALFWorld / WebShop / ScienceWorld).
     python -m experiments.factor_table --config experiments/configs/factor_table.py        # full
     python -m experiments.factor_table --config experiments/configs/factor_table.py:quick  # reduced
     python -m experiments.factor_table --config experiments/configs/factor_table.py:smoke  # pipeline check
+
+Each scale with "_warm" appended (`factor_table.py:quick_warm`, `:warm` for the full
+scale) trains every run from the shared warm start of its environment
+(experiments/warm_start.py) into results/<experiment>_warm/.
 """
 import ml_collections
 
 from experiments.configs import base
 
 METHODS = ("grpo", "serl", "grpo_extended", "factor", "factor_no_tac", "factor_no_hta",
-           "factor_no_apm")
+           "factor_no_apm", "gigpo")
 ENVS = ("household", "shop", "science")
 
 
 def get_config(arg: str = "full"):
+    arg, warm = base.split_arg(arg, ("full", "quick", "smoke"), "factor_table")
     c = base.get_config()
     c.method = "factor"
     c.ppo.aggregation = "action_mean"   # FACTOR's action-mean loss, for every method here
@@ -29,23 +34,21 @@ def get_config(arg: str = "full"):
     c.table.methods = METHODS
     c.table.envs = ENVS
     c.table.seeds = (42, 43, 1337)
+    c.table.warm_start = False       # set by the "_warm" args (see the docstring)
     if arg in ("quick", "smoke"):
         c.train.experiment = "factor_table_quick"
         c.train.steps = 20
         c.train.eval_every = 20
         c.train.eval_episodes = 128
         c.rollout.num_groups = 4
-        c.table.methods = ("grpo", "serl", "factor")
+        c.table.methods = ("grpo", "serl", "factor", "gigpo")
         c.table.envs = ("shop",)
         c.table.seeds = (42, 43)
         if arg == "smoke":   # `experiments.reproduce --quick` (see asct_table.py)
             c.train.experiment = "factor_table_smoke"
             c.train.steps = c.train.eval_every = 10
             c.train.eval_episodes = 64
-    elif arg != "full":
-        raise ValueError(
-            f"factor_table config arg must be 'full', 'quick' or 'smoke', got {arg!r}")
-    return c
+    return base.use_warm_start(c, warm)
 
 
 def get_constraints():
