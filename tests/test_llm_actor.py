@@ -128,3 +128,26 @@ def test_lora_run_checkpoints_adapters_only_and_resumes_exactly(folder, tmp_path
     train(c, registry.get("grpo"))
     assert uninterrupted["step"] == last()["step"] == 2
     assert uninterrupted == last()
+
+
+def test_warm_start_of_the_lora_actor_and_a_run_from_it(folder, tmp_path):
+    """The warm start through LLMView (the expert's picks in the model's tokens) with LoRA:
+    only adapters and value head are saved, and a run with train.init_from starts from
+    them (its step-0 evaluation is the warm start's own)."""
+    from experiments.warm_start import shared
+    c = llm_config(folder, tmp_path, lora_rank=2)
+    c.warm_start.update(dict(episodes=4, value_steps=1, batch=8, lr=1e-2))
+    c.warm_start.sft_steps.household = 2
+    c.train.experiment, c.train.eval_episodes = "llm_warm", 4
+    out_dir = shared(c, "household")
+    with open(os.path.join(out_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["sft_loss_last"] < summary["sft_loss_first"]
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out_dir) for f in fs)
+    assert size < 1_000_000   # adapters + value head only
+    c.train.init_from, c.train.run = out_dir, "from_warm"
+    c.train.steps = c.train.eval_every = 1
+    train(c, registry.get("grpo"))
+    with open(tmp_path / "llm_warm" / "from_warm" / "metrics.jsonl") as f:
+        step0 = json.loads(f.readline())
+    assert step0["eval/return"] == pytest.approx(summary["actor"]["return"], abs=1e-6)
