@@ -31,7 +31,7 @@ from experiments import registry
 from experiments.configs import base
 
 DEFAULT_METHODS = ("ppo_return", "ppo_gae", "grpo", "vineppo", "asct_uniform", "asct_uct",
-                   "asct_agentuct", "factor", "serl")
+                   "asct_agentuct", "factor", "serl", "gigpo")
 
 
 def timed(fn, *args, repeats):

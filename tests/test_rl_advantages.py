@@ -457,3 +457,24 @@ def test_gigpo_checks_its_arguments():
     np.testing.assert_allclose(_gigpo(r, obs, m, group_size=2, gamma=0.9, omega=0.5),
                                adv.gigpo_advantages(r, obs, m, 2, gamma=0.9, omega=0.5),
                                rtol=1e-6, atol=1e-6)
+
+
+@given(seed=st.integers(0, 2**31 - 1), b=st.integers(1, 5), t=st.integers(1, 7),
+       fill=st.sampled_from([np.nan, np.inf, -np.inf, 1e30]))
+def test_padding_never_leaks_into_the_turn_kernels(seed, b, t, fill):
+    """Whatever sits in the masked turns (nan, inf, huge) the outputs equal those of zeros
+    there: the kernels zero padding before any arithmetic (docs/methods.md, Masks)."""
+    rng = np.random.default_rng(seed)
+    mask = np.arange(t)[None] < rng.integers(0, t + 1, size=(b, 1))
+    r, v = (rng.normal(size=(b, t)).astype(np.float32) for _ in range(2))
+    dirty = lambda x: jnp.asarray(np.where(mask, x, fill).astype(np.float32))  # noqa: E731
+    clean = lambda x: jnp.asarray(np.where(mask, x, 0.0).astype(np.float32))  # noqa: E731
+    m = jnp.asarray(mask)
+    for fn in (lambda r, v: adv.returns_to_go(r, m, 0.9),
+               lambda r, v: adv.episode_returns(r, m),
+               lambda r, v: adv.td_residuals(r, v, m, 0.9),
+               lambda r, v: adv.gae(r, v, m, 0.9, 0.8)):
+        got, want = fn(dirty(r), dirty(v)), fn(clean(r), clean(v))
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            assert np.all(np.isfinite(np.asarray(g)))
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

@@ -45,9 +45,13 @@ def _next_turn(x: chex.Array, turn_mask: chex.Array) -> chex.Array:
 
     The value of the state after turn t, which is 0 once the episode is over.
     """
-    m = turn_mask.astype(x.dtype)
-    shifted = jnp.concatenate([x[:, 1:] * m[:, 1:], jnp.zeros_like(x[:, :1])], axis=1)
-    return shifted
+    return jnp.concatenate([_masked(x[:, 1:], turn_mask[:, 1:]), jnp.zeros_like(x[:, :1])],
+                           axis=1)
+
+
+def _masked(x: chex.Array, mask: chex.Array) -> chex.Array:
+    """x where mask, else 0: padding (even inf / nan) never reaches the arithmetic."""
+    return jnp.where(mask, x, jnp.zeros((), x.dtype))
 
 
 def _reverse_discounted_sum(x: chex.Array, decay: chex.Array) -> chex.Array:
@@ -133,16 +137,15 @@ def returns_to_go(rewards: chex.Array, turn_mask: chex.Array,
       [B, T] G_t, 0 where masked.
     """
     _check_turns(rewards, turn_mask)
-    m = turn_mask.astype(rewards.dtype)
     # G_t = m_t r_t + gamma * m_{t+1} G_{t+1} = sum_{k >= t} gamma^(k-t) m_k r_k (prefix mask);
     # G_t = 0 for t >= L already (every term has k >= t >= L, so m_k = 0).
-    return _discounted_suffix_sum(rewards * m, gamma)
+    return _discounted_suffix_sum(_masked(rewards, turn_mask), gamma)
 
 
 def episode_returns(rewards: chex.Array, turn_mask: chex.Array) -> chex.Array:
     """Undiscounted episode return  G = sum_t m_t r_t.   [B, T] -> [B]."""
     _check_turns(rewards, turn_mask)
-    return jnp.sum(rewards * turn_mask.astype(rewards.dtype), axis=1)
+    return jnp.sum(_masked(rewards, turn_mask), axis=1)
 
 
 def td_residuals(rewards: chex.Array, values: chex.Array, turn_mask: chex.Array,
@@ -158,8 +161,8 @@ def td_residuals(rewards: chex.Array, values: chex.Array, turn_mask: chex.Array,
       [B, T] delta_t.
     """
     _check_turns(rewards, turn_mask, values)
-    m = turn_mask.astype(rewards.dtype)
-    return m * (rewards + gamma * _next_turn(values, turn_mask) - values)
+    r, v = _masked(rewards, turn_mask), _masked(values, turn_mask)
+    return _masked(r + gamma * _next_turn(v, turn_mask) - v, turn_mask)
 
 
 def gae(rewards: chex.Array, values: chex.Array, turn_mask: chex.Array,
@@ -186,10 +189,9 @@ def gae(rewards: chex.Array, values: chex.Array, turn_mask: chex.Array,
     """
     _check_turns(rewards, turn_mask, values)
     values = jax.lax.stop_gradient(values)
-    m = turn_mask.astype(rewards.dtype)
     delta = td_residuals(rewards, values, turn_mask, gamma)       # m_t delta_t
     adv = _discounted_suffix_sum(delta, gamma * lam)              # 0 for t >= L already
-    return adv, adv + values * m                                  # (A_t, m_t (A_t + V_t))
+    return adv, adv + _masked(values, turn_mask)                  # (A_t, m_t (A_t + V_t))
 
 
 def returns_to_go_scan_reference(rewards: chex.Array, turn_mask: chex.Array,
