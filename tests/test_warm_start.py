@@ -153,9 +153,10 @@ def test_a_table_shares_one_warm_start_and_refuses_one_made_otherwise(warm):
 
 
 def test_table_config_args_with_warm():
-    from experiments.configs import asct_table, factor_fig5, factor_table
+    from experiments.configs import asct_table, base, factor_fig5, factor_table
     c = factor_table.get_config("quick_warm")
     assert c.table.warm_start and c.train.experiment == "factor_table_quick_warm"
+    assert c.ppo.lr == base.WARM_START_LR < factor_table.get_config("quick").ppo.lr
     assert "gigpo" in c.table.methods
     assert not factor_table.get_config("quick").table.warm_start
     c = asct_table.get_config("warm")

@@ -47,6 +47,8 @@ def get_config(arg: str = ""):
     # results/factor_fig5/<name>.{png,json}
     c.fig5.name = (f"fig5_{arg}" if quick else "fig5") + suffix
     c.fig5.warm_start = warm       # train from the shared warm start (see above)
+    if warm:
+        c.ppo.lr = base.WARM_START_LR
     c.fig5.seed = 7                # diagnostic keys: fold_in(key(seed + fig5.seed), ...)
     c.fig5.num_groups = 4 if quick else 8            # diagnostic batch (G = group_size)
     c.fig5.group_size = 8
