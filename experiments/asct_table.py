@@ -42,7 +42,7 @@ def transfer_eval(config, summary, params):
 def main(config):
     out_dir = os.path.join(config.train.results_dir, config.train.experiment)
     seeds = tuple(config.table.seeds)
-    variants = [(m, from_warm_start(config, {"method": m}, "rag_workflow"))
+    variants = [(m, from_warm_start(config, {"method": m}))
                 for m in config.table.methods]
     results = run_grid(config, variants, seeds, config.train.experiment,
                        after_run=transfer_eval if config.table.transfer else None)
@@ -56,8 +56,7 @@ def main(config):
         print(write_table(results, TRANSFER_METRICS, os.path.join(out_dir, "transfer")))
     if config.table.descriptions:
         desc = [(f"{m}_nodesc", from_warm_start(
-                    config, {"method": m, "env.options.describe_components": False},
-                    "rag_workflow_nodesc"))
+                    config, {"method": m, "env.options.describe_components": False}))
                 for m in ("ppo_return", "asct_agentuct")]
         nodesc = run_grid(config, desc, seeds, config.train.experiment)
         both = {f"{m} (with descriptions)": results[m] for m in ("ppo_return", "asct_agentuct")
@@ -77,7 +76,7 @@ def main(config):
                  ("agentuct_none", {"method": "asct_agentuct", "asct.centring": "none"}),
                  ("agentuct_sims32", {"method": "asct_agentuct",
                                       "asct.search.num_simulations": 32})]
-        sweep = [(n, from_warm_start(config, o, "rag_workflow")) for n, o in sweep]
+        sweep = [(n, from_warm_start(config, o)) for n, o in sweep]
         res = run_grid(config, sweep, tuple(config.table.sweep_seeds), config.train.experiment)
         print(write_table(res, MAIN_METRICS, os.path.join(out_dir, "sweep")))
 

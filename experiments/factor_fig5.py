@@ -380,7 +380,7 @@ def run(config) -> Dict[str, Any]:
     if config.fig5.get("warm_start"):
         from experiments.warm_start import shared
         config = config.copy_and_resolve_references()
-        config.train.init_from = shared(config, config.env.name)
+        config.train.init_from = shared(config)
     tc = config.train
     source = JaxEnvSource(config)
     learner = build_learner(config, registry.get(config.method), source)

@@ -34,7 +34,7 @@ def main(config):
     for env in config.table.envs:
         results = {}
         for m in order:
-            overrides = from_warm_start(config, {"method": m, "env.name": env}, env)
+            overrides = from_warm_start(config, {"method": m, "env.name": env})
             if m == "grpo_extended":
                 if not {"grpo", "factor"} <= set(results):
                     raise ValueError("table.methods: grpo_extended needs grpo and factor")

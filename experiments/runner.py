@@ -82,15 +82,15 @@ def apply_overrides(config, overrides: Mapping[str, Any]):
     return c
 
 
-def from_warm_start(base, overrides: Mapping[str, Any], name: str) -> Dict[str, Any]:
+def from_warm_start(base, overrides: Mapping[str, Any]) -> Dict[str, Any]:
     """`overrides` plus train.init_from = the shared warm start (made once, reused) of the
-    environment the overridden config trains on, when base.table.warm_start is set
-    (experiments.warm_start.shared; `name` names its folder); else `overrides` unchanged."""
+    environment and model the overridden config trains, when base.table.warm_start is set
+    (experiments.warm_start.shared); else `overrides` unchanged."""
     if not base.get("table", {}).get("warm_start"):
         return dict(overrides)
     from experiments.warm_start import shared
 
-    return dict(overrides, **{"train.init_from": shared(apply_overrides(base, overrides), name)})
+    return dict(overrides, **{"train.init_from": shared(apply_overrides(base, overrides))})
 
 
 def run_grid(base, variants: Sequence[Variant], seeds: Sequence[int], experiment: str,

@@ -13,9 +13,9 @@ evaluation of a run with train.init_from) beside the expert's and the uniform-ra
 policy's on the same tasks. Exit status 1 if the directory already holds a warm start.
 The keys come from --config.warm_start.seed (not --config.seed).
 
-Tables share one warm start per environment across methods and seeds (`shared`, used by
-the table scripts' "_warm" configs): made once under
-results/<experiment>/warm_start/<name>/, reused while the fields it depends on are unchanged.
+Tables and figures share one warm start per environment and model across methods, seeds,
+scales and scripts (`shared`, used by the "_warm" configs): made once under
+results/warm_start/<env>-<hash of the fields it depends on>/, reused after.
 """
 from __future__ import annotations
 
@@ -30,9 +30,8 @@ from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json
 
 KEYS = ("env/success", "env/score", "return", "episode_len")
-# The fields a warm start depends on (a stored one is reused only if these match).
-DEPENDS_ON = ("env", "model", "text", "warm_start", "ppo.gamma", "train.eval_seed",
-              "train.eval_episodes", "train.eval_greedy")
+# The fields a warm start's parameters depend on (its name hashes them: `key`).
+DEPENDS_ON = ("env", "model", "text", "warm_start", "ppo.gamma")
 
 
 def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilon: float):
@@ -88,34 +87,45 @@ def run(config, out_dir: str = None):
     return summary
 
 
-def shared(config, name: str) -> str:
-    """The warm start a table shares across its methods and seeds for `config`'s
-    environment: results/<experiment>/warm_start/<name>/, made now if absent (seed
-    config.warm_start.seed), else reused. Returns the directory (for train.init_from).
-    ValueError naming the fields if the stored one was made from another config."""
+def key(config) -> str:
+    """The name of config's shared warm start: <env>-<the first 8 hex digits of a SHA-256 of
+    its DEPENDS_ON fields>; equal fields, same warm start."""
+    import hashlib
+
+    fields = _depends(config)
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode())
+    return f"{config.env.name}-{digest.hexdigest()[:8]}"
+
+
+def _depends(config) -> dict:
     from asct_jax.infra.config_cli import config_to_dict
     from experiments.runner import flatten
 
-    tc = config.train
-    out_dir = os.path.join(tc.results_dir, tc.experiment, "warm_start", name)
+    return {k: v for k, v in flatten(config_to_dict(config)).items()
+            if any(k == p or k.startswith(p + ".") for p in DEPENDS_ON)}
+
+
+def shared(config) -> str:
+    """The warm start every table, figure and scale shares for config's environment and
+    model: results/warm_start/<key(config)>/, made now if absent (seed
+    config.warm_start.seed; evaluated with config's train.eval_*), else reused. Returns the
+    directory (for train.init_from)."""
+    out_dir = os.path.join(config.train.results_dir, "warm_start", key(config))
     if not os.path.exists(os.path.join(out_dir, "summary.json")):
         if os.path.exists(out_dir):   # interrupted between the checkpoint and the summary
             import shutil
             shutil.rmtree(out_dir)
         s = run(config, out_dir)
-        print(f"warm start {name}: actor success {s['actor']['env/success']:.3f} "
+        print(f"warm start {key(config)}: actor success {s['actor']['env/success']:.3f} "
               f"(expert {s['expert']['env/success']:.3f}, random "
               f"{s['random']['env/success']:.3f}); {s['warm_start_s']:.0f} s", flush=True)
         return out_dir
+    from experiments.runner import flatten
     with open(os.path.join(out_dir, "config.json")) as f:
-        stored = flatten(json.load(f))
-    wanted = flatten(config_to_dict(config))
-    depends = lambda k: any(k == p or k.startswith(p + ".") for p in DEPENDS_ON)  # noqa: E731
-    diff = sorted(k for k in set(stored) | set(wanted)
-                  if depends(k) and stored.get(k) != wanted.get(k))
-    if diff:
-        raise ValueError(f"{out_dir} was made with another config (fields {', '.join(diff)});"
-                         " delete it or set --config.train.experiment to a new name")
+        stored = {k: v for k, v in flatten(json.load(f)).items()
+                  if any(k == p or k.startswith(p + ".") for p in DEPENDS_ON)}
+    if json.loads(json.dumps(stored)) != json.loads(json.dumps(_depends(config))):
+        raise ValueError(f"{out_dir}: its config.json does not match its name; delete it")
     return out_dir
 
 

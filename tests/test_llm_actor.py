@@ -139,7 +139,7 @@ def test_warm_start_of_the_lora_actor_and_a_run_from_it(folder, tmp_path):
     c.warm_start.update(dict(episodes=4, value_steps=1, batch=8, lr=1e-2))
     c.warm_start.sft_steps.household = 2
     c.train.experiment, c.train.eval_episodes = "llm_warm", 4
-    out_dir = shared(c, "household")
+    out_dir = shared(c)
     with open(os.path.join(out_dir, "summary.json")) as f:
         summary = json.load(f)
     assert summary["sft_loss_last"] < summary["sft_loss_first"]

@@ -33,7 +33,7 @@ def warm(tmp_path_factory):
     (config, summary, out_dir)."""
     from experiments.warm_start import shared
     c = _warm_config(tmp_path_factory.mktemp("warm"))
-    out_dir = shared(c, "household")
+    out_dir = shared(c)
     with open(os.path.join(out_dir, "summary.json")) as f:
         return c, json.load(f), out_dir
 
@@ -136,20 +136,24 @@ def test_runs_stored_before_init_from_still_match_a_fresh_config(tmp_path):
     assert config_differences(stored, c) == ["train.init_from"]
 
 
-def test_a_table_shares_one_warm_start_and_refuses_one_made_otherwise(warm):
-    from experiments.runner import from_warm_start
+def test_one_warm_start_is_shared_by_methods_seeds_and_scales(warm):
+    from experiments.runner import apply_overrides, from_warm_start
+    from experiments.warm_start import key
     c, _, out_dir = warm
     c = c.copy_and_resolve_references()
     c.table = ml_collections.ConfigDict({"warm_start": False})
-    assert from_warm_start(c, {"method": "serl"}, "household") == {"method": "serl"}
+    assert from_warm_start(c, {"method": "serl"}) == {"method": "serl"}
     c.table.warm_start = True
     stamp = os.path.getmtime(os.path.join(out_dir, "summary.json"))
-    for overrides in ({"method": "serl"}, {"method": "factor", "seed": 1337}):
-        got = from_warm_start(c, overrides, "household")
+    for overrides in ({"method": "serl"}, {"method": "factor", "seed": 1337, "ppo.lr": 1e-4},
+                      {"train.eval_episodes": 7, "train.experiment": "another_table"}):
+        got = from_warm_start(c, overrides)
         assert got == dict(overrides, **{"train.init_from": out_dir})   # reused, not remade
     assert os.path.getmtime(os.path.join(out_dir, "summary.json")) == stamp
-    with pytest.raises(ValueError, match=r"fields env\.size, warm_start\.epsilon\b"):
-        from_warm_start(c, {"warm_start.epsilon": 0.5, "env.size": "medium"}, "household")
+    assert os.path.basename(out_dir) == key(c) and key(c).startswith("household-")
+    for change in ({"warm_start.epsilon": 0.5}, {"env.size": "medium"},
+                   {"warm_start.sft_steps.household": 11}, {"model.hidden_size": 48}):
+        assert key(apply_overrides(c, change)) != key(c), change
 
 
 def test_table_config_args_with_warm():

@@ -48,6 +48,7 @@ def get_config(arg: str = "full"):
             c.train.experiment = "factor_table_smoke"
             c.train.steps = c.train.eval_every = 10
             c.train.eval_episodes = 64
+            c.rollout.num_groups = 2
     return base.use_warm_start(c, warm)
 
 
