@@ -76,7 +76,7 @@ def run(config, out_dir: str = None):
     summary = {
         "env": config.env.name, "seed": config.warm_start.seed, "eval_episodes": tc.eval_episodes,
         "eval_seed": tc.eval_seed, "eval_greedy": tc.eval_greedy,
-        "warm_start": dict(config.warm_start), "warm_start_s": wall, **info,
+        "warm_start": config_to_dict(config.warm_start), "warm_start_s": wall, **info,
         "actor": {k: actor[f"eval/{k}"] for k in KEYS},
         "expert": {k: v for k, v in scripted_metrics(
             source, tc.eval_episodes, tc.eval_seed, 0.0).items() if k in KEYS},
@@ -109,17 +109,23 @@ def shared(config) -> str:
     """The warm start every table, figure and scale shares for config's environment and
     model: results/warm_start/<key(config)>/, made now if absent (seed
     config.warm_start.seed; evaluated with config's train.eval_*), else reused. Returns the
-    directory (for train.init_from)."""
+    directory (for train.init_from). Processes that ask for the same warm start at once
+    (`reproduce --jobs 2`) take turns on a lock file: one makes it, the others reuse it."""
+    import fcntl
+
     out_dir = os.path.join(config.train.results_dir, "warm_start", key(config))
-    if not os.path.exists(os.path.join(out_dir, "summary.json")):
-        if os.path.exists(out_dir):   # interrupted between the checkpoint and the summary
-            import shutil
-            shutil.rmtree(out_dir)
-        s = run(config, out_dir)
-        print(f"warm start {key(config)}: actor success {s['actor']['env/success']:.3f} "
-              f"(expert {s['expert']['env/success']:.3f}, random "
-              f"{s['random']['env/success']:.3f}); {s['warm_start_s']:.0f} s", flush=True)
-        return out_dir
+    os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+    with open(out_dir + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        if not os.path.exists(os.path.join(out_dir, "summary.json")):
+            if os.path.exists(out_dir):   # interrupted between the checkpoint and the summary
+                import shutil
+                shutil.rmtree(out_dir)
+            s = run(config, out_dir)
+            print(f"warm start {key(config)}: actor success {s['actor']['env/success']:.3f} "
+                  f"(expert {s['expert']['env/success']:.3f}, random "
+                  f"{s['random']['env/success']:.3f}); {s['warm_start_s']:.0f} s", flush=True)
+            return out_dir
     from experiments.runner import flatten
     with open(os.path.join(out_dir, "config.json")) as f:
         stored = {k: v for k, v in flatten(json.load(f)).items()

@@ -156,6 +156,13 @@ def test_one_warm_start_is_shared_by_methods_seeds_and_scales(warm):
         assert key(apply_overrides(c, change)) != key(c), change
 
 
+def test_summary_records_the_warm_start_fields(warm):
+    c, summary, out_dir = warm
+    assert summary["warm_start"]["sft_steps"] == c.warm_start.sft_steps.to_dict()
+    assert summary["warm_start"]["episodes"] == c.warm_start.episodes == 16
+    assert os.path.exists(out_dir + ".lock")   # the lock concurrent makers take turns on
+
+
 def test_table_config_args_with_warm():
     from experiments.configs import asct_table, base, factor_fig5, factor_table
     c = factor_table.get_config("quick_warm")

@@ -74,13 +74,13 @@ def get_config(arg: str = "full"):
         if arg == "smoke":
             # `experiments.reproduce --quick`: the whole pipeline in a few minutes on 2
             # cores (README's first command); its numbers do not separate the methods.
-            # AgentUCT (the paper's variant) against the baselines; Uniform and UCT are in
-            # the quick / medium tables.
+            # AgentUCT (the paper's variant) against its baselines; Uniform, UCT and GiGPO
+            # are in the quick / medium tables (GiGPO also in the FACTOR smoke table).
             c.train.experiment = "asct_table_smoke"
             c.train.steps = c.train.eval_every = 10
             c.train.eval_episodes = 64
             c.rollout.num_groups = 2
-            c.table.methods = ("ppo_return", "vineppo", "asct_agentuct", "gigpo")
+            c.table.methods = ("ppo_return", "vineppo", "asct_agentuct")
     return base.use_warm_start(c, warm)
 
 

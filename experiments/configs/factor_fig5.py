@@ -58,6 +58,12 @@ def get_config(arg: str = ""):
     c.fig5.perturb_modes = PERTURB_MODES             # token replacements, see the script
     c.fig5.min_abs_credit = 1e-3   # |A*_t| below this counts as neither sign
     c.fig5.chunk = 512             # lanes per lax.map chunk for the MC rollouts (memory)
+    if arg == "smoke":             # `experiments.reproduce --quick`: half the batches
+        c.train.eval_episodes = 64
+        c.rollout.num_groups = c.fig5.num_groups = 2
+        c.fig5.mc_rollouts = 4
+        c.fig5.perturb_actions = 6
+        c.fig5.perturb_rollouts = 2
     return c
 
 
