@@ -11,7 +11,8 @@ three panels on fresh diagnostic batches (`config.fig5.*`):
 (a) Conservation. On a batch rolled out with the late parameters, FACTOR's token weights
     omega are computed exactly as the `factor` credit computes them (value calibration ->
     TAC -> HTA -> APM, same calls, same key use as factor_jax/methods.py), and the
-    distribution of |mean_j omega_{t,j} - 1| over all real actions is plotted; the no-APM
+    distribution of |mean_j omega_{t,j} - 1| over the actions with a choice token (the
+    tokens the weights spread over, factor.alloc_tokens) is plotted; the no-APM
     softmax variant (fj.softmax_weights, weights summing to 1, error 1 - 1/L_t) is
     overlaid for contrast.
 
@@ -30,7 +31,7 @@ three panels on fresh diagnostic batches (`config.fig5.*`):
     RMSE, MAE and bias over all real actions (factor_jax.calibration_metrics).
 
 (c) Perturbation. Among the late batch's actions with positive and with negative TAC
-    credit (|A*_t| >= fig5.min_abs_credit, at least two real tokens and distinct
+    credit (|A*_t| >= fig5.min_abs_credit, at least two allocated tokens and distinct
     highest- and lowest-weighted tokens), up to `fig5.perturb_actions` of each sign are
     drawn at random. For each, the highest-allocated (argmax_j omega_{t,j}) and,
     separately, the lowest-allocated token is perturbed; the stored state x_t is restored,
@@ -121,7 +122,7 @@ def factor_parts(ctx, config, params, batch, key):
 
     Returns (FactorPieces, fj.Conservation, tac_sum_err [B])."""
     p = factor_pieces(config, ctx, params, batch, key)
-    cons = fj.conservation(p.weights, p.scores, batch.token_mask, tau=config.factor.tau,
+    cons = fj.conservation(p.weights, p.scores, p.alloc_mask, tau=config.factor.tau,
                            transform=config.factor.transform)
     return p, cons, fj.credit_conservation_error(p.credit, batch.rewards, p.baseline,
                                                  batch.turn_mask)
@@ -188,7 +189,7 @@ class Diagnostics:
         """Host: up to fig5.perturb_actions eligible actions of each credit sign (random)."""
         f5 = self.config.fig5
         pos, neg, hi, lo = (np.asarray(x) for x in self._eligible(
-            pieces.credit, pieces.weights, batch.token_mask, f5.min_abs_credit))
+            pieces.credit, pieces.weights, pieces.alloc_mask, f5.min_abs_credit))
         rng = np.random.default_rng(seed)
         chosen = {}
         for name, sel in (("pos", pos), ("neg", neg)):
@@ -277,7 +278,7 @@ def run_diagnostics(config, pieces, early_params, late_params,
         if phase == "late":
             real = np.asarray(cons.real)
             ca, cs = np.asarray(cons.cons_apm)[real], np.asarray(cons.cons_softmax)[real]
-            lens = np.asarray(batch.token_mask).sum(-1)[real]
+            lens = np.asarray(pieces.alloc_mask).sum(-1)[real]
             res["conservation"] = {
                 "n_actions": int(real.sum()),
                 "apm_max": float(ca.max()), "apm_mean": float(ca.mean()),

@@ -25,7 +25,7 @@ Variant = Tuple[str, Mapping[str, Any]]
 _NOT_COMPARED = ("table", "train.experiment", "train.resume", "train.results_dir",
                  "train.progress", "train.compilation_cache", "warm_start")
 # Fields added after runs were stored, with the value a config.json without them meant.
-_ADDED_DEFAULTS = {"train.init_from": ""}
+_ADDED_DEFAULTS = {"train.init_from": "", "factor.alloc_tokens": "all"}
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:

@@ -15,7 +15,7 @@ from factor_jax.diagnostics import (CalibrationMetrics, Conservation, calibratio
                                     credit_conservation_error, extreme_tokens, mc_credit,
                                     mc_state_values, perturbable_actions,
                                     perturbation_returns, perturbed_actions)
-from factor_jax.hta import hindsight_delta, hta_scores, sign_aware_scores
+from factor_jax.hta import choice_tokens, hindsight_delta, hta_scores, sign_aware_scores
 from factor_jax.losses import DISTILL_ESTIMATORS, action_mean_loss, distillation_loss
 from factor_jax.serl import serl_coefficients, serl_lambda, serl_token_weights
 from factor_jax.tac import boundary_potentials, tac_credit
@@ -23,7 +23,7 @@ from factor_jax.tac import boundary_potentials, tac_credit
 __all__ = [
     "TRANSFORMS", "DISTILL_ESTIMATORS",
     "tac_credit", "boundary_potentials",
-    "hta_scores", "hindsight_delta", "sign_aware_scores",
+    "hta_scores", "hindsight_delta", "choice_tokens", "sign_aware_scores",
     "apm_weights", "softmax_weights", "unnormalised_weights", "uniform_weights",
     "clip_renormalise", "log_transform",
     "token_coefficients", "hindsight_allocation", "Allocation", "factor_coefficients",

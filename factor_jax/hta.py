@@ -13,6 +13,40 @@ import jax
 import jax.numpy as jnp
 
 
+def choice_tokens(actions: chex.Array, cand_tokens: chex.Array, cand_mask: chex.Array,
+                  token_mask: chex.Array) -> chex.Array:
+    """The action tokens at which the actor had a choice under constrained decoding.
+
+    Token j of action y is a choice iff a legal candidate that agrees with y on y_{<j}
+    has another token at j:
+
+      choice_j = OR_k [ legal_k  AND  c_{k,<j} = y_{<j}  AND  c_{k,j} != y_j ]
+
+    Elsewhere the constraint leaves one continuation, so log pi(y_j | x, y_<j) = 0 for
+    every parameter (no gradient) and delta_j = 0 whatever the teacher reads: such a
+    *forced* token cannot carry credit, and HTA + APM allocate over the choice tokens
+    only (docs/methods.md, FACTOR > HTA; a free-form LLM action has no forced tokens).
+
+    Args:
+      actions: [..., A] int, the action's tokens (EOS then PAD).
+      cand_tokens: [..., K, A] int, the candidates it was chosen from.
+      cand_mask: [..., K] bool, legal candidates.
+      token_mask: [..., A] bool, real action tokens.
+    Returns:
+      [..., A] bool, a subset of token_mask.
+    """
+    chex.assert_rank([actions, token_mask], cand_mask.ndim)
+    chex.assert_rank(cand_tokens, actions.ndim + 1)
+    chex.assert_equal_shape([actions, token_mask])
+    chex.assert_equal_shape_prefix([cand_tokens, cand_mask], cand_mask.ndim)
+    same = cand_tokens == actions[..., None, :]                        # [..., K, A]
+    # c_{k,<j} = y_{<j}: an exclusive running AND along the tokens.
+    prefix = jnp.cumprod(jnp.concatenate(
+        [jnp.ones_like(same[..., :1]), same[..., :-1]], axis=-1), axis=-1).astype(bool)
+    other = cand_mask[..., None] & prefix & ~same
+    return jnp.any(other, axis=-2) & token_mask
+
+
 def hindsight_delta(teacher_logp: chex.Array, student_logp: chex.Array,
                     token_mask: chex.Array) -> chex.Array:
     """Per-token hindsight log-ratio.

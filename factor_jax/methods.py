@@ -60,6 +60,18 @@ from asct_jax.search.rollout_value import mc_return
 
 TAC_VALUES = ("calibrated", "critic")   # config.factor.tac_values: V~ at calibrated turns
 NORMALISE = ("batch_std", "none")       # config.factor.normalise: scale of the coefficients
+ALLOC_TOKENS = ("choice", "all")        # config.factor.alloc_tokens: what HTA + APM weigh
+
+
+def allocation_mask(alloc_tokens: str, batch: Rollout):
+    """[B, T, A] bool, the tokens HTA + APM spread an action's credit over: "choice", the
+    tokens where constrained decoding left the actor a choice (fj.choice_tokens; a forced
+    token has no gradient, so credit put there is lost), or "all" real action tokens."""
+    if alloc_tokens == "all":
+        return batch.token_mask
+    return fj.choice_tokens(batch.actions, batch.cand_tokens, batch.cand_mask,
+                            batch.token_mask)
+
 
 def teacher_log_probs(ctx: CreditContext, params, batch: Rollout):
     """Hindsight teacher log-probs [B, T, A] (0 on padding)."""
@@ -98,7 +110,9 @@ class FactorPieces:
     Attributes:
       coef: [B, T, A] C_{t,j}, scaled as config.factor.normalise says.
       credit: [B, T] the action credit A_t (TAC's A*_t, GRPO's for factor_no_tac).
-      scores: [B, T, A] HTA scores s_{t,j}. weights: [B, T, A] omega_{t,j}.
+      scores: [B, T, A] HTA scores s_{t,j}. weights: [B, T, A] omega_{t,j}, mean 1 over
+        the action's alloc_mask tokens, 0 elsewhere.
+      alloc_mask: [B, T, A] bool, the tokens the weights spread over (allocation_mask).
       teacher: [B, T, A] hindsight-teacher log-probs.
       values: [B, T] V~ (critic, replaced by MC values at calibrated turns).
       targets: [B, T] value-head targets. calibrated: [B, T] bool, calibrated turns.
@@ -110,6 +124,7 @@ class FactorPieces:
     credit: chex.Array
     scores: chex.Array
     weights: chex.Array
+    alloc_mask: chex.Array
     teacher: chex.Array
     values: chex.Array
     targets: chex.Array
@@ -184,7 +199,8 @@ def factor_pieces(config, ctx: CreditContext, params, batch: Rollout, key,
             values = jnp.where(cal_mask, cal.targets, values)  # V~ = MC_t where calibrated
     teacher = teacher_log_probs(ctx, params, batch)
     credit = action_credit(batch, values, b, g, ctx.group_size)
-    coef, alloc = fj.hindsight_allocation(credit, teacher, batch.logp_old, batch.token_mask,
+    alloc_mask = allocation_mask(fc.alloc_tokens, batch)
+    coef, alloc = fj.hindsight_allocation(credit, teacher, batch.logp_old, alloc_mask,
                                           token_weights(fc))
     if fc.normalise == "batch_std":
         # One positive scalar for the whole batch: conservation per action and the
@@ -192,7 +208,7 @@ def factor_pieces(config, ctx: CreditContext, params, batch: Rollout, key,
         # GRPO's (std-normalised) scale, so both train at the same learning rate.
         coef = coef / jnp.maximum(jnp.std(g), fc.std_floor)
     return FactorPieces(coef=coef, credit=credit, scores=alloc.scores, weights=alloc.weights,
-                        teacher=teacher, values=values, targets=targets, calibrated=cal_mask,
+                        alloc_mask=alloc_mask, teacher=teacher, values=values, targets=targets, calibrated=cal_mask,
                         baseline=b, returns=g, aux_tokens=aux, env_calls=calls)
 
 
@@ -205,7 +221,8 @@ def _factor_factory(action_credit: ActionCredit = tac_action_credit,
         def credit(params, batch: Rollout, key, step) -> Credit:
             p = factor_pieces(config, ctx, params, batch, key, action_credit, token_weights)
             real = jnp.any(batch.token_mask, axis=-1)
-            cons = jnp.where(real, fj.conservation_error(p.weights, batch.token_mask), 0.0)
+            alloc = jnp.any(p.alloc_mask, axis=-1)   # actions with a token to allocate to
+            cons = jnp.where(alloc, fj.conservation_error(p.weights, p.alloc_mask), 0.0)
             metrics = {
                 "aux_tokens": p.aux_tokens, "env_calls": p.env_calls,
                 "factor/conservation_err_max": jnp.max(cons),
@@ -251,8 +268,8 @@ def _asct_factor(config, ctx: CreditContext):
     def credit(params, batch: Rollout, key, step):
         a, metrics = searched_advantages(config, ctx, params, batch, key, step, "agentuct")
         teacher = teacher_log_probs(ctx, params, batch)
-        coef, _ = fj.hindsight_allocation(a, teacher, batch.logp_old, batch.token_mask,
-                                          weigh)
+        coef, _ = fj.hindsight_allocation(a, teacher, batch.logp_old,
+                                          allocation_mask(fc.alloc_tokens, batch), weigh)
         return Credit(coef=coef, value_targets=value_targets_mc(batch), teacher_logp=teacher,
                       metrics=metrics)
     return credit
