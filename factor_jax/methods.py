@@ -5,7 +5,8 @@ Each FACTOR method composes two stages (docs/methods.md, FACTOR > Ablations): an
 credit ("how much": tac_action_credit | grpo_action_credit) and token weights ("where":
 apm_token_weights | uniform_token_weights | softmax_token_weights), then C = A_t omega.
 
-factor            TAC -> HTA + APM, calibrated values, action-mean
+factor            TAC -> HTA + APM over the choice tokens (factor.alloc_tokens),
+                  calibrated values, action-mean
 factor_no_tac     GRPO action credit -> HTA + APM
 factor_no_hta     TAC -> omega = 1
 factor_no_apm     TAC -> HTA + softmax weights (sum to 1: credit shrunk by 1/L_t)

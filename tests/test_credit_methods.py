@@ -95,26 +95,24 @@ def test_vineppo_skip_survives_a_seed_batch(setup):
                                        rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("alloc", ["choice", "all"])
-def test_factor_allocates_over_the_choice_tokens(setup, alloc):
-    """factor.alloc_tokens: "choice" puts every action's credit on the tokens where the
-    actor had a choice (mean omega 1 there, C = 0 on forced tokens); "all" on every token.
-    The action credit (TAC) is the same either way."""
+def test_factor_allocates_over_the_choice_tokens(setup):
+    """factor.alloc_tokens = "choice" (default) puts every action's credit on the tokens
+    where the actor had a choice (mean omega 1 there, C = 0 on the forced tokens, whose
+    constrained log-prob is 0); "all" weighs every real token."""
     import factor_jax as fj
-    from factor_jax.methods import factor_pieces
+    from factor_jax.methods import allocation_mask, factor_pieces
     c, ctx, params, batch = setup
-    c = c.copy_and_resolve_references()
-    c.factor.alloc_tokens = alloc
+    assert c.factor.alloc_tokens == "choice"
     p = jax.jit(lambda pr, b, k: factor_pieces(c, ctx, pr, b, k))(
         params, batch, jax.random.key(2))
     tm = np.asarray(batch.token_mask)
     choice = np.asarray(fj.choice_tokens(batch.actions, batch.cand_tokens, batch.cand_mask,
                                          batch.token_mask))
     assert 0 < choice.sum() < tm.sum()   # the batch has both kinds
-    np.testing.assert_array_equal(p.alloc_mask, choice if alloc == "choice" else tm)
+    np.testing.assert_array_equal(p.alloc_mask, choice)
+    np.testing.assert_array_equal(allocation_mask("all", batch), tm)
     w, m = np.asarray(p.weights), np.asarray(p.alloc_mask)
     has = m.any(-1)
     np.testing.assert_allclose((w * m).sum(-1)[has] / m.sum(-1)[has], 1.0, atol=1e-5)
     assert np.all(w[~m] == 0) and np.all(np.asarray(p.coef)[~m] == 0)
-    if alloc == "choice":   # forced tokens: constrained log-prob 0, nothing to credit
-        assert np.all(np.asarray(batch.logp_old)[tm & ~choice] == 0)
+    assert np.all(np.asarray(batch.logp_old)[tm & ~choice] == 0)

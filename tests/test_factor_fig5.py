@@ -50,8 +50,9 @@ def test_conservation_apm_zero_softmax_not(setup):
     assert arr["cons_apm"].shape == arr["cons_softmax"].shape == (cons["n_actions"],)
     assert np.all(np.isfinite(arr["cons_apm"])) and np.all(np.isfinite(arr["cons_softmax"]))
     assert cons["apm_max"] < 1e-5
-    # softmax weights sum to 1: |mean - 1| = 1 - 1/L_t >= 1/2 for L_t >= 2
-    assert cons["softmax_mean"] > 0.3
+    # softmax weights sum to 1: |mean - 1| = 1 - 1/L_t over the L_t choice tokens, 0 for a
+    # single choice token, >= 1/2 for two or more (the batch has such actions)
+    assert cons["softmax_max"] >= 0.5 - 1e-6 and cons["softmax_mean"] > 0.0
     np.testing.assert_allclose(cons["softmax_mean"], cons["softmax_expected_mean"], atol=1e-5)
 
 
