@@ -116,3 +116,20 @@ def test_factor_allocates_over_the_choice_tokens(setup):
     np.testing.assert_allclose((w * m).sum(-1)[has] / m.sum(-1)[has], 1.0, atol=1e-5)
     assert np.all(w[~m] == 0) and np.all(np.asarray(p.coef)[~m] == 0)
     assert np.all(np.asarray(batch.logp_old)[tm & ~choice] == 0)
+
+
+def test_factor_distillation_is_its_weight_times_the_kernel(setup):
+    """factor.distill_coef > 0 attaches the hindsight distillation as the credit's aux_loss
+    (what the train step adds); 0 (the tiny actor's default) attaches none."""
+    import types
+    import factor_jax as fj
+    c, ctx, params, batch = setup
+    assert not hasattr(registry.get("factor").make_credit(c, ctx), "aux_loss")
+    c = c.copy_and_resolve_references()
+    c.factor.distill_coef = 0.05
+    fn = registry.get("factor").make_credit(c, ctx)
+    teacher = jnp.where(batch.token_mask, batch.logp_old - 0.5, 0.0)
+    loss, m = fn.aux_loss(batch.logp_old, batch, types.SimpleNamespace(teacher_logp=teacher))
+    ref, ref_m = fj.distillation_loss(batch.logp_old, teacher, batch.token_mask)
+    np.testing.assert_allclose(loss, 0.05 * ref, rtol=1e-6)
+    assert float(ref) > 0 and float(m["distill_kl"]) == float(ref_m["distill_kl"])
