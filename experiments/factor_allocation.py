@@ -5,12 +5,13 @@ a choice among the candidates, or on forced ones (docs/results/warm_tables.md).
 
 For each environment: one batch of the (warm-started, by default) actor, FACTOR's pieces
 (factor_jax.methods.factor_pieces: calibration -> TAC -> HTA -> weights) with
-factor.alloc_tokens = "all" and = "choice", and per credit sign the share of the actions'
-credit that lands on choice tokens (fj.choice_tokens),
+factor.alloc_tokens = "all", and per credit sign the share of the actions' credit that
+lands on choice tokens (fj.choice_tokens),
 
     share = mean over actions of (1/L_t) sum_j omega_{t,j} [j is a choice],
 
-against the uniform weights' share, n_choice / L_t. Under constrained decoding a forced
+against the uniform weights' share, n_choice / L_t (also the share under "choice", whose
+weights have mean 1 over the choice tokens). Under constrained decoding a forced
 token has log pi = 0 for all parameters, so credit on it moves nothing; the net credit on
 choice tokens, sum over actions of A_t share_t, is what the update pushes with. Writes
 results/<experiment>/allocation.{json,md}. A diagnostic on one batch, not a training run.
@@ -43,6 +44,7 @@ def allocation(config, env_name: str):
 
     c = config.copy_and_resolve_references()
     c.env.name = env_name
+    c.factor.alloc_tokens = "all"   # the choice tokens' share is then the weights' to measure
     if c.table.warm_start:
         from experiments.warm_start import shared
         c.train.init_from = shared(c)
@@ -55,31 +57,27 @@ def allocation(config, env_name: str):
     batch = jax.jit(lambda p, k: rollout(learner.policy, p, source.env, source.env_params, k,
                                          c.rollout.num_groups, c.rollout.group_size))(
         params, key_roll)
-    pieces = {}
-    for alloc in ("all", "choice"):
-        ca = c.copy_and_resolve_references()
-        ca.factor.alloc_tokens = alloc
-        pieces[alloc] = jax.tree.map(np.asarray, jax.jit(
-            lambda p, b, k: factor_pieces(ca, ctx, p, b, k))(params, batch, key_credit))
+    p = jax.tree.map(np.asarray, jax.jit(lambda pr, b, k: factor_pieces(c, ctx, pr, b, k))(
+        params, batch, key_credit))   # c.factor.alloc_tokens = "all" (the config's)
     tm = np.asarray(batch.token_mask)
     choice = np.asarray(fj.choice_tokens(batch.actions, batch.cand_tokens, batch.cand_mask,
                                          batch.token_mask))
     real = tm.any(-1)
     length = np.maximum(tm.sum(-1), 1)
-    p = pieces["all"]
-    credit = p.credit   # the same in both (the weights do not change TAC)
+    credit = p.credit   # TAC's; the token weights do not change it
+    uniform = choice.sum(-1) / length   # the share of uniform (or "choice": mean-1) weights
     delta = (p.teacher - np.asarray(batch.logp_old))[choice]
     out = {"env": env_name, "seed": c.seed, "warm_start": bool(c.table.warm_start),
            "actions": int(real.sum()), "tokens": int(tm.sum()),
            "choice_tokens": int(choice.sum()),
            "delta_choice_mean": float(delta.mean()), "delta_choice_neg_frac": float((delta < 0).mean())}
+    share_all = (p.weights * choice).sum(-1) / length
     for sign, sel in (("pos", (credit > 0) & real), ("neg", (credit < 0) & real)):
         out[f"{sign}_actions"] = int(sel.sum())
-        out[f"{sign}_share_all"] = float(((p.weights * choice).sum(-1) / length)[sel].mean())
-        out[f"{sign}_share_uniform"] = float((choice.sum(-1) / length)[sel].mean())
-    for alloc in ("all", "choice"):
-        w = pieces[alloc].weights
-        out[f"net_{alloc}"] = float((credit * (w * choice).sum(-1) / length)[real].sum())
+        out[f"{sign}_share_all"] = float(share_all[sel].mean())
+        out[f"{sign}_share_uniform"] = float(uniform[sel].mean())
+    out["net_all"] = float((credit * share_all)[real].sum())
+    out["net_choice"] = float((credit * uniform)[real].sum())
     return out
 
 

@@ -80,10 +80,11 @@ def main(argv=None):
     times_path = os.path.join(args.results_dir, f"reproduce_{name}_times.md")
     lines = [f"- {part}: {t / 60:.1f} min" for part, t in times.items()]
     if side is not None:
-        if side.wait() != 0:
-            side_log.close()
-            sys.exit(f"the ASCT table failed (exit {side.returncode}); see {log_path}")
+        side.wait()
         side_log.close()
+        if side.returncode != 0:
+            sys.exit(f"the second process ({', '.join(side_parts)}) failed "
+                     f"(exit {side.returncode}); see {log_path}")
         with open(log_path) as f:   # its tables and times, written by the second process
             print(f"\n=== {', '.join(side_parts)} (second process, {log_path}) ===\n"
                   + "".join(l for l in f if l.startswith(("|", "wrote"))), flush=True)
