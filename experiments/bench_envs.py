@@ -1,10 +1,10 @@
 """Benchmark of the JAX-native environments (small configs).
 
 For each environment: scripted expert and uniform random success / score / episode length
-over N episodes (one jit: vmap over episodes of a lax.scan over max_turns), and
-environment steps per second at batch 1 and batch 1024 (the same jitted rollout with the
-random policy: legal_actions + policy + step per step; steady state, compile time
-reported apart). Prints a Markdown table and writes JSON.
+over N episodes (one jit: asct_jax.envs.play's lax.scan over max_turns of the vmapped
+batch), and environment steps per second at batch 1 and batch 1024 (the same jitted
+rollout with the random policy: legal_actions + policy + step per step; steady state,
+compile time reported apart). Prints a Markdown table and writes JSON.
 
     python experiments/bench_envs.py [--episodes 1024] [--out results/bench/envs.json]
 """

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from asct_jax.rl.rollout import rollout
 from asct_jax.infra.run_logger import atomic_write_json
 from asct_jax.infra.tables import markdown_table
-from asct_jax.rl.train_step import make_train_step
+from asct_jax.rl.train_step import make_learn_step, make_train_step
 from asct_jax.rl.trainer import JaxEnvSource, build_learner
 from experiments import registry
 from experiments.configs import base
@@ -71,17 +71,18 @@ def bench_method(method, env_name, repeats, num_groups, group_size):
                                         num_groups, group_size))
     batch, roll_c, roll_s = timed(roll, state.params, key, repeats=repeats)
     credit = jax.jit(exp.credit_fn)
-    _, cred_c, cred_s = timed(credit, state.params, batch, key, jnp.int32(0), repeats=repeats)
-    learn = exp.learn_step()
+    mstate = state.method_state
+    _, cred_c, cred_s = timed(credit, state.params, batch, key, jnp.int32(0), mstate,
+                              repeats=repeats)
+    learn = make_learn_step(exp)
     _, learn_c, learn_s = timed(learn, state, batch, key, repeats=repeats)
-    step_fn = make_train_step(c, exp.policy, source.env, source.env_params, exp.credit_fn,
-                              exp.optimizer, exp.mesh, state_sharding=exp.state_sharding)
+    step_fn = make_train_step(exp, source.env, source.env_params)
     step = lambda s, k: step_fn(jax.tree.map(jnp.copy, s), k)  # noqa: E731 (donation)
     _, step_c, step_s = timed(step, state, key, repeats=repeats)
     update_s = max(learn_s - cred_s, 0.0)
     loops = c.ppo.epochs * c.ppo.minibatches
     update_flops = max(_flops(learn, state, batch, key)
-                       - _flops(credit, state.params, batch, key, jnp.int32(0)), 0.0) * loops
+                       - _flops(credit, state.params, batch, key, jnp.int32(0), mstate), 0.0) * loops
     n_params = sum(x.size for x in jax.tree.leaves(state.params))
     return {"method": method, "rollout_s": roll_s, "credit_s": cred_s,
             "update_s": update_s, "train_step_s": step_s,

@@ -35,12 +35,11 @@ COLUMNS = ["env", "start", "choice tokens", "delta on choice (mean, frac < 0)",
 def allocation(config, env_name: str):
     """The numbers of one environment's row (a dict)."""
     import factor_jax as fj
-    from asct_jax.rl.credit import CreditContext
     from asct_jax.rl.rollout import rollout
     from asct_jax.rl.train_step import policy_params
     from asct_jax.rl.trainer import JaxEnvSource, build_learner
     from experiments import registry
-    from factor_jax.methods import factor_pieces
+    from factor_jax.methods import factor_config, factor_pieces
 
     c = config.copy_and_resolve_references()
     c.env.name = env_name
@@ -51,13 +50,12 @@ def allocation(config, env_name: str):
     source = JaxEnvSource(c)
     learner = build_learner(c, registry.get("factor"), source)
     params = policy_params(learner.init_state)
-    ctx = CreditContext(policy=learner.policy, env=source.env, env_params=source.env_params,
-                        group_size=c.rollout.group_size)
+    ctx = learner.ctx
     key_roll, key_credit = jax.random.split(jax.random.key(c.seed))
     batch = jax.jit(lambda p, k: rollout(learner.policy, p, source.env, source.env_params, k,
                                          c.rollout.num_groups, c.rollout.group_size))(
         params, key_roll)
-    p = jax.tree.map(np.asarray, jax.jit(lambda pr, b, k: factor_pieces(c, ctx, pr, b, k))(
+    p = jax.tree.map(np.asarray, jax.jit(lambda pr, b, k: factor_pieces(factor_config(c), ctx, pr, b, k))(
         params, batch, key_credit))   # c.factor.alloc_tokens = "all" (the config's)
     tm = np.asarray(batch.token_mask)
     choice = np.asarray(fj.choice_tokens(batch.actions, batch.cand_tokens, batch.cand_mask,

@@ -102,7 +102,7 @@ from asct_jax.envs.base import UNK_ID
 from asct_jax.infra import config_cli
 from asct_jax.rl.credit import state_policy_fn
 from asct_jax.rl.rollout import rollout
-from factor_jax.methods import factor_pieces
+from factor_jax.methods import factor_config, factor_pieces
 
 
 def filler_id() -> int:
@@ -121,9 +121,10 @@ def factor_parts(ctx, config, params, batch, key):
     same scores) and TAC's telescoping error [B]. Jittable (ctx, config static).
 
     Returns (FactorPieces, fj.Conservation, tac_sum_err [B])."""
-    p = factor_pieces(config, ctx, params, batch, key)
-    cons = fj.conservation(p.weights, p.scores, p.alloc_mask, tau=config.factor.tau,
-                           transform=config.factor.transform)
+    fc = factor_config(config)
+    p = factor_pieces(fc, ctx, params, batch, key)
+    cons = fj.conservation(p.weights, p.scores, p.alloc_mask, tau=fc.tau,
+                           transform=fc.transform)
     return p, cons, fj.credit_conservation_error(p.credit, batch.rewards, p.baseline,
                                                  batch.turn_mask)
 
@@ -416,11 +417,7 @@ def run(config) -> Dict[str, Any]:
 
 def exp_parts(config, source, learner):
     """(env, env_params, policy, CreditContext) of a run's source and learner."""
-    from asct_jax.rl.credit import CreditContext
-
-    ctx = CreditContext(policy=learner.policy, env=source.env, env_params=source.env_params,
-                        group_size=config.rollout.group_size)
-    return source.env, source.env_params, learner.policy, ctx
+    return source.env, source.env_params, learner.policy, learner.ctx
 
 
 def format_summary(res: Dict[str, Any]) -> str:

@@ -6,10 +6,12 @@ method names exists. A new method is a `Method` in its package's METHODS tuple.
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Any, Dict, Tuple
 
+from asct_jax.infra.checks import ConfigError
 from asct_jax.rl import methods as rl_methods
 from asct_jax.rl.credit import Method
+from asct_jax.rl.ppo_config import ppo_config
 from asct_jax.search import methods as search_methods
 from factor_jax import methods as factor_methods
 
@@ -26,7 +28,17 @@ def names() -> Tuple[str, ...]:
 
 
 def get(name: str) -> Method:
-    """The `Method` called `name`; a one-line ValueError naming the allowed values."""
+    """The `Method` called `name`; a one-line ConfigError naming the allowed values."""
     if name not in METHODS:
-        raise ValueError(f"method: unknown credit method {name!r}; allowed: {', '.join(METHODS)}")
+        raise ConfigError("method", f"unknown credit method {name!r}", ", ".join(METHODS))
     return METHODS[name]
+
+
+def check(config) -> Tuple[Method, Any]:
+    """(method, its typed config) of config.method, with the update's typed config built
+    too: the experiment edge's validation of what the run will read. A bad value is a
+    one-line ConfigError naming the field and the allowed values (exit 2 from a script)."""
+    method = get(config.method)
+    method_cfg = method.make_config(config)
+    ppo_config(config)
+    return method, method_cfg

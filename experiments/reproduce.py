@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_text
 
 SIDE = ("asct", "fig5")   # the parts --jobs 2 runs in the second process, in this order
@@ -57,24 +59,27 @@ def main(argv=None):
     from experiments.configs import factor_fig5 as fig5_cfg
     from experiments.configs import factor_table as factor_cfg
 
-    jobs = {"asct": (asct_table.main, asct_cfg.get_config),
-            "factor": (factor_table.main, factor_cfg.get_config),
-            "fig5": (factor_fig5.main, fig5_cfg.get_config)}
+    jobs = {"asct": (asct_table.main, asct_cfg),
+            "factor": (factor_table.main, factor_cfg),
+            "fig5": (factor_fig5.main, fig5_cfg)}
     times = {}
     try:
         for arg in args_:
             for part in parts:
-                run, get_config = jobs[part]
-                config = get_config(arg)
+                run, cfg_module = jobs[part]
+                config = cfg_module.get_config(arg)
                 config.train.results_dir = args.results_dir
+                config_cli.validate(config, cfg_module.get_constraints())
                 t0 = time.time()
                 print(f"\n=== {part} ({arg}) ===", flush=True)
                 run(config)
                 times[f"{part} ({arg})"] = time.time() - t0
-    except BaseException:
+    except BaseException as err:
         if side is not None:   # no orphaned second process
             side.terminate()
             side.wait()
+        if isinstance(err, ConfigError):
+            config_cli.exit_config_error(err)
         raise
     name = "quick" if args.quick else "full"
     times_path = os.path.join(args.results_dir, f"reproduce_{name}_times.md")

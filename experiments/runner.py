@@ -11,52 +11,37 @@ JAX's persistent compilation cache (config.train.compilation_cache).
 """
 from __future__ import annotations
 
-import copy
 import json
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import seed_table
+from experiments.configs.base import ADDED_DEFAULTS, BOOKKEEPING_FIELDS
+from experiments.dotted import apply_overrides, flatten, under
 
 Variant = Tuple[str, Mapping[str, Any]]
 
-# Fields that do not change what a run computes.
-_NOT_COMPARED = ("table", "train.experiment", "train.resume", "train.results_dir",
-                 "train.progress", "train.compilation_cache", "warm_start")
-# Fields added after runs were stored, with the value a config.json without them meant.
-_ADDED_DEFAULTS = {"train.init_from": "", "factor.alloc_tokens": "all"}
-
-
-def flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for k, v in d.items():
-        key = prefix + k
-        if isinstance(v, Mapping):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def config_differences(stored: Mapping[str, Any], config) -> List[str]:
     """Dotted fields where a finished run's config.json and `config` disagree."""
     from asct_jax.infra.config_cli import config_to_dict
 
-    a = {**_ADDED_DEFAULTS, **flatten(stored)}
+    a = {**ADDED_DEFAULTS, **flatten(stored)}
     b = flatten(config_to_dict(config))
-    keys = {k for k in set(a) | set(b)
-            if not any(k == n or k.startswith(n + ".") for n in _NOT_COMPARED)}
+    keys = {k for k in set(a) | set(b) if not under(k, BOOKKEEPING_FIELDS)}
     return sorted(k for k in keys if a.get(k) != b.get(k))
 
 
 def train_run(config, return_params: bool = False, source=None):
-    """trainer.train with the method config.method names in the registry."""
+    """trainer.train with the method config.method names in the registry (its config
+    checked first: experiments.registry.check)."""
     from asct_jax.rl import trainer
     from experiments import registry
 
-    return trainer.train(config, registry.get(config.method), source=source,
-                         return_params=return_params)
+    method, _ = registry.check(config)
+    return trainer.train(config, method, source=source, return_params=return_params)
 
 
 def train_seeds_run(configs, return_params: bool = False):
@@ -68,24 +53,28 @@ def train_seeds_run(configs, return_params: bool = False):
                                return_params=return_params)
 
 
-def apply_overrides(config, overrides: Mapping[str, Any]):
-    """A copy of `config` with dotted fields set; an unknown field is a one-line error."""
-    c = copy.deepcopy(config)
-    for dotted, value in overrides.items():
-        node = c
-        *path, last = dotted.split(".")
-        for p in path:
-            node = node[p]
-        if last not in node:
-            raise ValueError(f"override {dotted}: unknown field; allowed: {sorted(node.keys())}")
-        node[last] = value
+def check_variant(base, overrides: Mapping[str, Any]):
+    """The config of `base` with `overrides`, checked: names, types (apply_overrides),
+    the overridden values against the base config's constraints, and the method's and
+    the update's typed configs (experiments.registry.check). A one-line ConfigError
+    otherwise (exit 2 from a script), before anything is trained."""
+    from asct_jax.infra.config_cli import validate
+    from experiments import registry
+    from experiments.configs.base import get_constraints
+
+    c = apply_overrides(base, overrides)
+    rules = get_constraints()
+    validate(c, {k: rules[k] for k in overrides if k in rules and k != "env.name"})
+    registry.check(c)
     return c
 
 
 def from_warm_start(base, overrides: Mapping[str, Any]) -> Dict[str, Any]:
     """`overrides` plus train.init_from = the shared warm start (made once, reused) of the
     environment and model the overridden config trains, when base.table.warm_start is set
-    (experiments.warm_start.shared); else `overrides` unchanged."""
+    (experiments.warm_start.shared); else `overrides` unchanged. The variant is checked
+    first (check_variant)."""
+    check_variant(base, overrides)
     if not base.get("table", {}).get("warm_start"):
         return dict(overrides)
     from experiments.warm_start import shared
@@ -105,14 +94,17 @@ def run_grid(base, variants: Sequence[Variant], seeds: Sequence[int], experiment
     variant that are not finished train together as one compiled program
     (`train_seeds`) when config.train.batch_seeds is set, else one by one (`train_run`).
     """
-    out: Dict[str, List[Dict[str, Any]]] = {}
-    for name, overrides in variants:
+    grid = {}
+    for name, overrides in variants:   # every variant checked before anything trains
         configs = []
         for seed in seeds:
-            c = apply_overrides(base, dict(overrides, seed=seed))
+            c = check_variant(base, dict(overrides, seed=seed))
             c.train.experiment = experiment
             c.train.run = f"{name}_s{seed}"
             configs.append(c)
+        grid[name] = configs
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    for name, configs in grid.items():
         done = {i: _finished_summary(c) for i, c in enumerate(configs)}
         todo = [c for i, c in enumerate(configs) if done[i] is None]
         if train is None and base.train.get("batch_seeds") and len(todo) > 1:

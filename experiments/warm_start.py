@@ -28,10 +28,10 @@ import jax
 
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json
+from experiments.configs.base import WARM_START_FIELDS
+from experiments.dotted import flatten, under
 
 KEYS = ("env/success", "env/score", "return", "episode_len")
-# The fields a warm start's parameters depend on (its name hashes them: `key`).
-DEPENDS_ON = ("env", "model", "text", "warm_start", "ppo.gamma")
 
 
 def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilon: float):
@@ -53,7 +53,8 @@ def run(config, out_dir: str = None):
     from asct_jax.infra.config_cli import config_to_dict
     from asct_jax.rl.train_step import policy_params
     from asct_jax.rl.trainer import JaxEnvSource, build_learner
-    from asct_jax.rl.warm_start import save_params, warm_start
+    from asct_jax.rl.params_io import save_params
+    from asct_jax.rl.warm_start import warm_start
     from experiments import registry
 
     tc = config.train
@@ -89,7 +90,7 @@ def run(config, out_dir: str = None):
 
 def key(config) -> str:
     """The name of config's shared warm start: <env>-<the first 8 hex digits of a SHA-256 of
-    its DEPENDS_ON fields>; equal fields, same warm start."""
+    its WARM_START_FIELDS (experiments/configs/base.py)>; equal fields, same warm start."""
     import hashlib
 
     fields = _depends(config)
@@ -99,10 +100,9 @@ def key(config) -> str:
 
 def _depends(config) -> dict:
     from asct_jax.infra.config_cli import config_to_dict
-    from experiments.runner import flatten
 
     return {k: v for k, v in flatten(config_to_dict(config)).items()
-            if any(k == p or k.startswith(p + ".") for p in DEPENDS_ON)}
+            if under(k, WARM_START_FIELDS)}
 
 
 def shared(config) -> str:
@@ -126,10 +126,9 @@ def shared(config) -> str:
                   f"(expert {s['expert']['env/success']:.3f}, random "
                   f"{s['random']['env/success']:.3f}); {s['warm_start_s']:.0f} s", flush=True)
             return out_dir
-    from experiments.runner import flatten
     with open(os.path.join(out_dir, "config.json")) as f:
         stored = {k: v for k, v in flatten(json.load(f)).items()
-                  if any(k == p or k.startswith(p + ".") for p in DEPENDS_ON)}
+                  if under(k, WARM_START_FIELDS)}
     if json.loads(json.dumps(stored)) != json.loads(json.dumps(_depends(config))):
         raise ValueError(f"{out_dir}: its config.json does not match its name; delete it")
     return out_dir

@@ -18,11 +18,10 @@ import time
 import jax
 import jax.numpy as jnp
 
-from asct_jax.envs.base import vmap_reset, vmap_step
+from asct_jax.envs.play import play, uniform_chooser
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table
-from asct_jax.rl.rollout import group_reset_keys
 from asct_jax.rl.train_step import make_eval, make_mesh
 from asct_jax.rl.trainer import JaxEnvSource, build_policy
 
@@ -31,26 +30,13 @@ KEYS = ("env/success", "env/score", "episode_len")
 
 def random_policy_metrics(env, env_params, key, num_episodes: int):
     """Uniform choice among the legal candidates on the tasks `rollout(key, N, 1)` plays."""
-    reset_key, turn_key = jax.random.split(key)
-
-    def play():
-        states, ts = vmap_reset(env, group_reset_keys(reset_key, num_episodes, 1), env_params)
-
-        def turn(carry, k):
-            states, ts, done = carry
-            cands, legal = jax.vmap(env.legal_actions, in_axes=(0, None))(states, env_params)
-            pick = jax.random.categorical(k, jnp.where(legal, 0.0, -1e9), axis=-1)
-            action = jnp.take_along_axis(cands, pick[:, None, None], axis=1)[:, 0]
-            states, ts = vmap_step(env, states, action, env_params)
-            return (states, ts, done | ts.done), ~done
-
-        (_, ts, _), live = jax.lax.scan(
-            turn, (states, ts, jnp.zeros((num_episodes,), bool)),
-            jax.random.split(turn_key, env.max_turns))
-        out = {f"env/{k}": jnp.mean(v) for k, v in ts.info.items()}
-        out["episode_len"] = jnp.mean(jnp.sum(live, axis=0).astype(jnp.float32))
+    def measure():
+        eps = play(env, env_params, uniform_chooser, key, num_episodes, 1)
+        out = {f"env/{k}": jnp.mean(v) for k, v in eps.final.info.items()}
+        out["episode_len"] = jnp.mean(
+            jnp.sum(eps.record["turn_mask"], axis=1).astype(jnp.float32))
         return out
-    return {k: float(v) for k, v in jax.jit(play)().items()}
+    return {k: float(v) for k, v in jax.jit(measure)().items()}
 
 
 def evaluate_env(config, env_name: str):

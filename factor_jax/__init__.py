@@ -7,7 +7,8 @@ functions (action credit -> token weights -> coefficients) differently.
 """
 from factor_jax.apm import (TRANSFORMS, apm_weights, clip_renormalise, log_transform,
                             softmax_weights, uniform_weights, unnormalised_weights)
-from factor_jax.calibration import calibration_mask, calibration_targets, calibration_turns
+from factor_jax.calibration import (Calibration, calibration_mask, calibration_targets,
+                                     calibration_turns)
 from factor_jax.coefficients import (Allocation, factor_coefficients, hindsight_allocation,
                                      token_coefficients)
 from factor_jax.diagnostics import (CalibrationMetrics, Conservation, calibration_metrics,
@@ -29,7 +30,7 @@ __all__ = [
     "token_coefficients", "hindsight_allocation", "Allocation", "factor_coefficients",
     "action_mean_loss", "distillation_loss",
     "serl_coefficients", "serl_lambda", "serl_token_weights",
-    "calibration_turns", "calibration_mask", "calibration_targets",
+    "Calibration", "calibration_turns", "calibration_mask", "calibration_targets",
     "conservation_error", "credit_conservation_error", "calibration_metrics",
     "CalibrationMetrics", "extreme_tokens", "conservation", "Conservation",
     "mc_state_values", "mc_credit", "perturbable_actions", "perturbed_actions",

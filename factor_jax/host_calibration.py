@@ -9,7 +9,7 @@ jit, so the same computation runs here, between the rollout and the learn step:
     G^(m)(x_t) = sum_{t' >= t} r^(m)_t'   for m = 1..M rollouts of pi_old from x_t
     target(x_t) = (1/M) sum_m G^(m)(x_t)                                 # [B, T]
 
-and the result, a `Calibration`, travels in `Rollout.calibration`, which FACTOR reads instead of
+and the result, a `Calibration`, travels in `Rollout.extras`, which FACTOR reads instead of
 calibrating itself. The restored rollouts are played B at a time on the training games'
 environments (the games restore from their save blob, else reset + replay). Environment
 calls and action tokens of the calibration rollouts are counted.
@@ -25,7 +25,8 @@ import numpy as np
 
 import factor_jax as fj
 from asct_jax.envs.external.base import HostState
-from asct_jax.rl.types import Calibration, Rollout
+from asct_jax.rl.types import Rollout
+from factor_jax.calibration import Calibration
 
 # play(states, key) -> Rollout of pi_old continued from `states` (always `chunk` states).
 PlayFrom = Callable[[Sequence[HostState], jax.Array], Rollout]
@@ -46,7 +47,7 @@ def host_calibrate(play: PlayFrom, batch: Rollout, host_states: List[List[HostSt
         last call is filled up with finished states, which are never stepped.
     Returns:
       Calibration(targets [B, T] f32, mask [B, T] bool, aux_tokens [] f32,
-      env_calls [] f32), the `Rollout.calibration` FACTOR reads.
+      env_calls [] f32), the `Rollout.extras` FACTOR reads.
     """
     b, t = batch.turn_mask.shape
     k_turns, k_roll = jax.random.split(key)
@@ -73,12 +74,11 @@ def host_calibrate(play: PlayFrom, batch: Rollout, host_states: List[List[HostSt
                        env_calls=jnp.float32(calls))
 
 
-def calibrate_on_host(config, play: PlayFrom, batch: Rollout,
+def calibrate_on_host(fc, play: PlayFrom, batch: Rollout,
                       host_states: List[List[HostState]], key: jax.Array,
                       chunk: int) -> Optional[Calibration]:
-    """`host_calibrate` with config.factor's turns and rollouts (None when either is 0):
-    the `Method.host_calibration` of the FACTOR methods."""
-    fc = config.factor
+    """`host_calibrate` with the FactorConfig's turns and rollouts (None when either is
+    0): the `Method.host_prepare` of the FACTOR methods."""
     if fc.calib_turns <= 0 or fc.calib_rollouts <= 0:
         return None
     return host_calibrate(play, batch, host_states, key, fc.calib_turns, fc.calib_rollouts,

@@ -26,7 +26,7 @@ return-to-go is the Monte-Carlo target of the value head at that turn, and (with
     V~(x_t) = MC_t if t was calibrated, else V_psi(x_t);  V~(x_0) = b;  V~(x_T) = 0.
 
 Elsewhere the value head regresses on the episode's own return-to-go. Host games
-calibrate outside the jitted step and hand the result in as `batch.calibration`, a
+calibrate outside the jitted step and hand the result in as `batch.extras`, a
 `Calibration` (factor_jax.host_calibration); it is then used instead.
 
 Scale: with `factor.normalise = "batch_std"` (default) the coefficients are divided by
@@ -41,27 +41,73 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Tuple
 
 import chex
 import jax
 import jax.numpy as jnp
 
 import factor_jax as fj
+from asct_jax.infra.checks import Range
+from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, Method, state_policy_fn, turn_states,
                                 value_targets_mc)
 from asct_jax.rl.methods import GRPO
-from asct_jax.rl.types import Calibration, Credit, Rollout
+from asct_jax.rl.types import Credit, Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
-from asct_jax.search.methods import searched_advantages
-from factor_jax.host_calibration import calibrate_on_host
+from asct_jax.search.methods import ASCTConfig, asct_config, searched_advantages
 from asct_jax.search.rollout_value import mc_return
+from factor_jax.calibration import Calibration
+from factor_jax.host_calibration import calibrate_on_host
 
 
-TAC_VALUES = ("calibrated", "critic")   # config.factor.tac_values: V~ at calibrated turns
-NORMALISE = ("batch_std", "none")       # config.factor.normalise: scale of the coefficients
-ALLOC_TOKENS = ("choice", "all")        # config.factor.alloc_tokens: what HTA + APM weigh
+TAC_VALUES = ("calibrated", "critic")   # factor.tac_values: V~ at calibrated turns
+NORMALISE = ("batch_std", "none")       # factor.normalise: scale of the coefficients
+ALLOC_TOKENS = ("choice", "all")        # factor.alloc_tokens: what HTA + APM weigh
+
+
+@dataclasses.dataclass(frozen=True)
+class FactorConfig:
+    """FACTOR's fields (section factor)."""
+
+    calib_turns: int = option(Range(0, None, integer=True),
+                              "intermediate turns calibrated per episode")
+    calib_rollouts: int = option(Range(0, None, integer=True),
+                                 "M rollouts of pi_old from each restored state")
+    tac_values: str = option(TAC_VALUES, "V~ at calibrated turns: the MC mean or the critic")
+    tau: float = option(Range(0.0, None, lo_open=True), "APM temperature")
+    transform: str = option(fj.TRANSFORMS, "APM score transform")
+    clip: Tuple[float, ...] = option(None, "() or (lo, hi): clip omega, then renormalise")
+    distill_coef: float = option(Range(0.0, None), "weight of the distillation to the teacher")
+    alloc_tokens: str = option(ALLOC_TOKENS, "tokens HTA + APM weigh")
+    normalise: str = option(NORMALISE, "scale of the coefficients")
+    std_floor: float = option(Range(0.0, None, lo_open=True), "floor of the batch std")
+
+
+@dataclasses.dataclass(frozen=True)
+class SerlConfig:
+    """SERL's fields (section serl)."""
+
+    lam0: float = option(Range(0.0, 1.0), "lambda at step 0")
+    decay_steps: int = option(Range(0, None, integer=True), "steps of lambda's decay to 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class AsctFactorConfig:
+    """asct_factor's fields: ASCT's search (section asct) and FACTOR's allocation (factor)."""
+
+    asct: ASCTConfig
+    factor: FactorConfig
+
+
+def factor_config(config) -> FactorConfig:
+    """FactorConfig of config.factor (ConfigError naming factor.<field> on a bad value)."""
+    return from_section(FactorConfig, config, "factor")
+
+
+def asct_factor_config(config) -> AsctFactorConfig:
+    return AsctFactorConfig(asct=asct_config(config), factor=factor_config(config))
 
 
 def allocation_mask(alloc_tokens: str, batch: Rollout):
@@ -109,7 +155,7 @@ class FactorPieces:
     """Everything a FACTOR credit computes for a batch (factor_pieces; Figure 5 reads it).
 
     Attributes:
-      coef: [B, T, A] C_{t,j}, scaled as config.factor.normalise says.
+      coef: [B, T, A] C_{t,j}, scaled as factor.normalise says.
       credit: [B, T] the action credit A_t (TAC's A*_t, GRPO's for factor_no_tac).
       scores: [B, T, A] HTA scores s_{t,j}. weights: [B, T, A] omega_{t,j}, mean 1 over
         the action's alloc_mask tokens, 0 elsewhere.
@@ -139,7 +185,7 @@ class FactorPieces:
 # The two stages a FACTOR method chooses (docs/methods.md, FACTOR > Ablations):
 #   action credit  (batch, values V~ [B, T], baseline b [B], returns G [B], group size)
 #                  -> A_t [B, T], 0 on padded turns: "how much";
-#   token weights  (config.factor) -> weigh(scores, token_mask) -> omega [B, T, A]: "where".
+#   token weights  (FactorConfig) -> weigh(scores, token_mask) -> omega [B, T, A]: "where".
 ActionCredit = Callable[[Rollout, Any, Any, Any, int], Any]
 TokenWeightsFor = Callable[[Any], fj.coefficients.TokenWeights]
 
@@ -175,7 +221,7 @@ def uniform_token_weights(fc) -> fj.coefficients.TokenWeights:
     return lambda scores, token_mask: fj.uniform_weights(token_mask, scores.dtype)
 
 
-def factor_pieces(config, ctx: CreditContext, params, batch: Rollout, key,
+def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, key,
                   action_credit: ActionCredit = tac_action_credit,
                   token_weights: TokenWeightsFor = apm_token_weights) -> FactorPieces:
     """Everything a FACTOR credit computes for a batch (also used by Figure 5):
@@ -183,14 +229,13 @@ def factor_pieces(config, ctx: CreditContext, params, batch: Rollout, key,
 
     The defaults are `factor` (TAC, HTA + APM); the ablations pass other stages.
     """
-    fc = config.factor
     g = adv.episode_returns(batch.rewards, batch.turn_mask)
     b = adv.group_baseline(g, ctx.group_size)
     mc_g = value_targets_mc(batch)
     values, targets = batch.values, mc_g
     cal_mask = jnp.zeros_like(batch.turn_mask)
     aux = calls = jnp.float32(0.0)
-    cal = batch.calibration          # calibrated outside the step (host games), or None
+    cal = batch.extras               # calibrated outside the step (host games), or None
     if cal is None and fc.calib_turns > 0 and fc.calib_rollouts > 0:
         cal = calibrate(ctx, params, batch, key, fc.calib_turns, fc.calib_rollouts)
     if cal is not None:
@@ -215,12 +260,11 @@ def factor_pieces(config, ctx: CreditContext, params, batch: Rollout, key,
 
 def _factor_factory(action_credit: ActionCredit = tac_action_credit,
                     token_weights: TokenWeightsFor = apm_token_weights):
-    def factory(config, ctx: CreditContext):
-        fc = config.factor
+    def factory(fc: FactorConfig, ctx: CreditContext):
         token_weights(fc)  # configuration errors at build time
 
-        def credit(params, batch: Rollout, key, step) -> Credit:
-            p = factor_pieces(config, ctx, params, batch, key, action_credit, token_weights)
+        def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
+            p = factor_pieces(fc, ctx, params, batch, key, action_credit, token_weights)
             real = jnp.any(batch.token_mask, axis=-1)
             alloc = jnp.any(p.alloc_mask, axis=-1)   # actions with a token to allocate to
             cons = jnp.where(alloc, fj.conservation_error(p.weights, p.alloc_mask), 0.0)
@@ -230,61 +274,73 @@ def _factor_factory(action_credit: ActionCredit = tac_action_credit,
                 "factor/credit_abs_mean": jnp.sum(jnp.abs(p.credit) * real)
                 / jnp.maximum(jnp.sum(real), 1),
             }
-            return Credit(coef=p.coef, value_targets=p.targets, teacher_logp=p.teacher,
-                          metrics=metrics)
-
-        def aux_loss(logp, mb, credit):
-            loss, m = fj.distillation_loss(logp, credit.teacher_logp, mb.token_mask)
-            return fc.distill_coef * loss, m
-
-        if fc.distill_coef > 0:
-            credit.aux_loss = aux_loss
+            loss_inputs = p.teacher if fc.distill_coef > 0 else None
+            return Credit(coef=p.coef, value_targets=p.targets, metrics=metrics,
+                          loss_inputs=loss_inputs)
         return credit
     return factory
 
 
-def _serl(config, ctx: CreditContext):
-    """SERL: C = A_i ((1 - lam) + lam w), w = clip(exp(clamp(sign(A) delta, -20, 20)), .8, 1.2)."""
-    sc = config.serl
+def _distillation(fc: FactorConfig, ctx: CreditContext):
+    """FACTOR's distillation toward the hindsight teacher (factor.distill_coef > 0):
+    aux_loss(logp, mb, credit_mb) = distill_coef * KL estimate, reading the teacher's
+    log-probs from credit_mb.loss_inputs; None at weight 0."""
+    if fc.distill_coef <= 0:
+        return None
 
-    def credit(params, batch: Rollout, key, step) -> Credit:
+    def aux_loss(logp, mb: Rollout, credit: Credit):
+        loss, m = fj.distillation_loss(logp, credit.loss_inputs, mb.token_mask)
+        return fc.distill_coef * loss, m
+    return aux_loss
+
+
+def _serl(sc: SerlConfig, ctx: CreditContext):
+    """SERL: C = A_i ((1 - lam) + lam w), w = clip(exp(clamp(sign(A) delta, -20, 20)), .8, 1.2)."""
+
+    def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
         g = adv.episode_returns(batch.rewards, batch.turn_mask)
         a = adv.grpo_advantages(g, ctx.group_size)
         teacher = teacher_log_probs(ctx, params, batch)
         delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
         lam = fj.serl_lambda(step, sc.lam0, sc.decay_steps)
         coef = fj.serl_coefficients(a, delta, batch.token_mask, lam)
-        return Credit(coef=coef, value_targets=value_targets_mc(batch), teacher_logp=teacher,
+        return Credit(coef=coef, value_targets=value_targets_mc(batch),
                       metrics={"aux_tokens": jnp.float32(0.0), "env_calls": jnp.float32(0.0),
                                "serl/lambda": jnp.asarray(lam, jnp.float32)})
     return credit
 
 
-def _asct_factor(config, ctx: CreditContext):
+def _asct_factor(cfg: AsctFactorConfig, ctx: CreditContext):
     """ASCT-AgentUCT's A_t as the action credit, HTA + APM (unclipped) as the token
     allocation."""
-    fc = config.factor
+    fc = cfg.factor
     weigh = functools.partial(fj.apm_weights, tau=fc.tau, transform=fc.transform)
 
-    def credit(params, batch: Rollout, key, step):
-        a, metrics = searched_advantages(config, ctx, params, batch, key, step, "agentuct")
+    def credit(params, batch: Rollout, key, step, mstate=None):
+        a, metrics = searched_advantages(cfg.asct, ctx, params, batch, key, step, "agentuct")
         teacher = teacher_log_probs(ctx, params, batch)
         coef, _ = fj.hindsight_allocation(a, teacher, batch.logp_old,
                                           allocation_mask(fc.alloc_tokens, batch), weigh)
-        return Credit(coef=coef, value_targets=value_targets_mc(batch), teacher_logp=teacher,
-                      metrics=metrics)
+        return Credit(coef=coef, value_targets=value_targets_mc(batch), metrics=metrics)
     return credit
 
 
-FACTOR = Method("factor", _factor_factory(), host_calibration=calibrate_on_host)
-FACTOR_NO_TAC = Method("factor_no_tac", _factor_factory(action_credit=grpo_action_credit),
-                       host_calibration=calibrate_on_host)
-FACTOR_NO_HTA = Method("factor_no_hta", _factor_factory(token_weights=uniform_token_weights),
-                       host_calibration=calibrate_on_host)
-FACTOR_NO_APM = Method("factor_no_apm", _factor_factory(token_weights=softmax_token_weights),
-                       host_calibration=calibrate_on_host)
-SERL = Method("serl", _serl)
+def _factor_method(name: str, factory) -> Method:
+    return Method(name, factory, make_config=factor_config, make_aux_loss=_distillation,
+                  host_prepare=calibrate_on_host)
+
+
+FACTOR = _factor_method("factor", _factor_factory())
+FACTOR_NO_TAC = _factor_method("factor_no_tac",
+                               _factor_factory(action_credit=grpo_action_credit))
+FACTOR_NO_HTA = _factor_method("factor_no_hta",
+                               _factor_factory(token_weights=uniform_token_weights))
+FACTOR_NO_APM = _factor_method("factor_no_apm",
+                               _factor_factory(token_weights=softmax_token_weights))
+SERL = Method("serl", _serl,
+              make_config=functools.partial(from_section, SerlConfig, section="serl"))
 GRPO_EXTENDED = dataclasses.replace(GRPO, name="grpo_extended")
-ASCT_FACTOR = Method("asct_factor", _asct_factor, restores_states_in_step=True)
+ASCT_FACTOR = Method("asct_factor", _asct_factor, make_config=asct_factor_config,
+                     restores_states_in_step=True)
 METHODS = (FACTOR, FACTOR_NO_TAC, FACTOR_NO_HTA, FACTOR_NO_APM, SERL, GRPO_EXTENDED,
            ASCT_FACTOR)

@@ -63,8 +63,9 @@ def test_chunked_vineppo_values_equal_plain_vmap(setup):
                                     "asct_factor", "gigpo"])
 def test_credit_is_masked_finite_and_counts_its_costs(setup, method):
     c, ctx, params, batch = setup
-    fn = registry.get(method).make_credit(c, ctx)
-    credit = jax.jit(fn)(params, batch, jax.random.key(2), jnp.int32(0))
+    m = registry.get(method)
+    fn = m.make_credit(m.make_config(c), ctx)
+    credit = jax.jit(fn)(params, batch, jax.random.key(2), jnp.int32(0), None)
     coef = np.asarray(credit.coef)
     assert coef.shape == batch.token_mask.shape and np.all(np.isfinite(coef))
     assert np.all(coef[~np.asarray(batch.token_mask)] == 0)
@@ -73,6 +74,7 @@ def test_credit_is_masked_finite_and_counts_its_costs(setup, method):
         assert float(credit.metrics["aux_tokens"]) > 0
 
 
+@pytest.mark.slow
 def test_vineppo_skip_survives_a_seed_batch(setup):
     """In a seed batch (vmap with the seed axis named) VinePPO's chunk skip stays a
     lax.cond, not a select computing every chunk, and the values equal the single run's."""
@@ -100,10 +102,10 @@ def test_factor_allocates_over_the_choice_tokens(setup):
     where the actor had a choice (mean omega 1 there, C = 0 on the forced tokens, whose
     constrained log-prob is 0); "all" weighs every real token."""
     import factor_jax as fj
-    from factor_jax.methods import allocation_mask, factor_pieces
+    from factor_jax.methods import allocation_mask, factor_config, factor_pieces
     c, ctx, params, batch = setup
     assert c.factor.alloc_tokens == "choice"
-    p = jax.jit(lambda pr, b, k: factor_pieces(c, ctx, pr, b, k))(
+    p = jax.jit(lambda pr, b, k: factor_pieces(factor_config(c), ctx, pr, b, k))(
         params, batch, jax.random.key(2))
     tm = np.asarray(batch.token_mask)
     choice = np.asarray(fj.choice_tokens(batch.actions, batch.cand_tokens, batch.cand_mask,
@@ -119,17 +121,24 @@ def test_factor_allocates_over_the_choice_tokens(setup):
 
 
 def test_factor_distillation_is_its_weight_times_the_kernel(setup):
-    """factor.distill_coef > 0 attaches the hindsight distillation as the credit's aux_loss
-    (what the train step adds); 0 (the tiny actor's default) attaches none."""
-    import types
+    """factor.distill_coef > 0 makes the hindsight distillation FACTOR's auxiliary loss
+    (Method.make_aux_loss: what the train step adds), reading the teacher from the
+    credit's loss_inputs; 0 (the tiny actor's default) makes none and carries no teacher."""
     import factor_jax as fj
     c, ctx, params, batch = setup
-    assert not hasattr(registry.get("factor").make_credit(c, ctx), "aux_loss")
+    factor = registry.get("factor")
+    cfg = factor.make_config(c)
+    assert factor.make_aux_loss(cfg, ctx) is None
+    assert jax.jit(factor.make_credit(cfg, ctx))(params, batch, jax.random.key(2), 0,
+                                                 None).loss_inputs is None
     c = c.copy_and_resolve_references()
     c.factor.distill_coef = 0.05
-    fn = registry.get("factor").make_credit(c, ctx)
+    cfg = factor.make_config(c)
+    credit = jax.jit(factor.make_credit(cfg, ctx))(params, batch, jax.random.key(2), 0, None)
+    assert credit.loss_inputs.shape == batch.token_mask.shape
     teacher = jnp.where(batch.token_mask, batch.logp_old - 0.5, 0.0)
-    loss, m = fn.aux_loss(batch.logp_old, batch, types.SimpleNamespace(teacher_logp=teacher))
+    loss, m = factor.make_aux_loss(cfg, ctx)(batch.logp_old, batch,
+                                             credit.replace(loss_inputs=teacher))
     ref, ref_m = fj.distillation_loss(batch.logp_old, teacher, batch.token_mask)
     np.testing.assert_allclose(loss, 0.05 * ref, rtol=1e-6)
     assert float(ref) > 0 and float(m["distill_kl"]) == float(ref_m["distill_kl"])

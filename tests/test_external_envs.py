@@ -43,6 +43,7 @@ def _tw_actions(env, state):
     return wt[:2] + ["xyzzy", "look"] + wt[2:]  # an unknown command is an ordinary step
 
 
+@pytest.mark.slow
 def test_textworld_episode(tw_games):
     env = TextWorldEnv(tw_games, max_turns=40)
     state, ts = env.reset(0)
@@ -64,6 +65,7 @@ def test_textworld_episode(tw_games):
     assert t.done and s.done and t.info["success"] == 0.0
 
 
+@pytest.mark.slow
 def test_textworld_restore_at_k_equals_original(tw_games):
     env = TextWorldEnv(tw_games)
     state0, _ = env.reset(1)
@@ -86,6 +88,7 @@ def test_textworld_restore_at_k_equals_original(tw_games):
     assert fresh.stats["replays"] == 1
 
 
+@pytest.mark.slow
 def test_batched_textworld(tw_games):
     batch = BatchedHostEnv([TextWorldEnv(tw_games) for _ in range(3)])
     states, steps = batch.reset([0, 1, 2])
@@ -126,6 +129,7 @@ def sw_reference():
     env.close()
 
 
+@pytest.mark.slow
 def test_scienceworld_replay_reaches_same_observation_and_score(sw_reference):
     env, state0, states, steps, legal = sw_reference
     assert steps[-1].done and steps[-1].info == {"success": 1.0, "score": 100.0}
@@ -139,6 +143,7 @@ def test_scienceworld_replay_reaches_same_observation_and_score(sw_reference):
     assert steps_k[-1].info["score"] == steps[-1].info["score"] == 100.0
 
 
+@pytest.mark.slow
 def test_scienceworld_survives_killed_java(sw_reference):
     _, _, _, ref_steps, _ = sw_reference
     env = make_host_env("scienceworld", task=SW_TASK, variations=[0])
@@ -169,6 +174,7 @@ def test_alfworld_and_webshop_without_data_fail_clearly(tmp_path):
         make_host_env("nethack")
 
 
+@pytest.mark.slow
 def test_host_state_is_small_and_picklable(tw_games):
     env = TextWorldEnv(tw_games)
     state, _ = env.reset(2)

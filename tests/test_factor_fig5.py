@@ -13,6 +13,9 @@ from experiments import factor_fig5 as fig5
 from experiments.configs import base
 from experiments.configs import factor_fig5 as fig5_config
 
+# The module fixture runs Figure 5's whole diagnostic pipeline: the slow tier.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "experiments/configs/factor_fig5.py")
 

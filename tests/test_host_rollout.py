@@ -24,6 +24,9 @@ from experiments import registry
 from experiments.make_textworld_games import DEFAULT_OUT, make_games
 from factor_jax.host_calibration import host_calibrate
 
+# Every test here plays real TextWorld games (generated on first use): the slow tier.
+pytestmark = pytest.mark.slow
+
 NUM_GAMES, G, T, O, F, A, K = 2, 2, 6, 64, 16, 10, 24
 SHAPE = HostShape(max_turns=T, obs_len=O, feedback_len=F, action_len=A, max_candidates=K)
 HOST_MAX_TURNS = 4  # < T: every episode ends (done) before the rollout's last turn
@@ -83,7 +86,7 @@ def test_shapes_match_jax_rollout_conventions(setup):
                 "logp_old": (b, T, A), "values": (b, T), "rewards": (b, T), "dones": (b, T),
                 "cand_tokens": (b, T, K, A), "cand_mask": (b, T, K),
                 "cand_costs": (b, T, K), "group": (b,), "env_calls": ()}
-    assert set(expected) | {"states", "final_info", "calibration"} == \
+    assert set(expected) | {"states", "final_info", "extras"} == \
         set(Rollout.__dataclass_fields__)
     for name, shape in expected.items():
         got, want = getattr(batch, name), getattr(ref, name)
@@ -164,8 +167,8 @@ def test_candidate_selection_is_deterministic(setup):
 
 
 def test_one_grpo_learn_step_changes_params(setup):
-    from asct_jax.rl.credit import CreditContext
-    from asct_jax.rl.train_step import TrainState, make_learn_step, make_mesh, make_optimizer
+    from asct_jax.rl.train_step import make_learn_step
+    from asct_jax.rl.trainer import learner_for_policy
     from experiments.configs import base
 
     c = base.get_config()
@@ -174,14 +177,10 @@ def test_one_grpo_learn_step_changes_params(setup):
     # Two updates: make_optimizer's warm-up schedule gives lr 0 to the very first one.
     c.ppo.minibatches, c.ppo.epochs = 1, 2
     c.ppo.warmup_steps = 1
+    c.train.num_devices = 1
     policy, params = setup["policy"], setup["params"]
-    mesh = make_mesh(1)
-    credit = registry.get("grpo").make_credit(c, CreditContext(policy=policy, env=None, env_params=None,
-                                                  group_size=G))
-    opt = make_optimizer(c.ppo)
-    learn = make_learn_step(c, policy, credit, opt, mesh)
-    state = TrainState(params=params, opt_state=opt.init(params),
-                       step=jnp.zeros((), jnp.int32))
+    learner = learner_for_policy(c, registry.get("grpo"), policy, params)
+    learn, state = make_learn_step(learner), learner.init_state
     new, metrics = learn(state, setup["batch"], jax.random.key(1))
     assert int(new.step) == 1
     assert all(np.isfinite(float(v)) for v in metrics.values())
@@ -238,8 +237,8 @@ def test_host_calibration_targets_land_on_the_chosen_turns(setup):
 
 
 def test_factor_learn_step_uses_host_calibration(setup):
-    from asct_jax.rl.credit import CreditContext
-    from asct_jax.rl.train_step import TrainState, make_learn_step, make_mesh, make_optimizer
+    from asct_jax.rl.train_step import make_learn_step
+    from asct_jax.rl.trainer import learner_for_policy
     from experiments.configs import base
 
     c = base.get_config()
@@ -251,13 +250,10 @@ def test_factor_learn_step_uses_host_calibration(setup):
                          setup["host_states"], jax.random.key(0), 2, 2,
                          chunk=NUM_GAMES * G)
     assert float(cal.env_calls) > 0
-    credit = registry.get("factor").make_credit(c, CreditContext(policy=policy, env=None, env_params=None,
-                                                    group_size=G))
-    opt = make_optimizer(c.ppo)
-    learn = make_learn_step(c, policy, credit, opt, make_mesh(1))
-    state = TrainState(params=params, opt_state=opt.init(params),
-                       step=jnp.zeros((), jnp.int32))
-    _, metrics = learn(state, setup["batch"].replace(calibration=cal), jax.random.key(1))
+    c.train.num_devices = 1
+    learner = learner_for_policy(c, registry.get("factor"), policy, params)
+    learn, state = make_learn_step(learner), learner.init_state
+    _, metrics = learn(state, setup["batch"].replace(extras=cal), jax.random.key(1))
     assert float(metrics["credit/env_calls"]) == float(cal.env_calls)
     assert float(metrics["credit/aux_tokens"]) == float(cal.aux_tokens)
     assert all(np.isfinite(float(v)) for v in metrics.values())

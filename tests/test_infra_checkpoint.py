@@ -182,6 +182,7 @@ def _records(run_dir):
                  if k != "wall_s" and not k.startswith("time/")} for line in fh]
 
 
+@pytest.mark.slow
 def test_resume_skips_a_corrupt_latest_checkpoint(tmp_path, capfd):
     from experiments.runner import train_run as train
     _, params = train(_small_config(tmp_path, run="full"), return_params=True)
@@ -198,6 +199,7 @@ def test_resume_skips_a_corrupt_latest_checkpoint(tmp_path, capfd):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow
 def test_cli_exits_2_when_no_checkpoint_is_readable(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")

@@ -62,6 +62,7 @@ def test_lora_starts_at_the_base_and_only_adapters_and_value_head_train(folder):
     assert n_train < 0.05 * n_frozen
 
 
+@pytest.mark.slow
 def test_policy_scores_at_a_real_vocabulary_equal_the_full_masked_softmax(folder):
     """Candidate scoring from LM-head rows == dense [A, V] masked softmax at V = 49,152."""
     c = llm_config(folder)
@@ -100,16 +101,19 @@ def llm_batch(folder):
     return c, ctx, params, batch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", registry.names())
 def test_every_credit_method_runs_unchanged_with_the_llm_actor(llm_batch, method):
     c, ctx, params, batch = llm_batch
-    credit = jax.jit(registry.get(method).make_credit(c, ctx))(
-        params, batch, jax.random.key(2), jnp.int32(0))
+    m = registry.get(method)
+    credit = jax.jit(m.make_credit(m.make_config(c), ctx))(
+        params, batch, jax.random.key(2), jnp.int32(0), None)
     coef = np.asarray(credit.coef)
     assert coef.shape == batch.token_mask.shape and np.all(np.isfinite(coef))
     assert np.all(coef[~np.asarray(batch.token_mask)] == 0)
 
 
+@pytest.mark.slow
 def test_lora_run_checkpoints_adapters_only_and_resumes_exactly(folder, tmp_path):
     c = llm_config(folder, tmp_path, lora_rank=2, remat=True)
     c.train.experiment, c.train.run = "lora", "run"
@@ -130,6 +134,7 @@ def test_lora_run_checkpoints_adapters_only_and_resumes_exactly(folder, tmp_path
     assert uninterrupted == last()
 
 
+@pytest.mark.slow
 def test_warm_start_of_the_lora_actor_and_a_run_from_it(folder, tmp_path):
     """The warm start through LLMView (the expert's picks in the model's tokens) with LoRA:
     only adapters and value head are saved, and a run with train.init_from starts from

@@ -62,6 +62,7 @@ def test_config_and_tokenizer(smol, chat_ids):
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.eos_token_id == 2
 
 
+@pytest.mark.slow
 def test_logits_match_transformers(smol, torch_smol, chat_ids):
     model = smol[1]
     ours = np.asarray(testing.jit_call(model, "__call__", jnp.asarray(chat_ids)))
@@ -73,6 +74,7 @@ def test_logits_match_transformers(smol, torch_smol, chat_ids):
     assert err < 1e-3
 
 
+@pytest.mark.slow
 def test_greedy_generation_matches_transformers(smol, torch_smol, chat_ids):
     _, model, tokenizer = smol
     out = models.generate(model, chat_ids, np.ones_like(chat_ids, bool), jax.random.key(0),

@@ -210,8 +210,8 @@ def test_non_finite_loss_stops_with_step_and_last_checkpoint(tmp_path):
     def nan_coefficients(config, ctx):
         grpo = GRPO.make_credit(config, ctx)
 
-        def fn(params, batch, key, step):
-            c = grpo(params, batch, key, step)
+        def fn(params, batch, key, step, mstate=None):
+            c = grpo(params, batch, key, step, mstate)
             return c.replace(coef=c.coef * jnp.nan)
         return fn
     c = small_config(tmp_path, steps=3)
@@ -219,6 +219,7 @@ def test_non_finite_loss_stops_with_step_and_last_checkpoint(tmp_path):
         train(c, Method("nan_coefficients_for_test", nan_coefficients))
 
 
+@pytest.mark.slow
 def test_config_errors_exit_2_with_one_line(tmp_path):
     for bad, field in [("--config.ppo.aggregation=bogus", "ppo.aggregation"),
                        ("--config.ppo.nosuchfield=1", "ppo.nosuchfield"),
@@ -232,6 +233,7 @@ def test_config_errors_exit_2_with_one_line(tmp_path):
         assert len(lines) == 1 and field in lines[0] and "Traceback" not in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     env = _env(tmp_path)
     steps = 4
@@ -292,6 +294,7 @@ def _on_eight_devices(script, tmp_path):
     return p.stdout
 
 
+@pytest.mark.slow
 def test_eight_devices_match_one_device(tmp_path):
     diff = float(_on_eight_devices(EIGHT_DEVICES, tmp_path).split("MAXDIFF")[1])
     assert diff < 1e-5, diff
@@ -334,6 +337,7 @@ print("RESULT" + json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_fsdp_on_eight_devices_shards_parameters_and_matches_one_device(tmp_path):
     """8 fake devices as fsdp=8 and as data=2 x fsdp=4: the parameters and Adam moments
     are sharded over "fsdp" (a shard is a fraction of the leaf), a sharded checkpoint
@@ -380,6 +384,7 @@ def test_fsdp_sharding_rule_and_mesh_errors():
         make_mesh(1, fsdp=3)
 
 
+@pytest.mark.slow
 def test_seeds_in_one_program_match_separate_runs(tmp_path):
     """train_seeds (the step vmapped over seeds) writes each seed's usual run, and its
     metrics equal the separate run's to float tolerance (batched matmuls round apart)."""

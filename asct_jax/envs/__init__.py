@@ -13,7 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Dict, Tuple
 
-from asct_jax.envs import household, rag_workflow, science, shop, toy_tree
+from asct_jax.envs import _common, household, rag_workflow, science, shop, tokenizer, toy_tree
 from asct_jax.envs._common import SIZES
 from asct_jax.envs.base import (  # noqa: F401  (re-exports)
     BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID, Environment, TimeStep,
@@ -29,6 +29,17 @@ _REGISTRY: Dict[str, Tuple[ModuleType, Any]] = {
 }
 ENVS: Tuple[str, ...] = tuple(_REGISTRY)     # allowed environment names
 # SIZES: allowed `size` values (re-exported from _common).
+
+
+def _words() -> set:
+    """Every word of the shared tokenizer: _common's and each registered module's."""
+    words = set(_common.vocabulary())
+    for mod, _ in _REGISTRY.values():
+        words |= set(mod.vocabulary())
+    return words
+
+
+tokenizer.set_word_source(_words)
 
 
 def _check_name(name: str) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 from flax import struct
 
 from asct_jax.envs.base import EOS_ID, PAD_ID, Environment, match_action, tree_select  # noqa: F401
+from asct_jax.envs.tokenizer import encode_fixed, get_tokenizer
 from asct_jax.infra.checks import check_choice  # noqa: F401  (C.check_choice in the envs)
 
 # Words the action parser ignores (they must never carry meaning in any environment).
@@ -45,9 +46,12 @@ def words_of(*texts: str) -> set:
     return out
 
 
-def encode(text: str, length: int) -> np.ndarray:
-    from asct_jax.envs.tokenizer import encode_fixed
+def vocabulary() -> set:
+    """Words every text environment uses: filler, numbers, NOTHING_TEXT, punctuation."""
+    return set(FILLER_WORDS) | set(NUMBER_WORDS) | words_of(NOTHING_TEXT, ":", ".", ",")
 
+
+def encode(text: str, length: int) -> np.ndarray:
     return encode_fixed(text, length)
 
 
@@ -65,8 +69,6 @@ def encode_table(texts: Sequence[str], length: int, eos: bool = False) -> np.nda
 
 
 def filler_ids() -> np.ndarray:
-    from asct_jax.envs.tokenizer import get_tokenizer
-
     vocab = get_tokenizer().get_vocab()
     return np.asarray([vocab[w] for w in FILLER_WORDS], np.int32)
 
@@ -160,8 +162,6 @@ class TextEnvironment(Environment):
 
     @property
     def tokenizer(self):
-        from asct_jax.envs.tokenizer import get_tokenizer
-
         return get_tokenizer()
 
     def uniform_random_policy(self, state, params, key) -> jax.Array:

@@ -15,7 +15,7 @@ every observation, feedback and candidate action as text and gives the model the
   The observation is the user message of the model's chat template after a system prompt
   with the task (`system_prompt`); an action is the assistant's reply, ending with the
   template's end-of-turn token; the policy adds the assistant header between the two
-  (`prompt_tokens`, asct_jax.rl.policy.PromptTokens), and the hindsight teacher reads the
+  (`prompt_tokens`, asct_jax.envs.prompt.PromptTokens), and the hindsight teacher reads the
   feedback as a second user message.
 * Ids in jit. A static table, built once with the tokenizer, holds each environment
   word's ids with and without a leading space; a rendering gathers the rows of its words
@@ -44,8 +44,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from asct_jax.envs.base import (EOS_ID, PAD_ID, SEP_ID, Environment, TimeStep, match_action,
-                                vmap_reset, vmap_step)
+from asct_jax.envs.base import EOS_ID, PAD_ID, SEP_ID, Environment, TimeStep, match_action
+from asct_jax.envs.play import play_keys, uniform_chooser
+from asct_jax.envs.prompt import PromptTokens
 
 SYSTEM_PROMPTS = {
     "rag_workflow": "You answer a multi-hop question by calling tools. Retrieve the evidence "
@@ -108,8 +109,7 @@ class ChatPieces:
         self.user_text = (head, tail)
 
     def prompt_tokens(self, pad_id: int):
-        """The policy's static pieces (asct_jax.rl.policy.PromptTokens)."""
-        from asct_jax.rl.policy import PromptTokens
+        """The policy's static pieces (asct_jax.envs.prompt.PromptTokens)."""
         return PromptTokens(pad_id=pad_id, action_header=tuple(self.action_header),
                             feedback_header=tuple(self.feedback_header),
                             feedback_footer=tuple(self.feedback_footer))
@@ -311,7 +311,7 @@ class LLMView(Environment):
         return self._tokenizer
 
     def prompt_tokens(self):
-        """The policy's static pieces (asct_jax.rl.policy.PromptTokens) for this view."""
+        """The policy's static pieces (asct_jax.envs.prompt.PromptTokens) for this view."""
         return self.pieces.prompt_tokens(self.pad_id)
 
     # ------------------------------------------------------------------ host reference
@@ -331,36 +331,23 @@ class LLMView(Environment):
 
     def _sample_lengths(self, env_params: Any) -> Dict[str, int]:
         """Longest rendering (no cap) in random-policy episodes from a fixed key."""
-        env = self.inner
+        env, static = self.inner, len(self._head) + len(self._tail)
 
-        def lengths(tokens, action=False, static=0):
-            return jnp.sum(self._word_rows(tokens, action)[1]) + static
+        def longest(rows, action=False):      # rows [..., L] env ids -> [] max text length
+            rows = rows.reshape((-1, rows.shape[-1]))
+            return jnp.max(jax.vmap(lambda r: jnp.sum(self._word_rows(r, action)[1]))(rows))
 
-        def play(key):
-            keys = jax.random.split(key, _SAMPLE_EPISODES)
-            states, ts = vmap_reset(env, keys, env_params)
+        def measure(key):
+            eps = play_keys(env, env_params, uniform_chooser,
+                            jax.random.split(key, _SAMPLE_EPISODES),
+                            jax.random.split(key, env.max_turns))
+            rec = eps.record
+            obs = jnp.concatenate([rec["obs"].reshape((-1, env.obs_len)),
+                                   eps.final.observation])
+            return (longest(obs) + static, longest(rec["feedback"]),
+                    longest(rec["cand_tokens"], True))
 
-            def turn(carry, k):
-                states, ts = carry
-                cands, legal = jax.vmap(env.legal_actions, in_axes=(0, None))(states, env_params)
-                pick = jax.random.categorical(k, jnp.where(legal, 0.0, -1e9), axis=-1)
-                action = jnp.take_along_axis(cands, pick[:, None, None], axis=1)[:, 0]
-                static = len(self._head) + len(self._tail)
-                out = (jax.vmap(lambda o: lengths(o, static=static))(ts.observation),
-                       jax.vmap(lengths)(ts.feedback),
-                       jax.vmap(jax.vmap(lambda c: lengths(c, True)))(cands))
-                states, ts = vmap_step(env, states, action, env_params)
-                return (states, ts), out
-
-            (_, ts), (o, f, a) = jax.lax.scan(turn, (states, ts),
-                                              jax.random.split(key, env.max_turns))
-            last_o = jax.vmap(lambda o: lengths(o, static=len(self._head) + len(self._tail)))(
-                ts.observation)
-            return (jnp.maximum(jnp.max(o), jnp.max(last_o)),
-                    jnp.maximum(jnp.max(f), jnp.max(jax.vmap(lengths)(ts.feedback))),
-                    jnp.max(a))
-
-        o, f, a = jax.jit(play)(jax.random.key(0))
+        o, f, a = jax.jit(measure)(jax.random.key(0))
         return {"obs": int(o), "feedback": max(int(f), 1), "action": int(a)}
 
 

@@ -3,7 +3,9 @@
 Built with `tokenizers` (WordLevel model, Whitespace pre-tokenizer: words are \\w+ runs and
 punctuation runs) from the union of every environment's word list, sorted, after the
 special tokens of `asct_jax.envs.base.SPECIAL_TOKENS` (ids 0..4 in that order), and wrapped
-in transformers' PreTrainedTokenizerFast. The vocabulary is deterministic.
+in transformers' PreTrainedTokenizerFast. The vocabulary is deterministic. The words come
+from the registry (asct_jax.envs installs them with `set_word_source` on import): this
+module imports no environment.
 
     tok = get_tokenizer()              # cached
     ids = encode_fixed("go to the fridge", 8)   # np.int32[8], PAD-padded
@@ -12,7 +14,7 @@ in transformers' PreTrainedTokenizerFast. The vocabulary is deterministic.
 from __future__ import annotations
 
 import functools
-from typing import List
+from typing import Callable, Iterable, List, Optional
 
 import numpy as np
 
@@ -20,16 +22,22 @@ from asct_jax.envs.base import BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, U
 
 MAX_VOCAB = 1024
 
+_word_source: Optional[Callable[[], Iterable[str]]] = None
+
+
+def set_word_source(words: Callable[[], Iterable[str]]) -> None:
+    """Install `words() -> every environment word` (the registry does, on import)."""
+    global _word_source
+    _word_source = words
+    get_tokenizer.cache_clear()
+    _ids.cache_clear()
+
 
 def vocabulary() -> List[str]:
     """All tokens, special tokens first (ids 0..4), then the sorted union of env words."""
-    from asct_jax.envs import _common, household, rag_workflow, science, shop
-
-    words = set(_common.FILLER_WORDS) | set(_common.NUMBER_WORDS)
-    words |= _common.words_of(_common.NOTHING_TEXT, ":", ".", ",")
-    for mod in (rag_workflow, household, shop, science):
-        words |= set(mod.vocabulary())
-    words -= set(SPECIAL_TOKENS)
+    if _word_source is None:
+        raise RuntimeError("no environment words installed: import asct_jax.envs")
+    words = set(_word_source()) - set(SPECIAL_TOKENS)
     vocab = list(SPECIAL_TOKENS) + sorted(words)
     if len(vocab) > MAX_VOCAB:
         raise ValueError(f"vocabulary has {len(vocab)} tokens > {MAX_VOCAB}")

@@ -39,6 +39,11 @@ PRESETS = {"small": dict(num_actions=4, depth=3, action_len=3),
            "hard": dict(num_actions=4, depth=4, action_len=3)}
 
 
+def vocabulary() -> set:
+    """No words: toy_tree's observations and actions are raw token ids."""
+    return set()
+
+
 @chex.dataclass(frozen=True)
 class ToyTreeParams:
     """Environment tables (all arrays, so one compilation serves every table).

@@ -1,29 +1,41 @@
-"""One credit interface, and the record that names a method.
+"""The method contract: what a credit method is, in one record.
 
 A credit method turns a rollout batch into per-token coefficients C [B, T, A] for the
-clipped policy loss, value targets for the critic, and its own cost metrics:
+clipped policy loss, value targets for the critic and its own cost metrics; it may add
+an auxiliary loss and keep state across steps:
 
-    method.make_credit(config, ctx) -> credit_fn(params, batch, key, step) -> Credit
+    cfg      = method.make_config(config)             # typed, frozen; validated here
+    credit   = method.make_credit(cfg, ctx)           # (params, batch, key, step, mstate) -> Credit
+    aux_loss = method.make_aux_loss(cfg, ctx)         # None, or (logp, mb, credit_mb) -> (loss, m)
+    mstate   = method.init_state(cfg, ctx, params, key)                       # or None
+    mstate, m = method.update_state(cfg, ctx, mstate, StateInputs(...))       # after the update
 
 `params` are the behaviour parameters (pi_old, frozen for the update), `step` the train
-step (a traced int32, for schedules), `ctx` carries the static pieces a method may need
-(policy, environment, group size). The train step calls credit_fn without knowing which
-method it runs. Each package lists its methods as `Method` records next to their kernels
-(asct_jax.rl.methods, asct_jax.search.methods, factor_jax.methods); the one registry that
-maps names to them is experiments/registry.py, filled by explicit imports.
+step (a traced int32, for schedules), `mstate` the method's state (None for stateless
+methods), `ctx` the static pieces a method may need (policy, environment, group size).
+The train state carries `mstate` (TrainState.method_state): orbax checkpoints and
+restores it, train_seeds stacks it per seed, FSDP shards it like the parameters. The
+train step calls these without knowing which method it runs. Each package lists its
+methods as `Method` records next to their kernels (asct_jax.rl.methods,
+asct_jax.search.methods, factor_jax.methods); experiments/registry.py maps names to them.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
+import chex
 import jax
 import jax.numpy as jnp
 
+from asct_jax.infra.typed_config import no_config
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.types import Credit, Rollout
 
-CreditFn = Callable[[Any, Rollout, Any, Any], Credit]
+# (params, batch, key, step, method_state) -> Credit
+CreditFn = Callable[..., Credit]
+# (logp [b, T, A] of the current parameters, minibatch Rollout, its Credit) -> (loss, metrics)
+AuxLossFn = Callable[[Any, Rollout, Credit], Tuple[Any, Dict[str, Any]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,36 +51,78 @@ class CreditContext:
     seed_axis: Optional[str] = None
 
 
+@chex.dataclass(frozen=True)
+class StateInputs:
+    """What `Method.update_state` sees after the PPO update of one step.
+
+    params: the policy parameters after the update (join_params form); behaviour_params:
+    pi_old's (before it); batch: the step's Rollout; credit: its Credit; key: a PRNG key
+    of the state update; step: [] int32, the step that was taken (before the increment).
+    """
+
+    params: Any
+    behaviour_params: Any
+    batch: Rollout
+    credit: Credit
+    key: Any
+    step: Any
+
+
+def _no_aux_loss(cfg: Any, ctx: CreditContext) -> Optional[AuxLossFn]:
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
-    """A registered credit method and what it needs from where the rollouts come from.
+    """A registered credit method: the whole contract between it and the substrate.
 
     name: the value of `config.method`.
-    make_credit: (config, ctx) -> credit_fn.
+    make_config: ConfigDict -> the method's typed, frozen config (asct_jax.infra.
+      typed_config.from_section; None for a method that reads no field). Built and
+      validated at the experiment edge: a bad value is a ConfigError naming the field.
+    make_credit: (cfg, ctx) -> credit_fn(params, batch, key, step, mstate) -> Credit.
+    make_aux_loss: (cfg, ctx) -> None or aux_loss(logp, mb, credit_mb) -> (loss, metrics),
+      added to the PPO loss of every minibatch (reads credit_mb.loss_inputs).
+    init_state: None, or (cfg, ctx, params, key) -> the method's state (a pytree of
+      arrays; jit-compatible) at step 0.
+    update_state: None, or (cfg, ctx, mstate, StateInputs) -> (mstate, metrics), run in
+      the compiled step after the PPO update; metrics are logged as "method/<name>".
     restores_states_in_step: the credit restores environment states inside the jitted
       step (search, VinePPO rollouts, in-step value calibration), so it needs a JAX-native
       environment; host games cannot serve it.
-    host_calibration: what host games run between the rollout and the learn step in
+    host_prepare: None, or what host games run between the rollout and the learn step in
       place of the restores the credit makes in-step on JAX environments:
-      (config, play_from, batch, host_states, key, chunk) -> Rollout.calibration or None
+      (cfg, play_from, batch, host_states, key, chunk) -> Rollout.extras or None
       (FACTOR's value calibration: factor_jax.host_calibration.calibrate_on_host).
     """
 
     name: str
     make_credit: Callable[[Any, CreditContext], CreditFn]
+    make_config: Callable[[Any], Any] = no_config
+    make_aux_loss: Callable[[Any, CreditContext], Optional[AuxLossFn]] = _no_aux_loss
+    init_state: Optional[Callable[..., Any]] = None
+    update_state: Optional[Callable[..., Any]] = None
     restores_states_in_step: bool = False
-    host_calibration: Optional[Callable[..., Any]] = None
+    host_prepare: Optional[Callable[..., Any]] = None
+
+    def __post_init__(self):
+        if (self.init_state is None) != (self.update_state is None):
+            raise ValueError(f"method {self.name!r}: init_state and update_state come "
+                             "together (a stateful method needs both)")
+
+    @property
+    def stateful(self) -> bool:
+        return self.init_state is not None
 
 
 def zero_cost_metrics() -> Dict[str, Any]:
     return {"aux_tokens": jnp.float32(0.0), "env_calls": jnp.float32(0.0)}
 
 
-def from_turn_advantages(batch: Rollout, advantages, value_targets, metrics=None,
-                         teacher_logp=None) -> Credit:
+def from_turn_advantages(batch: Rollout, advantages, value_targets, metrics=None) -> Credit:
     """Credit whose coefficient is one advantage per turn, broadcast to its tokens."""
     coef = adv.broadcast_to_tokens(advantages * batch.turn_mask, batch.token_mask)
-    return Credit(coef=coef, value_targets=value_targets, teacher_logp=teacher_logp,
+    return Credit(coef=coef, value_targets=value_targets,
                   metrics=metrics if metrics is not None else zero_cost_metrics())
 
 

@@ -11,8 +11,8 @@ trains on) with a fixed key, so every method and seed is evaluated on the same e
 
 A method that restores environment states inside the jitted step
 (`Method.restores_states_in_step`: search, VinePPO) cannot run here. A method with a
-`host_calibration` (FACTOR's value calibration) runs it on the host between the rollout
-and the learn step and hands the result in with the batch.
+`host_prepare` (FACTOR's value calibration) runs it on the host between the rollout
+and the learn step and hands the result in with the batch (`Rollout.extras`).
 
 The tokenizer lives in results/<experiment>/tokenizer (shared by the runs of an
 experiment). The step's keys are fold_in(key(seed), step) and its training games come
@@ -28,15 +28,16 @@ import jax
 import numpy as np
 
 from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
+from asct_jax.envs.prompt import PromptTokens
 from asct_jax.models.loading import load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import Method
 from asct_jax.rl.host_rollout import (ChatCodec, CommandEncoder, HostShape, game_texts,
                                       host_rollout, host_rollout_from,
                                       load_or_build_tokenizer)
-from asct_jax.rl.policy import PromptTokens
 from asct_jax.rl.rollout import episode_metrics
-from asct_jax.rl.train_step import policy_params, to_host
-from asct_jax.rl.trainer import EvalFn, Learner, StepFn, TextShape
+from asct_jax.rl.learner import Learner
+from asct_jax.rl.train_step import make_learn_step, policy_params, to_host
+from asct_jax.rl.trainer import EvalFn, StepFn, TextShape
 
 
 def build_tokenizer_for(config, games: Dict[str, List[str]]):
@@ -113,9 +114,10 @@ class HostGames:
         return [int(s) for s in rng.choice(n, self.config.rollout.num_groups, replace=False)]
 
     def make_step(self, learner: Learner) -> StepFn:
-        """Host rollout (+ the method's host calibration), then the jitted credit + update."""
-        learn, policy, config = learner.learn_step(), learner.policy, self.config
-        calibrate = learner.method.host_calibration
+        """Host rollout (+ the method's host_prepare into batch.extras), then the jitted
+        credit + update."""
+        learn, policy, config = make_learn_step(learner), learner.policy, self.config
+        prepare = learner.method.host_prepare
 
         def play_from(params):   # pi_old played on from stored states (always B of them)
             return lambda states, key: host_rollout_from(
@@ -131,15 +133,15 @@ class HostGames:
                 self.train_seeds(step_index), self.host_shape,
                 group_size=config.rollout.group_size, key=k_roll, encoder=self.encoder)
             t1 = time.time()
-            if calibrate is not None:
-                cal = calibrate(config, play_from(policy_params(state)), batch, host_states, k_cal,
-                                len(self.train_env))
-                if cal is not None:
-                    batch = batch.replace(calibration=cal)
+            if prepare is not None:
+                extras = prepare(learner.method_config, play_from(policy_params(state)), batch,
+                                 host_states, k_cal, len(self.train_env))
+                if extras is not None:
+                    batch = batch.replace(extras=extras)
             t2 = time.time()
             state, metrics = learn(state, batch, k_learn)
             m = to_host(metrics)
-            m.update({"time/rollout_s": t1 - t0, "time/calibration_s": t2 - t1,
+            m.update({"time/rollout_s": t1 - t0, "time/prepare_s": t2 - t1,
                       "time/learn_s": time.time() - t2})
             if "max_score" in batch.final_info:
                 m["rollout/env/norm_score"] = host_metrics(batch)["env/norm_score"]

@@ -19,9 +19,9 @@ Sequences fed to the decoder are [obs (left-padded) | action header | action]: t
 logits at the position before action token j predict it, and the value head reads the
 hidden state just before the action. The hindsight teacher reads
 [obs | feedback header | feedback | feedback footer | action header | action]
-(feedback = o_{t+1}). The headers are a `PromptTokens` record: empty / SEP for the
-environments' own word vocabulary, the chat template's pieces for a pretrained model
-(asct_jax.envs.text_interface).
+(feedback = o_{t+1}). The headers are a `PromptTokens` record (asct_jax.envs.prompt):
+empty / SEP for the environments' own word vocabulary, the chat template's pieces for a
+pretrained model (asct_jax.envs.text_interface).
 
 All functions are pure in (params, arrays); `Policy` only holds the static graph.
 `params` is an nnx.State, or a tuple of States merged together (LoRA: the trainable
@@ -29,7 +29,6 @@ adapters and value head, then the frozen base).
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Tuple
 
 import chex
@@ -37,28 +36,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from asct_jax.envs.base import PAD_ID, SEP_ID
+from asct_jax.envs.base import PAD_ID
+from asct_jax.envs.prompt import PromptTokens
 from asct_jax.models.cache import init_cache
 
 NEG_INF = -1e9
-
-
-@dataclasses.dataclass(frozen=True)
-class PromptTokens:
-    """Static token pieces the policy adds around what the environment gives it.
-
-    pad_id: the padding id of observations, feedback and actions (never a real token).
-    action_header: ids between the observation and the action (a chat template's
-      assistant header). feedback_header / feedback_footer: ids around the hindsight
-      feedback in the teacher's prompt.
-    The defaults are the environments' own word vocabulary: [obs | action] and
-    [obs | SEP feedback | action].
-    """
-
-    pad_id: int = PAD_ID
-    action_header: Tuple[int, ...] = ()
-    feedback_header: Tuple[int, ...] = (SEP_ID,)
-    feedback_footer: Tuple[int, ...] = ()
 
 
 def left_align(tokens: chex.Array, pad_id: int = PAD_ID) -> chex.Array:

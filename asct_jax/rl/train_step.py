@@ -4,11 +4,14 @@
 
 * rollout: B = num_groups * G episodes of pi_old (= the current parameters, frozen for the
   whole update), lax.scan over turns;
-* credit: the registered method chosen by config maps the batch to per-token
+* credit: the registered method maps the batch (and its state) to per-token
   coefficients C [B, T, A] and value targets; the step does not know which method it runs;
 * update: `epochs` passes over `minibatches` shuffled minibatches of episodes, nested
   lax.scan; clipped surrogate on C (aggregation by config), value loss, entropy bonus,
-  optional KL to a reference policy, optional auxiliary loss supplied by the method.
+  optional KL to a reference policy, the method's optional auxiliary loss;
+* method state: a stateful method's update_state, after the PPO update (asct_jax.rl.credit).
+
+Every factory takes the learner bundle (asct_jax.rl.learner.Learner).
 
 Data parallelism: jit over a 1-D Mesh with axis "data" (Auto axis type). Parameters and
 optimiser state are replicated; the episode axis of every batch array is sharded, so each
@@ -33,6 +36,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl import losses
+from asct_jax.rl.credit import StateInputs
+from asct_jax.rl.learner import Learner
+from asct_jax.rl.ppo_config import PPOConfig
 from asct_jax.rl.rollout import episode_metrics, rollout
 from asct_jax.rl.types import Credit, Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
@@ -46,12 +52,15 @@ SEED_AXIS = "seed"   # the vmapped axis of make_seeds_train_step (CreditContext.
 class TrainState:
     """params: what the optimiser trains (all decoder weights, or with LoRA the adapters
     and the value head); frozen: the rest of the decoder (LoRA's base weights, None
-    without LoRA), an argument of every step but never updated or checkpointed."""
+    without LoRA), an argument of every step but never updated or checkpointed;
+    method_state: the credit method's own state (None for stateless methods),
+    checkpointed, stacked per seed and sharded like the parameters."""
 
     params: Any
     opt_state: Any
     step: chex.Array  # [] int32
     frozen: Any = None
+    method_state: Any = None
 
 
 def join_params(params: Any, frozen: Any) -> Any:
@@ -68,8 +77,9 @@ def policy_params(state: TrainState) -> Any:
     return join_params(state.params, state.frozen)
 
 
-# vmap axes of a seed batch: per-seed params, optimiser state and step; one shared base.
-SEED_STATE_AXES = TrainState(params=0, opt_state=0, step=0, frozen=None)
+# vmap axes of a seed batch: per-seed params, optimiser state, step and method state;
+# one shared base.
+SEED_STATE_AXES = TrainState(params=0, opt_state=0, step=0, frozen=None, method_state=0)
 
 
 def make_mesh(num_devices: Optional[int] = None, fsdp: int = 1) -> Mesh:
@@ -117,7 +127,7 @@ def fsdp_shardings(tree: Any, mesh: Mesh) -> Any:
     return jax.tree.map(rule, tree)
 
 
-def make_optimizer(cfg) -> optax.GradientTransformation:
+def make_optimizer(cfg: PPOConfig) -> optax.GradientTransformation:
     """AdamW with global-norm clipping and an optional linear warm-up."""
     warmup = max(int(cfg.warmup_steps), 1)  # in optimiser updates; the first is not lr 0
     schedule = optax.linear_schedule(cfg.lr / warmup, cfg.lr, warmup)
@@ -133,13 +143,14 @@ def _check_batch(batch: int, mesh: Mesh, minibatches: int) -> None:
             f"devices x ppo.minibatches = {n_dev} x {minibatches}")
 
 
-def _learn_fn(config, policy, credit_fn: Callable, optimizer: optax.GradientTransformation,
-              mesh: Mesh, ref_params: Any = None) -> Callable:
-    """learn(state, data, key) -> (state, metrics): credit, then the PPO update (pure)."""
-    ppo = config.ppo
+def _learn_fn(learner: Learner) -> Callable:
+    """learn(state, data, key) -> (state, metrics): credit, the PPO update, then the
+    method's state update (pure)."""
+    ppo, policy, mesh, optimizer = learner.ppo, learner.policy, learner.mesh, learner.optimizer
+    credit_fn, aux_loss_fn, ref_params = learner.credit_fn, learner.aux_loss_fn, learner.ref_params
+    method, method_cfg, ctx = learner.method, learner.method_config, learner.ctx
     episode_sharding = NamedSharding(mesh, P(batch_axes(mesh)))
     mb_sharding = NamedSharding(mesh, P(None, batch_axes(mesh)))
-    aux_loss_fn = getattr(credit_fn, "aux_loss", None)
 
     def shard_episodes(tree, sharding):
         return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding)
@@ -208,11 +219,11 @@ def _learn_fn(config, policy, credit_fn: Callable, optimizer: optax.GradientTran
     def learn(state: TrainState, data: Rollout, key: chex.PRNGKey):
         k_credit, k_update = jax.random.split(key)
         data = shard_episodes(data, episode_sharding)
-        credit = credit_fn(policy_params(state), data, k_credit, state.step)
+        behaviour = policy_params(state)
+        credit = credit_fn(behaviour, data, k_credit, state.step, state.method_state)
         credit = shard_episodes(credit, episode_sharding)
         # The update needs the per-episode arrays only: drop states, scalars and infos.
-        shuffled = data.replace(states=None, final_info={}, env_calls=None,
-                                calibration=None)
+        shuffled = data.replace(states=None, final_info={}, env_calls=None, extras=None)
         (params, opt_state), m = update(state.params, state.opt_state, state.frozen,
                                         shuffled, credit.replace(metrics={}), k_update)
         metrics: Dict[str, Any] = {f"train/{k}": jnp.mean(v) for k, v in m.items()}
@@ -222,36 +233,39 @@ def _learn_fn(config, policy, credit_fn: Callable, optimizer: optax.GradientTran
         coef_mask = data.token_mask.astype(jnp.float32)
         metrics["credit/coef_abs_mean"] = (jnp.sum(jnp.abs(credit.coef) * coef_mask)
                                            / jnp.maximum(jnp.sum(coef_mask), 1.0))
-        new_state = state.replace(params=params, opt_state=opt_state, step=state.step + 1)
+        method_state = state.method_state
+        if method.stateful:
+            # Its own key: the credit's and the update's stay those of a stateless method.
+            inputs = StateInputs(params=join_params(params, state.frozen),
+                                 behaviour_params=behaviour, batch=data, credit=credit,
+                                 key=jax.random.fold_in(k_update, 1), step=state.step)
+            method_state, state_m = method.update_state(method_cfg, ctx, method_state, inputs)
+            metrics.update({f"method/{k}": v for k, v in state_m.items()})
+        new_state = state.replace(params=params, opt_state=opt_state, step=state.step + 1,
+                                  method_state=method_state)
         return new_state, metrics
 
     return learn
 
 
-def make_learn_step(config, policy, credit_fn: Callable,
-                    optimizer: optax.GradientTransformation, mesh: Mesh,
-                    ref_params: Any = None, state_sharding: Any = None) -> Callable:
+def make_learn_step(learner: Learner) -> Callable:
     """Jitted learn(state, data, key): credit + update on a batch collected elsewhere
-    (host-side rollouts of the real games, benchmarks). state_sharding: the state's
-    shardings (fsdp_shardings of it; None: replicated, taken from the argument)."""
-    _check_batch(config.rollout.num_groups * config.rollout.group_size, mesh,
-                 config.ppo.minibatches)
-    learn = _learn_fn(config, policy, credit_fn, optimizer, mesh, ref_params)
-    replicated = NamedSharding(mesh, P())
-    # in_shardings None: taken from the argument (the state, the batch, the key).
-    return jax.jit(learn, in_shardings=(state_sharding, None, None),
-                   out_shardings=(replicated if state_sharding is None else state_sharding,
-                                  replicated))
+    (host-side rollouts of the real games, benchmarks), with the learner's state
+    shardings in and out."""
+    _check_batch(learner.batch_size, learner.mesh, learner.ppo.minibatches)
+    replicated = NamedSharding(learner.mesh, P())
+    sharding = learner.state_sharding
+    # in_shardings None: taken from the argument (the batch, the key).
+    return jax.jit(_learn_fn(learner), in_shardings=(sharding, None, None),
+                   out_shardings=(replicated if sharding is None else sharding, replicated))
 
 
-def train_step_fn(config, policy, env, env_params, credit_fn: Callable,
-                  optimizer: optax.GradientTransformation, mesh: Mesh,
-                  ref_params: Any = None) -> Callable:
+def train_step_fn(learner: Learner, env, env_params) -> Callable:
     """The pure step(state, key): rollout -> credit -> update (make_train_step jits it,
     make_seeds_train_step vmaps it over seeds first)."""
-    num_groups, group_size = config.rollout.num_groups, config.rollout.group_size
-    _check_batch(num_groups * group_size, mesh, config.ppo.minibatches)
-    learn = _learn_fn(config, policy, credit_fn, optimizer, mesh, ref_params)
+    _check_batch(learner.batch_size, learner.mesh, learner.ppo.minibatches)
+    learn = _learn_fn(learner)
+    policy, num_groups, group_size = learner.policy, learner.num_groups, learner.group_size
 
     def step(state: TrainState, key: chex.PRNGKey):
         k_roll, k_learn = jax.random.split(jax.random.fold_in(key, state.step))
@@ -261,32 +275,28 @@ def train_step_fn(config, policy, env, env_params, credit_fn: Callable,
     return step
 
 
-def make_train_step(config, policy, env, env_params, credit_fn: Callable,
-                    optimizer: optax.GradientTransformation, mesh: Mesh,
-                    ref_params: Any = None, state_sharding: Any = None) -> Callable:
-    """Builds the jitted step(state, key): rollout -> credit -> update, compiled once.
-    state_sharding: the state's shardings in and out (fsdp_shardings; None: replicated)."""
-    step = train_step_fn(config, policy, env, env_params, credit_fn, optimizer, mesh,
-                         ref_params)
-    replicated = NamedSharding(mesh, P())
-    state_sharding = replicated if state_sharding is None else state_sharding
-    return jax.jit(step, in_shardings=(state_sharding, replicated),
-                   out_shardings=(state_sharding, replicated), donate_argnums=(0,))
+def make_train_step(learner: Learner, env, env_params) -> Callable:
+    """Builds the jitted step(state, key): rollout -> credit -> update, compiled once,
+    with the learner's state shardings in and out (replicated if None)."""
+    step = train_step_fn(learner, env, env_params)
+    replicated = NamedSharding(learner.mesh, P())
+    sharding = replicated if learner.state_sharding is None else learner.state_sharding
+    return jax.jit(step, in_shardings=(sharding, replicated),
+                   out_shardings=(sharding, replicated), donate_argnums=(0,))
 
 
-def make_seeds_train_step(config, policy, env, env_params, credit_fn: Callable,
-                          optimizer: optax.GradientTransformation, mesh: Mesh,
+def make_seeds_train_step(learner: Learner, env, env_params,
                           state_sharding: Any = None) -> Callable:
     """step(states, keys) for S seeds as one program: every leaf of `states` and `keys`
     has a leading seed axis [S, ...] (vmap, as PureJaxRL trains seeds together); the
-    metrics come back as [S] arrays. No KL reference (ppo.kl_coef must be 0). The credit
-    must be built with CreditContext.seed_axis = SEED_AXIS. state_sharding: the stacked
-    state's shardings (fsdp_shardings; None: replicated)."""
-    if config.ppo.kl_coef > 0:
+    metrics come back as [S] arrays. No KL reference (ppo.kl_coef must be 0). The
+    learner's credit must be built with CreditContext.seed_axis = SEED_AXIS.
+    state_sharding: the stacked state's shardings (fsdp_shardings; None: replicated)."""
+    if learner.ppo.kl_coef > 0:
         raise ValueError("ppo.kl_coef: seeds trained as one program support only 0; "
                          "train the seeds as separate runs")
-    step = train_step_fn(config, policy, env, env_params, credit_fn, optimizer, mesh)
-    replicated = NamedSharding(mesh, P())
+    step = train_step_fn(learner, env, env_params)
+    replicated = NamedSharding(learner.mesh, P())
     state_sharding = replicated if state_sharding is None else state_sharding
     seeds_step = jax.vmap(step, in_axes=(SEED_STATE_AXES, 0),
                           out_axes=(SEED_STATE_AXES, 0), axis_name=SEED_AXIS)

@@ -24,9 +24,10 @@ from absl import logging as absl_logging
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from asct_jax.envs import make as make_env
+from asct_jax.envs.prompt import PromptTokens
 from asct_jax.envs.text_interface import LLMView
 from asct_jax.infra import compile_cache
 from asct_jax.infra.checkpoint import Checkpointer, check_finite, start_or_resume
@@ -34,13 +35,15 @@ from asct_jax.infra.config_cli import config_to_dict
 from asct_jax.infra.run_logger import RunLogger
 from asct_jax.models import Decoder, get_preset
 from asct_jax.models.loading import load_pretrained, load_tokenizer, resolve_model_path
-from asct_jax.rl.credit import CreditContext, CreditFn, Method
-from asct_jax.rl.policy import Policy, PromptTokens
-from asct_jax.rl.train_step import (SEED_AXIS, TrainState, fsdp_shardings, make_eval,
-                                    make_learn_step, make_mesh, make_optimizer,
+from asct_jax.rl.credit import CreditContext, Method
+from asct_jax.rl.learner import Learner
+from asct_jax.rl.params_io import load_params
+from asct_jax.rl.policy import Policy
+from asct_jax.rl.ppo_config import ppo_config
+from asct_jax.rl.train_step import (SEED_AXIS, TrainState, fsdp_shardings, join_params,
+                                    make_eval, make_mesh, make_optimizer,
                                     make_seeds_train_step, make_train_step, policy_params,
                                     split_params, to_host, to_host_seeds)
-from asct_jax.rl.warm_start import load_params
 
 MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size")
@@ -67,7 +70,8 @@ class RolloutSource(Protocol):
     vocab_size, shape, prompt: what the policy is built for. env / env_params: the
     JAX-native environment credit methods may restore states in (None for host games).
     check(method): raises ValueError (one line) if the source cannot serve the method.
-    make_step(learner) -> step(state, step_index) -> (state, host metrics).
+    make_step(learner) -> step(state, step_index) -> (state, host metrics)
+      (learner: asct_jax.rl.learner.Learner).
     make_eval(learner) -> evaluate(params) -> {"eval/...": float}.
     """
 
@@ -118,59 +122,61 @@ def build_policy(config, vocab_size: int, shape: TextShape,
     return policy, params
 
 
-@dataclasses.dataclass
-class Learner:
-    """Everything the update needs, built once (compiles happen lazily)."""
-
-    config: Any
-    method: Method
-    policy: Policy
-    mesh: Mesh
-    credit_fn: CreditFn
-    optimizer: Any
-    init_state: TrainState
-    state_sharding: Any         # init_state's shardings (fsdp_shardings): the steps' in/out
-    ref_params: Optional[Any]   # KL reference (the initial parameters) if ppo.kl_coef > 0
-    key: Any                    # key(seed), replicated
-
-    @property
-    def replicated(self) -> NamedSharding:
-        return NamedSharding(self.mesh, P())
-
-    def learn_step(self):
-        """Jitted learn(state, batch, key): credit + update on a batch collected elsewhere."""
-        return make_learn_step(self.config, self.policy, self.credit_fn, self.optimizer,
-                               self.mesh, self.ref_params, self.state_sharding)
+# Folded into key(seed) for the method state's initialisation (the steps use 0, 1, ...).
+_METHOD_STATE_KEY = 2**31 - 1
 
 
 def build_learner(config, method: Method, source: RolloutSource,
                   seed_axis: Optional[str] = None) -> Learner:
-    """Model, policy, mesh, credit, optimiser and the initial state of a run, placed with
-    fsdp_shardings (replicated unless train.fsdp > 1) (seed_axis: the vmapped seed axis
-    when the run is part of a seed batch). train.init_from: the params start from that
-    warm start (asct_jax.rl.warm_start.load_params), the optimiser state is fresh."""
+    """Model, policy, mesh, credit, optimiser and the initial state of a run (method
+    state included), placed with fsdp_shardings (replicated unless train.fsdp > 1)
+    (seed_axis: the vmapped seed axis when the run is part of a seed batch).
+    train.init_from: the params start from that warm start
+    (asct_jax.rl.params_io.load_params), the optimiser state is fresh. The method's
+    and the update's typed configs are built (and validated) first."""
+    method.make_config(config)   # configuration errors before the model is built
     source.check(method)
     policy, params = build_policy(config, source.vocab_size, source.shape, source.prompt)
     params, frozen = split_params(params)
     if config.train.get("init_from"):   # a warm start: its params, fresh optimiser, step 0
         params = load_params(config.train.init_from, params)
+    return learner_for_policy(config, method, policy, join_params(params, frozen),
+                              source.env, source.env_params, seed_axis)
+
+
+def learner_for_policy(config, method: Method, policy: Policy, params: Any, env: Any = None,
+                       env_params: Any = None, seed_axis: Optional[str] = None) -> Learner:
+    """The Learner of a built policy and its parameters (join_params form): mesh, typed
+    configs, credit, auxiliary loss, optimiser and the initial TrainState (method state
+    included) placed with fsdp_shardings. env: the JAX-native environment credit methods
+    may restore states in (None for host games)."""
+    method_cfg = method.make_config(config)
+    ppo = ppo_config(config)
+    params, frozen = split_params(params)
     mesh = make_mesh(config.train.num_devices or None, config.train.get("fsdp", 1))
     replicated = NamedSharding(mesh, P())
-    ctx = CreditContext(policy=policy, env=source.env, env_params=source.env_params,
+    ctx = CreditContext(policy=policy, env=env, env_params=env_params,
                         group_size=config.rollout.group_size, seed_axis=seed_axis)
-    optimizer = make_optimizer(config.ppo)
+    optimizer = make_optimizer(ppo)
+    key = jax.random.key(config.seed)
+    method_state = (method.init_state(method_cfg, ctx, join_params(params, frozen),
+                                      jax.random.fold_in(key, _METHOD_STATE_KEY))
+                    if method.stateful else None)
     # Placed up front with the step's in/out shardings: the step compiles once.
     state = TrainState(params=params, opt_state=optimizer.init(params),
-                       step=jnp.zeros((), jnp.int32), frozen=frozen)
+                       step=jnp.zeros((), jnp.int32), frozen=frozen,
+                       method_state=method_state)
     sharding = fsdp_shardings(state, mesh)
     # The KL reference: a copy (never aliased to the donated state), sharded like params.
     ref_params = (jax.device_put(params, sharding.params, may_alias=False)
-                  if config.ppo.kl_coef > 0 else None)
-    return Learner(config=config, method=method, policy=policy, mesh=mesh,
-                   credit_fn=method.make_credit(config, ctx), optimizer=optimizer,
+                  if ppo.kl_coef > 0 else None)
+    return Learner(ppo=ppo, num_groups=config.rollout.num_groups,
+                   group_size=config.rollout.group_size, policy=policy, mesh=mesh,
+                   method=method, method_config=method_cfg, ctx=ctx,
+                   credit_fn=method.make_credit(method_cfg, ctx),
+                   aux_loss_fn=method.make_aux_loss(method_cfg, ctx), optimizer=optimizer,
                    init_state=jax.device_put(state, sharding), state_sharding=sharding,
-                   ref_params=ref_params,
-                   key=jax.device_put(jax.random.key(config.seed), replicated))
+                   ref_params=ref_params, key=jax.device_put(key, replicated))
 
 
 def build_env(config):
@@ -202,9 +208,7 @@ class JaxEnvSource:
         pass  # every method runs here: states are pytrees, restoring one is keeping it
 
     def make_step(self, learner: Learner) -> StepFn:
-        step_fn = make_train_step(self.config, learner.policy, self.env, self.env_params,
-                                  learner.credit_fn, learner.optimizer, learner.mesh,
-                                  learner.ref_params, learner.state_sharding)
+        step_fn = make_train_step(learner, self.env, self.env_params)
 
         def step(state, step_index):
             t0 = time.time()
@@ -353,8 +357,7 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
     sharding = fsdp_shardings(state, first.mesh)
     state = jax.device_put(state, sharding)
     keys = jax.device_put(jax.tree.map(stack, *[l.key for l in learners]), first.replicated)
-    seeds_step = make_seeds_train_step(config, first.policy, source.env, source.env_params,
-                                       first.credit_fn, first.optimizer, first.mesh, sharding)
+    seeds_step = make_seeds_train_step(first, source.env, source.env_params, sharding)
     tc = config.train
     eval_fn = make_eval(first.policy, source.env, source.env_params, tc.eval_episodes,
                         first.mesh, greedy=tc.eval_greedy, seeds=True,

@@ -32,9 +32,13 @@ import jax.numpy as jnp
 import optax
 
 from asct_jax.envs.base import PAD_ID
+from asct_jax.envs.play import Choice, play, take_candidates, uniform_index
+from asct_jax.infra.checks import ConfigError
 from asct_jax.rl.advantages import returns_to_go
 from asct_jax.rl.losses import value_loss
-from asct_jax.rl.rollout import group_reset_keys, rollout
+from asct_jax.rl.rollout import rollout
+from asct_jax.rl.train_step import join_params, split_params
+from asct_jax.rl.trainer import build_policy
 from asct_jax.rl.types import Rollout, merge_batch_turns
 
 
@@ -51,6 +55,23 @@ class ExpertBatch:
     expert: chex.Array
 
 
+def noisy_expert_chooser(env, env_params, epsilon: float):
+    """The epsilon-noisy expert's chooser; extra["expert"] [N]: the action is the expert's."""
+    def choose(key, states, ts, cands, legal, costs) -> Choice:
+        n = legal.shape[0]
+        k_coin, k_rand, k_exp = jax.random.split(key, 3)
+        expert = jax.vmap(env.expert_policy, in_axes=(0, None, 0))(
+            states, env_params, jax.random.split(k_exp, n))
+        # A scripted expert off its own path may name an illegal candidate (shop): that
+        # turn is played like an epsilon turn and is not trained on.
+        legal_pick = jnp.take_along_axis(legal, expert[:, None], axis=1)[:, 0]
+        noisy = jax.random.bernoulli(k_coin, epsilon, (n,)) | ~legal_pick
+        index = jnp.where(noisy, uniform_index(k_rand, legal), expert).astype(jnp.int32)
+        return Choice(actions=take_candidates(cands, index), index=index,
+                      extra={"expert": ~noisy})
+    return choose
+
+
 def expert_episodes(env, env_params, key: chex.PRNGKey, num_episodes: int,
                     epsilon: float, pad_id: int = PAD_ID) -> ExpertBatch:
     """B = num_episodes episodes of T = env.max_turns turns of the epsilon-noisy expert.
@@ -59,44 +80,11 @@ def expert_episodes(env, env_params, key: chex.PRNGKey, num_episodes: int,
     reset keys), so the expert and the random policy (epsilon=1) can be evaluated on the
     held-out tasks of an eval key. Returns an ExpertBatch; jit it with num_episodes static.
     """
-    reset_key, turn_key = jax.random.split(key)
-    states, ts = jax.vmap(env.reset, in_axes=(0, None))(
-        group_reset_keys(reset_key, num_episodes, 1), env_params)
-
-    def turn(carry, key_t):
-        states, ts, done = carry
-        k_coin, k_rand, k_exp = jax.random.split(key_t, 3)
-        cands, legal = jax.vmap(env.legal_actions, in_axes=(0, None))(states, env_params)
-        costs = jax.vmap(env.action_costs, in_axes=(0, None))(states, env_params)
-        expert = jax.vmap(env.expert_policy, in_axes=(0, None, 0))(
-            states, env_params, jax.random.split(k_exp, num_episodes))
-        # A scripted expert off its own path may name an illegal candidate (shop): that
-        # turn is played like an epsilon turn and is not trained on.
-        legal_pick = jnp.take_along_axis(legal, expert[:, None], axis=1)[:, 0]
-        noisy = jax.random.bernoulli(k_coin, epsilon, (num_episodes,)) | ~legal_pick
-        rand = jax.random.categorical(k_rand, jnp.where(legal, 0.0, -1e9), axis=-1)
-        index = jnp.where(noisy, rand, expert).astype(jnp.int32)
-        actions = jnp.take_along_axis(cands, index[:, None, None], axis=1)[:, 0]
-        new_states, new_ts = jax.vmap(env.step, in_axes=(0, 0, None))(states, actions, env_params)
-        live = ~done
-        out = dict(
-            obs=ts.observation, feedback=new_ts.feedback, actions=actions,
-            action_index=jnp.where(live, index, -1), token_mask=(actions != pad_id) & live[:, None],
-            turn_mask=live, logp_old=jnp.zeros(actions.shape, jnp.float32),
-            values=jnp.zeros((num_episodes,), jnp.float32),
-            rewards=jnp.where(live, new_ts.reward, 0.0), dones=new_ts.done & live,
-            cand_tokens=cands, cand_mask=legal, cand_costs=costs, states=states,
-            expert=live & ~noisy)
-        return (new_states, new_ts, done | new_ts.done), out
-
-    (_, last_ts, _), traj = jax.lax.scan(
-        turn, (states, ts, jnp.zeros((num_episodes,), bool)),
-        jax.random.split(turn_key, env.max_turns))
-    traj = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)   # [T, B] -> [B, T]
-    expert = traj.pop("expert")
-    data = Rollout(**traj, final_info=last_ts.info, group=jnp.arange(num_episodes),
-                   env_calls=jnp.sum(traj["turn_mask"]).astype(jnp.int32))
-    return ExpertBatch(rollout=data, expert=expert)
+    eps = play(env, env_params, noisy_expert_chooser(env, env_params, epsilon), key,
+               num_episodes, 1, pad_id)
+    data = Rollout(**eps.record, final_info=eps.final.info, group=eps.group,
+                   env_calls=eps.env_calls)
+    return ExpertBatch(rollout=data, expert=eps.extra["expert"] & data.turn_mask)
 
 
 def sample_turns(key: chex.PRNGKey, data: Rollout, weight: chex.Array, batch: int,
@@ -134,8 +122,6 @@ def make_update(policy, loss: Callable, optimizer: optax.GradientTransformation)
     (params, opt_state, loss): one optimiser step on `loss(policy, join(params, frozen),
     minibatch)` of sample_turns(key, data, weight, batch) (batch static; frozen, the LoRA
     base or None, an argument like in the train step, never a compiled-in constant)."""
-    from asct_jax.rl.train_step import join_params
-
     def update(params, opt_state, data, weight, targets, key, batch, frozen=None):
         mb = sample_turns(key, data, weight, batch, targets)
         value, grads = jax.value_and_grad(
@@ -173,15 +159,12 @@ def warm_start(config, source) -> Tuple[Any, Dict[str, float]]:
 
     source: a JaxEnvSource (env, env_params, vocab_size, shape, prompt). Returns (params,
     info): params are what TrainState.params holds for config's model (with LoRA the
-    trainable part; build_learner's train.init_from loads them), info the first / last
-    losses of each phase. Keys: fold_in(key(config.seed), 1..4).
+    trainable part; asct_jax.rl.params_io saves them, build_learner's train.init_from
+    loads them), info the first / last losses of each phase. Keys: fold_in(key(config.seed),
+    1..4).
     """
-    from asct_jax.rl.train_step import join_params, split_params
-    from asct_jax.rl.trainer import build_policy
-
     ws = config.warm_start
     if config.env.name not in ws.sft_steps:
-        from asct_jax.infra.checks import ConfigError
         raise ConfigError(f"warm_start.sft_steps.{config.env.name}", "not set",
                           f"one of {sorted(ws.sft_steps)} or add the environment")
     sft_steps = int(ws.sft_steps[config.env.name])
@@ -212,36 +195,3 @@ def warm_start(config, source) -> Tuple[Any, Dict[str, float]]:
             "expert_fraction": float(jnp.sum(data.expert) / jnp.sum(data.rollout.turn_mask))}
     return params, info
 
-
-CHECKPOINT = "checkpoint"   # <warm-start directory>/checkpoint: the orbax step directory
-
-
-def save_params(directory: str, params: Any, extra: Dict[str, Any] = None) -> None:
-    """Writes `params` as step 0 of <directory>/checkpoint (orbax: written to a temporary
-    directory, renamed when complete). CheckpointError if one is already there."""
-    import os
-
-    from asct_jax.infra.checkpoint import Checkpointer
-
-    with Checkpointer(os.path.join(directory, CHECKPOINT), keep=None) as ckpt:
-        ckpt.save(0, params, extra=extra, force=True)
-
-
-def load_params(directory: str, target: Any, field: str = "train.init_from") -> Any:
-    """The params saved by `save_params` in `directory`, in the structure and shardings of
-    `target`; ConfigError (one line, naming `field`) when there is no readable checkpoint
-    there or its tree does not match `target` (another model config)."""
-    import os
-
-    from asct_jax.infra.checkpoint import CheckpointError, Checkpointer
-    from asct_jax.infra.checks import ConfigError
-
-    path = os.path.join(directory, CHECKPOINT)
-    if not os.path.isdir(path):
-        raise ConfigError(field, f"{directory!r} has no warm-start checkpoint ({CHECKPOINT}/)",
-                          "a directory written by experiments.warm_start, or ''")
-    try:
-        with Checkpointer(path) as ckpt:
-            return ckpt.restore(target).state
-    except CheckpointError as e:
-        raise ConfigError(field, f"cannot start from {directory!r}: {e.problem}") from e

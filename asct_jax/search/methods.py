@@ -22,18 +22,66 @@ package that depends on both.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import jax
 import jax.numpy as jnp
 
+from asct_jax.infra.checks import Range
+from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, from_turn_advantages,
                                 state_policy_fn, turn_states, value_targets_mc)
 from asct_jax.rl.types import Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
-from asct_jax.search.credit import asct_advantage, centre_q
+from asct_jax.search.credit import CENTRE_MODES, asct_advantage, centre_q
 from asct_jax.search.rollout_value import mc_return
-from asct_jax.search.search import make_search_config, search
+from asct_jax.search.search import CHARGES, LEAF_EVALS, make_search_config, search
 from asct_jax.search.selection import linear_schedule, make_selection
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchFields:
+    """The tree search's fields (section asct.search): the SearchConfig's and the
+    selection rule's hyperparameters (c, beta)."""
+
+    num_simulations: int = option(Range(1, None, integer=True), "simulations per tree")
+    max_depth: int = option(Range(1, None, integer=True), "edges from the root, at most")
+    c: float = option(Range(0.0, None), "exploration constant of UCT / AgentUCT")
+    beta: float = option(Range(0.0, None), "AgentUCT cost weight (the schedule's end)")
+    leaf_eval: str = option(tuple(LEAF_EVALS), "how a leaf is valued")
+    num_leaf_rollouts: int = option(Range(1, None, integer=True), "rollouts per leaf")
+    charge: str = option(tuple(CHARGES), "how tree steps are charged")
+
+    def as_dict(self):
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ASCTConfig:
+    """ASCT's fields (section asct; the selection rule comes from the method name)."""
+
+    states_per_episode: int = option(Range(1, None, integer=True),
+                                     "visited states searched per episode")
+    centring: str = option(CENTRE_MODES, "how Q is centred by pi_old")
+    alpha: float = option(None, "weight of log pi_old in the logpi centring")
+    beta_start: float = option(Range(0.0, None), "AgentUCT cost weight at step 0")
+    beta_steps: int = option(Range(0, None, integer=True), "steps of the beta schedule")
+    search: SearchFields = option(None, "the tree search (asct.search)")
+
+
+@dataclasses.dataclass(frozen=True)
+class VinePPOConfig:
+    """VinePPO's fields (section vineppo)."""
+
+    k: int = option(Range(1, None, integer=True), "Monte-Carlo rollouts per visited state")
+
+
+def asct_config(config) -> ASCTConfig:
+    """ASCTConfig of config.asct (ConfigError naming asct.<field> on a bad value)."""
+    return from_section(ASCTConfig, config, "asct",
+                        search=from_section(SearchFields, config, "asct.search"))
 
 
 def choose_turns(turn_mask, key, num: int):
@@ -47,18 +95,17 @@ def choose_turns(turn_mask, key, num: int):
     return idx, valid
 
 
-def searched_advantages(config, ctx: CreditContext, params, batch: Rollout, key, step,
-                        rule: str):
+def searched_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout, key,
+                        step, rule: str):
     """A_t [B, T] from searches rooted at chosen visited states, plus cost metrics."""
-    ac = config.asct
     b, t = batch.turn_mask.shape
     k_turns, k_search = jax.random.split(key)
     idx, valid = choose_turns(batch.turn_mask, k_turns, ac.states_per_episode)  # [B, S]
     s = idx.shape[1]
     roots = jax.tree.map(_flat, turn_states(batch, idx))
-    scfg = make_search_config(ac.search)
+    scfg = make_search_config(ac.search.as_dict())
     beta = linear_schedule(step, ac.beta_start, ac.search.beta, ac.beta_steps)
-    selection_fn = make_selection(rule, ac.search, beta=beta)
+    selection_fn = make_selection(rule, ac.search.as_dict(), beta=beta)
     out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), k_search,
                  selection_fn, scfg)
     q_c = centre_q(out.q, out.q_mask, out.prior_logp, ac.centring, ac.alpha)
@@ -85,14 +132,12 @@ def searched_advantages(config, ctx: CreditContext, params, batch: Rollout, key,
 
 
 def _asct_factory(rule: str):
-    def factory(config, ctx: CreditContext):
-        def credit(params, batch: Rollout, key, step):
-            a, metrics = searched_advantages(config, ctx, params, batch, key, step, rule)
+    def factory(cfg: ASCTConfig, ctx: CreditContext):
+        def credit(params, batch: Rollout, key, step, mstate=None):
+            a, metrics = searched_advantages(cfg, ctx, params, batch, key, step, rule)
             return from_turn_advantages(batch, a, value_targets_mc(batch), metrics)
         return credit
     return factory
-
-
 
 
 def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollouts: int,
@@ -133,10 +178,10 @@ def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollo
             jnp.sum(calls).astype(jnp.float32))
 
 
-def _vineppo(config, ctx: CreditContext):
-    k = config.vineppo.k
+def _vineppo(cfg: VinePPOConfig, ctx: CreditContext):
+    k = cfg.k
 
-    def credit(params, batch: Rollout, key, step):
+    def credit(params, batch: Rollout, key, step, mstate=None):
         v_hat, aux, calls = live_state_values(ctx, params, batch, key, k,
                                               chunk=batch.turn_mask.shape[0])
         a = adv.vineppo_advantages(batch.rewards, v_hat, batch.turn_mask)
@@ -145,8 +190,12 @@ def _vineppo(config, ctx: CreditContext):
     return credit
 
 
-VINEPPO = Method("vineppo", _vineppo, restores_states_in_step=True)
-ASCT_UNIFORM = Method("asct_uniform", _asct_factory("uniform"), restores_states_in_step=True)
-ASCT_UCT = Method("asct_uct", _asct_factory("uct"), restores_states_in_step=True)
-ASCT_AGENTUCT = Method("asct_agentuct", _asct_factory("agentuct"), restores_states_in_step=True)
+VINEPPO = Method("vineppo", _vineppo, restores_states_in_step=True,
+                 make_config=functools.partial(from_section, VinePPOConfig, section="vineppo"))
+ASCT_UNIFORM = Method("asct_uniform", _asct_factory("uniform"), make_config=asct_config,
+                      restores_states_in_step=True)
+ASCT_UCT = Method("asct_uct", _asct_factory("uct"), make_config=asct_config,
+                  restores_states_in_step=True)
+ASCT_AGENTUCT = Method("asct_agentuct", _asct_factory("agentuct"), make_config=asct_config,
+                       restores_states_in_step=True)
 METHODS = (VINEPPO, ASCT_UNIFORM, ASCT_UCT, ASCT_AGENTUCT)

@@ -152,6 +152,17 @@ def get_config():
     return c
 
 
+# What fields are to the experiment scripts, in one place (read by experiments.runner and
+# experiments.warm_start; dotted names, a section stands for every field below it):
+# - they do not change what a run computes (a stored run is reused across them);
+BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.results_dir",
+                      "train.progress", "train.compilation_cache", "warm_start")
+# - added after runs were stored, with the value a config.json without them meant;
+ADDED_DEFAULTS = {"train.init_from": "", "factor.alloc_tokens": "all"}
+# - a warm start's parameters depend on them (its directory name hashes them).
+WARM_START_FIELDS = ("env", "model", "text", "warm_start", "ppo.gamma")
+
+
 # ppo.lr of runs from a warm start. At the from-scratch rate (1e-3) RL undoes the warm start
 # within 3 steps (household, GRPO: held-out success 0.48 -> 0.18); 1e-4 kept and improved it
 # (0.48 -> 0.56 in 20 steps), 3e-4 lost part of it (0.36). Chosen on seed 7.
@@ -188,27 +199,27 @@ def use_test_model(c):
 
 
 def get_constraints():
-    """Allowed values come from the modules that use them; ranges are the config's own."""
+    """Allowed values come from the modules that use them: the typed configs of the update
+    and the methods declare their own fields' (asct_jax.infra.typed_config); the rest are
+    the config's own."""
     from asct_jax.envs import ENVS, SIZES
+    from asct_jax.infra.typed_config import constraints
     from asct_jax.models.config import PRESETS
-    from asct_jax.rl.advantages import GIGPO_NORMALISE
-    from asct_jax.rl.losses import AGGREGATIONS
-    from asct_jax.rl.methods import RETURN_BASELINES
-    from asct_jax.search.credit import CENTRE_MODES
-    from asct_jax.search.search import CHARGES, LEAF_EVALS
+    from asct_jax.rl.methods import GAEConfig, GiGPOConfig, ReturnConfig
+    from asct_jax.rl.ppo_config import PPOConfig
+    from asct_jax.search.methods import ASCTConfig, SearchFields, VinePPOConfig
     from experiments import registry
-    from factor_jax.apm import TRANSFORMS
-    from factor_jax.methods import ALLOC_TOKENS, NORMALISE, TAC_VALUES
+    from factor_jax.methods import FactorConfig, SerlConfig
 
     return {
         "method": registry.names(),
         "env.name": ENVS,
         "env.size": SIZES,
-        "ppo.return_baseline": RETURN_BASELINES,
-        "factor.tac_values": TAC_VALUES,
-        "factor.normalise": NORMALISE,
-        "factor.alloc_tokens": ALLOC_TOKENS,
-        "gigpo.normalise": GIGPO_NORMALISE,
+        **constraints(PPOConfig, "ppo"), **constraints(ReturnConfig, "ppo"),
+        **constraints(GAEConfig, "ppo"), **constraints(GiGPOConfig, "gigpo"),
+        **constraints(ASCTConfig, "asct"), **constraints(SearchFields, "asct.search"),
+        **constraints(VinePPOConfig, "vineppo"), **constraints(FactorConfig, "factor"),
+        **constraints(SerlConfig, "serl"),
         "model.preset": tuple(PRESETS),
         "model.dtype": ("float32", "bfloat16"),
         "model.lora_targets": LORA_TARGETS,
@@ -217,26 +228,6 @@ def get_constraints():
         "text.obs_len": Range(0, None, integer=True),
         "text.action_len": Range(0, None, integer=True),
         "text.feedback_len": Range(0, None, integer=True),
-        "ppo.aggregation": AGGREGATIONS,
-        "asct.centring": CENTRE_MODES,
-        "asct.search.leaf_eval": LEAF_EVALS,
-        "asct.search.charge": CHARGES,
-        "factor.transform": TRANSFORMS,
-        "asct.search.num_simulations": Range(1, None, integer=True),
-        "asct.search.max_depth": Range(1, None, integer=True),
-        "asct.search.c": Range(0.0, None),
-        "asct.search.beta": Range(0.0, None),
-        "asct.states_per_episode": Range(1, None, integer=True),
-        "vineppo.k": Range(1, None, integer=True),
-        "gigpo.gamma": Range(0.0, 1.0),
-        "gigpo.omega": Range(0.0, None),
-        "factor.calib_turns": Range(0, None, integer=True),
-        "factor.calib_rollouts": Range(0, None, integer=True),
-        "factor.tau": Range(0.0, None, lo_open=True),
-        "ppo.clip_eps": Range(0.0, 1.0, lo_open=True),
-        "ppo.lr": Range(0.0, 1.0, lo_open=True),
-        "ppo.epochs": Range(1, None, integer=True),
-        "ppo.minibatches": Range(1, None, integer=True),
         "rollout.num_groups": Range(1, None, integer=True),
         "rollout.group_size": Range(1, None, integer=True),
         "train.steps": Range(1, None, integer=True),

@@ -10,7 +10,7 @@ textworld.num_eval generation seeds as unseen held-out games.
 FACTOR calibrates its values as on the JAX environments (2 intermediate turns per
 episode, M = 2 rollouts of pi_old each), but on the host, between the rollout and the
 jitted learn step: the games restore each stored turn from its Jericho save blob (or by
-reset + replay) and play on (asct_jax.rl.host_calibration). factor.calib_turns = 0 runs
+reset + replay) and play on (factor_jax.host_calibration). factor.calib_turns = 0 runs
 TAC on the value head alone.
 """
 import ml_collections

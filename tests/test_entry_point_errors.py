@@ -1,0 +1,85 @@
+"""A bad value stops every entry point with one line naming the field (exit 2 from a
+script): the CLI, the table scripts' variants (run_grid, from_warm_start), reproduce and
+the library edge (build_learner via the typed configs)."""
+import glob
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
+from experiments import registry, runner
+from experiments.configs import base
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = sorted(os.path.basename(p)[:-3] for p in glob.glob(
+    os.path.join(REPO, "experiments", "configs", "*.py")) if not p.endswith("__init__.py"))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_shipped_config_passes_its_constraints_and_the_typed_configs(name):
+    module = importlib.import_module(f"experiments.configs.{name}")
+    config = module.get_config()
+    config_cli.validate(config, getattr(module, "get_constraints", dict)())
+    methods = config.get("table", {}).get("methods", None) or [config.method]
+    for m in methods:
+        c = config.copy_and_resolve_references()
+        c.method = m
+        registry.check(c)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("factor.tau", -1.0), ("factor.alloc_tokens", "most"), ("asct.search.num_simulations", 0),
+    ("asct.centring", "twice"), ("gigpo.normalise", "minmax"), ("serl.lam0", 2.0),
+    ("vineppo.k", 0), ("ppo.aggregation", "sum"), ("ppo.return_baseline", "mean"),
+])
+def test_typed_configs_name_the_field(field, value):
+    c = base.get_config()
+    section, _, name = field.rpartition(".")
+    node = c
+    for part in section.split("."):
+        node = node[part]
+    node[name] = value
+    owners = {"factor": "factor", "asct": "asct_uct", "gigpo": "gigpo", "serl": "serl",
+              "vineppo": "vineppo", "ppo": "ppo_return"}
+    c.method = owners[field.split(".")[0]]
+    with pytest.raises(ConfigError, match=rf"^{field}: "):
+        registry.check(c)
+
+
+@pytest.mark.parametrize("overrides,field", [
+    ({"method": "factor", "factor.tau": 0.0}, "factor.tau"),
+    ({"method": "nope"}, "method"),
+    ({"rollout.num_groups": 0}, "rollout.num_groups"),
+    ({"rollout.num_groups": "two"}, "rollout.num_groups"),
+    ({"factor.no_such_field": 1}, "factor.no_such_field"),
+])
+def test_run_grid_checks_every_variant_before_training(tmp_path, overrides, field):
+    c = base.get_config()
+    c.train.results_dir = str(tmp_path)
+    trained = []
+    variants = [("good", {"method": "grpo"}), ("bad", overrides)]
+    with pytest.raises(ConfigError, match=rf"^{field}: "):
+        runner.run_grid(c, variants, (42,), "grid", train=lambda *a, **k: trained.append(a))
+    assert trained == []   # nothing trained: the bad variant is found first
+    with pytest.raises(ConfigError, match=rf"^{field}: "):
+        runner.from_warm_start(c, overrides)
+
+
+def test_a_table_script_exits_2_with_one_line(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "experiments.factor_table",
+                        "--config", os.path.join(REPO, "experiments/configs/factor_table.py"),
+                        "--config.factor.tau=-1", f"--config.train.results_dir={tmp_path}"],
+                       capture_output=True, text=True, cwd=REPO, timeout=300,
+                       env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and "factor.tau" in lines[0], p.stderr
+
+
+def test_reproduce_rejects_a_bad_argument_with_exit_2():
+    p = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--only", "nothing"],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert p.returncode == 2 and "--only" in p.stderr
