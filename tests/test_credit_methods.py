@@ -60,7 +60,8 @@ def test_chunked_vineppo_values_equal_plain_vmap(setup):
 
 
 @pytest.mark.parametrize("method", ["vineppo", "asct_agentuct", "factor", "serl",
-                                    "asct_factor", "gigpo"])
+                                    pytest.param("asct_factor", marks=pytest.mark.slow),
+                                    "gigpo"])
 def test_credit_is_masked_finite_and_counts_its_costs(setup, method):
     c, ctx, params, batch = setup
     m = registry.get(method)

@@ -58,6 +58,7 @@ def _metrics(tmp_path, run):
                 for line in f]
 
 
+@pytest.mark.slow
 def test_state_is_carried_checkpointed_and_resumed_exactly(tmp_path):
     train(_config(tmp_path, "straight"), COUNTER)
     straight = _metrics(tmp_path, "straight")
@@ -73,6 +74,7 @@ def test_state_is_carried_checkpointed_and_resumed_exactly(tmp_path):
     assert ckpt.exists()
 
 
+@pytest.mark.slow
 def test_state_batched_over_seeds_equals_separate_runs(tmp_path):
     cfgs = [_config(tmp_path / "batched", f"s{s}", steps=2, seed=s) for s in (42, 43)]
     train_seeds(cfgs, COUNTER)

@@ -77,6 +77,7 @@ def test_expert_turns_are_legal_actions_off_the_experts_path():
     assert np.all(legal[np.asarray(d.turn_mask)])
 
 
+@pytest.mark.slow
 def test_sft_lowers_the_loss_and_raises_held_out_expert_log_probs():
     from asct_jax.rl.trainer import build_policy
     c = small_config("/tmp")
@@ -96,6 +97,7 @@ def test_sft_lowers_the_loss_and_raises_held_out_expert_log_probs():
     assert after < before - 0.02, (before, after)
 
 
+@pytest.mark.slow
 def test_a_run_with_init_from_starts_from_the_warm_start(warm, tmp_path):
     from experiments.runner import train_run
     c0, summary, out_dir = warm
@@ -111,6 +113,7 @@ def test_a_run_with_init_from_starts_from_the_warm_start(warm, tmp_path):
     assert summary["sft_loss_last"] < summary["sft_loss_first"]
 
 
+@pytest.mark.slow
 def test_init_from_errors_name_the_field(warm, tmp_path):
     from asct_jax.rl.trainer import build_learner
     from experiments import registry
@@ -136,6 +139,7 @@ def test_runs_stored_before_init_from_still_match_a_fresh_config(tmp_path):
     assert config_differences(stored, c) == ["train.init_from"]
 
 
+@pytest.mark.slow
 def test_one_warm_start_is_shared_by_methods_seeds_and_scales(warm):
     from experiments.runner import apply_overrides, from_warm_start
     from experiments.warm_start import key
@@ -156,6 +160,7 @@ def test_one_warm_start_is_shared_by_methods_seeds_and_scales(warm):
         assert key(apply_overrides(c, change)) != key(c), change
 
 
+@pytest.mark.slow
 def test_summary_records_the_warm_start_fields(warm):
     c, summary, out_dir = warm
     assert summary["warm_start"]["sft_steps"] == c.warm_start.sft_steps.to_dict()
