@@ -16,7 +16,6 @@ import jax.numpy as jnp
 
 from asct_jax.envs.base import Environment
 from asct_jax.envs.play import Choice, Chooser, play, take_candidates
-from asct_jax.envs.play import group_reset_keys  # noqa: F401  (re-export)
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.types import Rollout
 
