@@ -6,7 +6,9 @@ Each piece is jitted on its own: rollout(params, key), credit(params, batch, key
 learn(state, batch, key) (= credit + PPO update, so update = learn - credit). Compile time
 (first call) is reported apart from the steady state (median of --repeats calls). The
 compiled train step fuses the three; its time is reported too. Prints a Markdown table
-and writes JSON (default results/bench/train.json).
+and writes JSON (default results/bench/train.json). Budget: each step's environment calls
+(rollout + the credit's own) as a ratio to the baseline (GRPO), and the wall clock per
+environment call beside the baseline's.
 
 FLOP/s: XLA's cost analysis of the compiled update (learn minus credit; it counts a loop
 body once, so times epochs x minibatches) over its steady-state time, printed beside the
@@ -78,7 +80,10 @@ def bench_method(method, env_name, repeats, num_groups, group_size):
     _, learn_c, learn_s = timed(learn, state, batch, key, repeats=repeats)
     step_fn = make_train_step(exp, source.env, source.env_params)
     step = lambda s, k: step_fn(jax.tree.map(jnp.copy, s), k)  # noqa: E731 (donation)
-    _, step_c, step_s = timed(step, state, key, repeats=repeats)
+    (_, m), step_c, step_s = timed(step, state, key, repeats=repeats)
+    # Environment calls of one step: the rollout's plus the credit's own (search,
+    # continuations, VinePPO rollouts).
+    env_calls = float(m["rollout/env_calls"]) + float(m["credit/env_calls"])
     update_s = max(learn_s - cred_s, 0.0)
     loops = c.ppo.epochs * c.ppo.minibatches
     update_flops = max(_flops(learn, state, batch, key)
@@ -89,6 +94,7 @@ def bench_method(method, env_name, repeats, num_groups, group_size):
             "update_gflop": update_flops / 1e9,
             "update_gflop_per_s": update_flops / 1e9 / update_s if update_s else float("nan"),
             "params": n_params, "load_1min": os.getloadavg()[0],
+            "env_calls": env_calls, "s_per_env_call": step_s / max(env_calls, 1.0),
             "compile_rollout_s": roll_c, "compile_credit_s": cred_c,
             "compile_learn_s": learn_c, "compile_step_s": step_c}
 
@@ -115,14 +121,18 @@ def main(argv=None):
         print(f"{m}: rollout {r['rollout_s']:.3f}s credit {r['credit_s']:.3f}s update "
               f"{r['update_s']:.3f}s step {r['train_step_s']:.3f}s "
               f"(load {r['load_1min']:.2f})", flush=True)
-    ref = next((r["train_step_s"] for r in rows if r["method"] in ("grpo", "ppo_return")),
-               rows[0]["train_step_s"])
+    base_row = next((r for r in rows if r["method"] in ("grpo", "ppo_return")), rows[0])
     for r in rows:
-        r["step_vs_baseline"] = r["train_step_s"] / ref
+        r["step_vs_baseline"] = r["train_step_s"] / base_row["train_step_s"]
         r["update_vs_matmul"] = r["update_gflop_per_s"] / mm
+        # FACTOR's budget (the paper: about 3.5x GRPO's environment calls) and its wall
+        # clock per environment call, at most GRPO's when the continuations are batched.
+        r["env_calls_vs_baseline"] = r["env_calls"] / max(base_row["env_calls"], 1.0)
+        r["s_per_env_call_vs_baseline"] = r["s_per_env_call"] / base_row["s_per_env_call"]
     cols = ["method", "rollout_s", "credit_s", "update_s", "train_step_s", "step_vs_baseline",
-            "update_gflop", "update_gflop_per_s", "update_vs_matmul", "load_1min",
-            "compile_step_s"]
+            "env_calls", "env_calls_vs_baseline", "s_per_env_call",
+            "s_per_env_call_vs_baseline", "update_gflop", "update_gflop_per_s",
+            "update_vs_matmul", "load_1min", "compile_step_s"]
     print(markdown_table([{k: (f"{r[k]:.3f}" if isinstance(r[k], float) else r[k])
                            for k in cols} for r in rows], cols))
     print(f"matmul f32: {mm:.1f} GFLOP/s ([1024,576]x[576,1536]), {mlp:.1f} GFLOP/s "

@@ -4,7 +4,8 @@ a choice among the candidates, or on forced ones (docs/results/warm_tables.md).
     python -m experiments.factor_allocation --config experiments/configs/factor_allocation.py
 
 For each environment: one batch of the (warm-started, by default) actor, FACTOR's pieces
-(factor_jax.methods.factor_pieces: calibration -> TAC -> HTA -> weights) with
+(factor_jax.methods.factor_pieces: continuations -> critic -> TAC -> HTA -> weights, at
+the first step with HTA active) with
 factor.alloc_tokens = "all", and per credit sign the share of the actions' credit that
 lands on choice tokens (fj.choice_tokens),
 
@@ -39,7 +40,7 @@ def allocation(config, env_name: str):
     from asct_jax.rl.train_step import policy_params
     from asct_jax.rl.trainer import JaxEnvSource, build_learner
     from experiments import registry
-    from factor_jax.methods import factor_config, factor_pieces
+    from factor_jax.methods import Schedule, factor_config, factor_pieces
 
     c = config.copy_and_resolve_references()
     c.env.name = env_name
@@ -55,8 +56,11 @@ def allocation(config, env_name: str):
     batch = jax.jit(lambda p, k: rollout(learner.policy, p, source.env, source.env_params, k,
                                          c.rollout.num_groups, c.rollout.group_size))(
         params, key_roll)
-    p = jax.tree.map(np.asarray, jax.jit(lambda pr, b, k: factor_pieces(factor_config(c), ctx, pr, b, k))(
-        params, batch, key_credit))   # c.factor.alloc_tokens = "all" (the config's)
+    fc = factor_config(c)
+    step = Schedule.of(fc).eta_start - 1      # the first step with HTA active
+    p = jax.jit(lambda pr, b, k, ms: factor_pieces(fc, ctx, pr, b, k, step, ms))(
+        params, batch, key_credit, learner.init_state.method_state)
+    p = jax.tree.map(np.asarray, p.replace(critic=None, critic_metrics=None))
     tm = np.asarray(batch.token_mask)
     choice = np.asarray(fj.choice_tokens(batch.actions, batch.cand_tokens, batch.cand_mask,
                                          batch.token_mask))

@@ -9,17 +9,22 @@ trainer (from the shared warm start with fig5.warm_start), keeping the initial p
 three panels on fresh diagnostic batches (`config.fig5.*`):
 
 (a) Conservation. On a batch rolled out with the late parameters, FACTOR's token weights
-    omega are computed exactly as the `factor` credit computes them (value calibration ->
-    TAC -> HTA -> APM, same calls, same key use as factor_jax/methods.py), and the
+    omega are computed exactly as the `factor` credit computes them (continuations ->
+    critic step -> TAC -> HTA -> APM, same calls, same key use as factor_jax/methods.py,
+    at the first step with eta_k > 0, experiments.factor_fig5.credit_step), and the
     distribution of |mean_j omega_{t,j} - 1| over the actions with a choice token (the
     tokens the weights spread over, factor.alloc_tokens) is plotted; the no-APM
     softmax variant (fj.softmax_weights, weights summing to 1, error 1 - 1/L_t) is
-    overlaid for contrast.
+    overlaid for contrast. The feedback control (METHODS.md section 5): the same Delta
+    with the feedback removed from the teacher's prompt (its header and footer kept) and
+    its Pearson r with the real Delta over the tokens where either is non-zero: a high r
+    says the teacher reads the format, not the outcome.
 
-(b) Calibration. For the early and the late parameters, each on its own batch: the TAC
-    credit A*_t as the method computes it (critic values, replaced by the method's own
-    M = factor.calib_rollouts Monte-Carlo values at its factor.calib_turns calibrated
-    turns) against an independent high-sample Monte-Carlo credit for the same step,
+(b) Calibration. For the early and the late parameters, each on its own batch and with
+    its own TAC critic (the method state at that point; the early one untrained): the
+    TAC credit A*_t as the method computes it at the first step with HTA active (the
+    target head's values, after the critic step on this batch's continuations) against
+    an independent high-sample Monte-Carlo credit for the same step,
 
         A^MC_t = r_t + V_MC(x_{t+1}) - V_MC(x_t),
 
@@ -115,18 +120,44 @@ def filler_id() -> int:
 
 # ----------------------------------------------------------------------------- panels
 
-def factor_parts(ctx, config, params, batch, key):
-    """The `factor` credit's pieces (factor_jax.methods.factor_pieces, the same code the
-    credit runs), panel (a)'s conservation errors (with the softmax, no-APM weights of the
-    same scores) and TAC's telescoping error [B]. Jittable (ctx, config static).
+def credit_step(config) -> int:
+    """The 0-based step the diagnostics compute the credit at: the first step with HTA
+    active (k = the schedule's eta_start), so omega is the authors' mixture, not the
+    warm-up's or the late uniform weights."""
+    from factor_jax.methods import Schedule
+    return Schedule.of(factor_config(config)).eta_start - 1
 
-    Returns (FactorPieces, fj.Conservation, tac_sum_err [B])."""
+
+def factor_parts(ctx, config, params, batch, key, mstate, step):
+    """The `factor` credit's pieces (factor_jax.methods.factor_pieces, the same code the
+    credit runs, with the method state `mstate` of the parameters' run), panel (a)'s
+    conservation errors (with the softmax, no-APM weights of the same clipped scores),
+    TAC's telescoping error [B] and the feedback control: Delta with the teacher's
+    feedback removed (header and footer kept). Jittable (ctx, config static).
+
+    Returns (FactorPieces, fj.Conservation, tac_sum_err [B], delta_no_feedback [B, T, A])."""
+    from factor_jax.methods import teacher_log_probs
     fc = factor_config(config)
-    p = factor_pieces(fc, ctx, params, batch, key)
-    cons = fj.conservation(p.weights, p.scores, p.alloc_mask, tau=fc.tau,
-                           transform=fc.transform)
-    return p, cons, fj.credit_conservation_error(p.credit, batch.rewards, p.baseline,
-                                                 batch.turn_mask)
+    p = factor_pieces(fc, ctx, params, batch, key, step, mstate)
+    scores = fj.sign_aware_scores(jnp.clip(p.delta, -fc.clip_d, fc.clip_d), p.credit,
+                                  p.alloc_mask)
+    cons = fj.conservation(p.weights, scores, p.alloc_mask, tau=fc.tau)
+    no_feedback = batch.replace(feedback=jnp.zeros_like(batch.feedback))   # PAD only
+    delta_nf = fj.hindsight_delta(teacher_log_probs(ctx, params, no_feedback),
+                                  batch.logp_old, batch.token_mask)
+    return p, cons, jnp.abs(jnp.sum(p.credit, axis=1) - p.a_seq), delta_nf
+
+
+def feedback_control(delta, delta_nf, mask) -> Dict[str, float]:
+    """Pearson r between Delta and Delta without the feedback over the tokens where
+    either is non-zero (a forced token has Delta = 0 in both), and their mean |.|."""
+    sel = np.asarray(mask) & ((np.asarray(delta) != 0) | (np.asarray(delta_nf) != 0))
+    d, dn = np.asarray(delta)[sel], np.asarray(delta_nf)[sel]
+    r = float(np.corrcoef(d, dn)[0, 1]) if sel.sum() > 2 and d.std() > 0 and dn.std() > 0 \
+        else float("nan")
+    return {"pearson_r": r, "tokens": int(sel.sum()), "abs_delta_mean": float(np.abs(d).mean())
+            if sel.any() else 0.0, "abs_delta_no_feedback_mean": float(np.abs(dn).mean())
+            if sel.any() else 0.0}
 
 
 def _take(tree, *idx):
@@ -156,7 +187,8 @@ class Diagnostics:
                 f"{ctx.group_size} (the credit's group baseline uses the latter)",
                 str(ctx.group_size))
         self.collect = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, ng, gs))
-        self.parts = jax.jit(lambda p, batch, k: factor_parts(ctx, config, p, batch, k))
+        self.parts = jax.jit(lambda p, batch, k, ms: factor_parts(
+            ctx, config, p, batch, k, ms, credit_step(config)))
         self._mc = jax.jit(lambda p, states, keys: fj.mc_state_values(
             env, env_params, state_policy_fn(ctx, p), states, keys, self.M,
             self.mc_states_per_chunk))
@@ -252,6 +284,7 @@ def run_diagnostics(config, pieces, early_params, late_params,
                     diag: Optional[Diagnostics] = None) -> Dict[str, Any]:
     """All three panels' numbers (and, under "_arrays", the arrays the figure needs).
 
+    early_params, late_params: (policy parameters, method state) of each phase.
     pieces: (env, env_params, policy, CreditContext), see exp_parts; `diag` reuses the
     compiled functions of an existing Diagnostics for the same pieces and config."""
     diag = diag if diag is not None else Diagnostics(config, *pieces)
@@ -260,10 +293,11 @@ def run_diagnostics(config, pieces, early_params, late_params,
                   "mc_late", "perturb"), jax.random.split(key, 7)))
     res: Dict[str, Any] = {"timing_s": {}}
     arrays: Dict[str, Any] = {}
-    for phase, params in (("late", late_params), ("early", early_params)):
+    for phase, (params, mstate) in (("late", late_params), ("early", early_params)):
         t0 = time.time()
         batch = diag.collect(params, k[f"roll_{phase}"])
-        pieces, cons, tac_sum_err = diag.parts(params, batch, k[f"cred_{phase}"])
+        pieces, cons, tac_sum_err, delta_nf = diag.parts(params, batch, k[f"cred_{phase}"],
+                                                         mstate)
         a_mc, v_mc = diag.mc_credit(params, batch, pieces, k[f"mc_{phase}"])
         tm = np.asarray(batch.turn_mask)
         credit = np.asarray(pieces.credit)
@@ -272,8 +306,11 @@ def run_diagnostics(config, pieces, early_params, late_params,
         cal["return_mean"] = float(np.asarray(pieces.returns).mean())
         cal["episode_len_mean"] = float(tm.sum(-1).mean())
         cal["tac_sum_err_max"] = float(np.max(np.asarray(tac_sum_err)))
-        cal["calibrated_frac"] = float(np.asarray(pieces.calibrated)[tm].mean())
+        cal["checkpoint_frac"] = float(np.asarray(pieces.cont.valid).sum() / tm.sum())
+        cal["critic_value_mean"] = float(np.asarray(pieces.values)[tm].mean())
         res[f"calibration_{phase}"] = cal
+        res[f"feedback_control_{phase}"] = feedback_control(pieces.delta, delta_nf,
+                                                            pieces.alloc_mask)
         arrays[f"credit_{phase}"], arrays[f"mc_{phase}"] = credit[tm], a_mc[tm]
         res["timing_s"][f"{phase}_rollout_credit_mc"] = time.time() - t0
         if phase == "late":
@@ -386,13 +423,14 @@ def run(config) -> Dict[str, Any]:
     tc = config.train
     source = JaxEnvSource(config)
     learner = build_learner(config, registry.get(config.method), source)
-    early = policy_params(learner.init_state)
+    early = (policy_params(learner.init_state), learner.init_state.method_state)
     ckdir = os.path.join(tc.results_dir, tc.experiment, tc.run, "checkpoints")
     reused = tc.resume and os.path.isdir(ckdir) and \
         Checkpointer(ckdir, save_every=tc.checkpoint_every, keep=tc.keep).latest_step() == tc.steps
     t0 = time.time()
     try:
-        summary, late = train_run(config, return_params=True)
+        summary, state = train_run(config, return_state=True)
+        late = (policy_params(state), state.method_state)
     except (NonFiniteLossError, FileExistsError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
@@ -429,6 +467,11 @@ def format_summary(res: Dict[str, Any]) -> str:
         lines.append(f"(b) {phase:5s}: corr {m['corr']:.3f}  rmse {m['rmse']:.3f}  "
                      f"mae {m['mae']:.3f}  bias {m['bias']:+.3f}  n {int(m['count'])}  "
                      f"return {m['return_mean']:.3f}")
+    for phase in ("early", "late"):
+        f = res[f"feedback_control_{phase}"]
+        lines.append(f"    {phase:5s} feedback control: r(Delta, Delta without feedback) "
+                     f"{f['pearson_r']:.3f} over {f['tokens']} tokens, |Delta| "
+                     f"{f['abs_delta_mean']:.3f} vs {f['abs_delta_no_feedback_mean']:.3f}")
     p = res["perturbation"]
     lines.append(f"(c) perturbation: {p['n_pos']} positive, {p['n_neg']} negative actions")
     for key, row in p.get("table", {}).items():

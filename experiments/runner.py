@@ -34,14 +34,15 @@ def config_differences(stored: Mapping[str, Any], config) -> List[str]:
     return sorted(k for k in keys if a.get(k) != b.get(k))
 
 
-def train_run(config, return_params: bool = False, source=None):
+def train_run(config, return_params: bool = False, source=None, return_state: bool = False):
     """trainer.train with the method config.method names in the registry (its config
     checked first: experiments.registry.check)."""
     from asct_jax.rl import trainer
     from experiments import registry
 
     method, _ = registry.check(config)
-    return trainer.train(config, method, source=source, return_params=return_params)
+    return trainer.train(config, method, source=source, return_params=return_params,
+                         return_state=return_state)
 
 
 def train_seeds_run(configs, return_params: bool = False):

@@ -12,6 +12,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from factor_jax._checks import check_range
+
 
 def choice_tokens(actions: chex.Array, cand_tokens: chex.Array, cand_mask: chex.Array,
                   token_mask: chex.Array) -> chex.Array:
@@ -103,3 +105,51 @@ def hta_scores(teacher_logp: chex.Array, student_logp: chex.Array, credit: chex.
     delta = hindsight_delta(teacher_logp, student_logp, token_mask)
     scores = sign_aware_scores(delta, credit, token_mask)
     return (scores, delta) if return_delta else scores
+
+
+def hta_weights(delta: chex.Array, credit: chex.Array, mask: chex.Array, eta,
+                tau: float = 1.0, clip_d: float = 3.0) -> chex.Array:
+    """FACTOR's token weights as the authors compute them (their Eq. 6-7): clipped
+    sign-aware scores, a softmax mixed with the uniform allocation, scaled to mean 1.
+
+      s_{t,j}     = sign(A*_t) * clip(delta_{t,j}, -d, d)
+      rho_{t,j}   = (1 - eta) / L_t + eta * softmax_j(s_{t,j} / tau)   (over the mask)
+      omega_{t,j} = L_t * rho_{t,j}  =>  (1/L_t) sum_j omega_{t,j} = 1,  omega >= 1 - eta
+
+    L_t = the number of mask tokens of action t. An action with A*_t = 0 (s = 0) or
+    eta = 0 gets omega = 1 on its tokens; an action with no mask token gets 0. (Contrast
+    `apm_weights`: the softmax alone, unclipped scores, no uniform floor.) The authors'
+    schedule for eta is factor_jax.schedules.eta_schedule.
+
+    Args:
+      delta: [B, T, A] float, log pi_T - log pi_old per token (unclipped; see
+        `hindsight_delta`).
+      credit: [B, T] float, A*_t (only its sign is used).
+      mask: [B, T, A] bool, the tokens to allocate over (the action's tokens; the choice
+        tokens under constrained decoding).
+      eta: mixing weight in [0, 1] (may be traced).
+      tau: softmax temperature > 0.
+      clip_d: the clip bound d > 0 on delta.
+    Returns:
+      [B, T, A] omega (constants: stop-gradient), 0 off the mask.
+    """
+    chex.assert_rank([delta, credit, mask], [3, 2, 3])
+    chex.assert_type([delta, credit, mask], [float, float, bool])
+    chex.assert_equal_shape([delta, mask])
+    chex.assert_equal_shape_prefix([delta, credit], 2)
+    check_range("eta", eta, lo=0.0, hi=1.0)
+    check_range("tau", tau, lo=0.0, lo_open=True)
+    check_range("clip_d", clip_d, lo=0.0, lo_open=True)
+    delta = jax.lax.stop_gradient(jnp.where(mask, delta, 0.0))  # padding never enters
+    sign = jnp.sign(jax.lax.stop_gradient(credit))[..., None].astype(delta.dtype)
+    s = sign * jnp.clip(delta, -clip_d, clip_d)  # s = sign(A*) * clip(delta, -d, d)
+    z = s / tau
+    z_max = jnp.max(jnp.where(mask, z, -jnp.inf), axis=-1, keepdims=True)
+    z_max = jnp.where(jnp.isfinite(z_max), z_max, 0.0)  # an action with no mask token
+    e = jnp.where(mask, jnp.exp(z - z_max), 0.0)
+    total = jnp.sum(e, axis=-1, keepdims=True)  # >= 1 on an action with a mask token
+    length = jnp.sum(mask, axis=-1, keepdims=True, dtype=jnp.int32).astype(delta.dtype)
+    soft = e / jnp.where(total > 0, total, 1.0)  # softmax_j(s / tau) over the mask
+    eta = jnp.asarray(eta, delta.dtype)
+    omega = (1.0 - eta) + eta * length * soft  # omega = L_t rho = (1 - eta) + eta L_t softmax
+    return jax.lax.stop_gradient(jnp.where(mask, omega, 0.0))

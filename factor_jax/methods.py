@@ -1,47 +1,40 @@
 """FACTOR, its ablations, SERL and ASCT + FACTOR as credit methods (`Method` records,
-see asct_jax.rl.credit; docs/methods.md, FACTOR).
+see asct_jax.rl.credit; docs/methods.md, FACTOR), as the authors' code defines them
+(Super-MariOvO/FACTOR; SERL: OliverLeeXZ/SERL).
 
-Each FACTOR method composes two stages (docs/methods.md, FACTOR > Ablations): an action
-credit ("how much": tac_action_credit | grpo_action_credit) and token weights ("where":
-apm_token_weights | uniform_token_weights | softmax_token_weights), then C = A_t omega.
+FACTOR at step k (1-indexed; the train step's counter is k - 1):
+  rewards    per benchmark (factor_jax.reward_construction, the analogue's outcome_rule):
+             terminal reward, A_seq and V~(x_0) = b of every trajectory;
+  critic     checkpoints (one per half) -> M continuations of pi_old of <= horizon turns
+             -> Monte-Carlo targets into a replay of the last W steps -> one Adam step of
+             a separate head on stop-gradient features -> Polyak target head
+             (factor_jax.critic; the method state);
+  how much   k <= warm-up: A*_t = A_seq / T; after: A*_t = r_t + V~(x_{t+1}) - V~(x_t)
+             with the target head, r_t = 0 but the terminal reward (TAC);
+  where      s = sign(A*) clip(Delta, -d, d), omega = L (1 - eta_k) / L + L eta_k softmax(s / tau)
+             (factor_jax.hta_weights), eta_k active for k in [start, end];
+  loss       L_act (action-mean surrogate on C = A* omega) + L_nonact (token-mean on A_seq)
+             + lambda_k * token-mean forward KL(teacher || policy) on action tokens.
+The step constants (warm-up 10, eta 11..49 / 50, lambda 50, Polyak 0.995, SERL's 10 and 50)
+are given for 150-step runs and scale with train.steps (factor.scale_schedules).
 
-factor            TAC -> HTA + APM over the choice tokens (factor.alloc_tokens),
-                  calibrated values, action-mean
-factor_no_tac     GRPO action credit -> HTA + APM
-factor_no_hta     TAC -> omega = 1
-factor_no_apm     TAC -> HTA + softmax weights (sum to 1: credit shrunk by 1/L_t)
-serl              GRPO advantage with clipped hindsight token weights, lambda 0.5 -> 0
-grpo_extended     GRPO; the experiment gives it FACTOR's environment-call budget by
-                  scaling rollout.num_groups (experiments/factor_table.py)
-asct_factor       ASCT-AgentUCT's searched A_t as "how much", HTA + APM as "where";
-                  mean_j C_{t,j} = A_t per action, as in FACTOR
+factor_no_tac  A_t = A_seq / T_i (the authors' credit without a critic) -> HTA + APM
+factor_no_hta  TAC -> omega = 1
+factor_no_apm  TAC -> the softmax alone (weights sum to 1: credit shrunk by 1/L_t)
+serl           GRPO advantage, action tokens reweighted by clipped exp(sign(A) Delta),
+               lam 0.5 -> 0 over 50 steps; teacher = a copy of the policy re-synced
+               every 10 steps (method state)
+grpo_extended  GRPO; the experiment gives it FACTOR's environment-call budget
+asct_factor    ASCT-AgentUCT's searched A_t as "how much", HTA + APM as "where"
 
-Value calibration (docs/methods.md, FACTOR > Value calibration): for each episode,
-`factor.calib_turns` intermediate turns are chosen (factor_jax.calibration_turns), the
-stored environment state of each is restored and pi_old is rolled out
-`factor.calib_rollouts` = M times to the end. The mean
-return-to-go is the Monte-Carlo target of the value head at that turn, and (with
-`factor.tac_values = "calibrated"`) replaces V_psi(x_t) inside TAC there:
-
-    V~(x_t) = MC_t if t was calibrated, else V_psi(x_t);  V~(x_0) = b;  V~(x_T) = 0.
-
-Elsewhere the value head regresses on the episode's own return-to-go. Host games
-calibrate outside the jitted step and hand the result in as `batch.extras`, a
-`Calibration` (factor_jax.host_calibration); it is then used instead.
-
-Scale: with `factor.normalise = "batch_std"` (default) the coefficients are divided by
-max(std of the batch's returns, factor.std_floor), one scalar per batch, as GRPO divides
-by its group std; "none" keeps reward units. Every calibration
-step is counted in metrics["env_calls"] and its action tokens in metrics["aux_tokens"].
-
-The hindsight teacher is pi_old (the behaviour parameters, frozen for the update) reading
-[x_t | SEP o_{t+1} | y_t]; the student log-probs are logp_old.
+The hindsight teacher of FACTOR is pi_old (the behaviour parameters, frozen for the
+update) reading [x_t | SEP o_{t+1} | y_t]. Every continuation step is counted in
+metrics["env_calls"] and its action tokens in metrics["aux_tokens"].
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, Callable, Tuple
+from typing import Any, Callable
 
 import chex
 import jax
@@ -51,46 +44,63 @@ import factor_jax as fj
 from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
-from asct_jax.rl.credit import (CreditContext, Method, state_policy_fn, turn_states,
+from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, state_policy_fn,
                                 value_targets_mc)
 from asct_jax.rl.methods import GRPO
 from asct_jax.rl.types import Credit, Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search.methods import ASCTConfig, asct_config, searched_advantages
-from asct_jax.search.rollout_value import mc_return
-from factor_jax.calibration import Calibration
-from factor_jax.host_calibration import calibrate_on_host
+from factor_jax import critic as tac_critic
+from factor_jax.continuations import Continuations, checkpoint_targets, run_continuations
+from factor_jax.host_continuations import continue_on_host
 
-
-TAC_VALUES = ("calibrated", "critic")   # factor.tac_values: V~ at calibrated turns
-NORMALISE = ("batch_std", "none")       # factor.normalise: scale of the coefficients
-ALLOC_TOKENS = ("choice", "all")        # factor.alloc_tokens: what HTA + APM weigh
+REWARD_RULES = ("auto",) + fj.REWARD_RULES  # factor.reward_rule; auto: the env's own
+OUTCOMES = ("auto", "success", "score", "return")  # factor.outcome: what G is
+NORMALISE = ("none", "batch_std")       # factor.normalise: scale of the coefficients
+ALLOC_TOKENS = ("all", "choice")        # factor.alloc_tokens: what HTA + APM weigh
+WEIGHTS = ("mixture", "softmax", "uniform")
 
 
 @dataclasses.dataclass(frozen=True)
 class FactorConfig:
-    """FACTOR's fields (section factor)."""
+    """FACTOR's fields (section factor); defaults are the authors' (experiments/configs/
+    base.py). train_steps comes from train.steps (for the schedules)."""
 
-    calib_turns: int = option(Range(0, None, integer=True),
-                              "intermediate turns calibrated per episode")
-    calib_rollouts: int = option(Range(0, None, integer=True),
-                                 "M rollouts of pi_old from each restored state")
-    tac_values: str = option(TAC_VALUES, "V~ at calibrated turns: the MC mean or the critic")
-    tau: float = option(Range(0.0, None, lo_open=True), "APM temperature")
-    transform: str = option(fj.TRANSFORMS, "APM score transform")
-    clip: Tuple[float, ...] = option(None, "() or (lo, hi): clip omega, then renormalise")
-    distill_coef: float = option(Range(0.0, None), "weight of the distillation to the teacher")
+    reward_rule: str = option(REWARD_RULES, "reward construction; auto: the analogue's")
+    outcome: str = option(OUTCOMES, "the episode outcome G; auto: the analogue's")
+    continuations: int = option(Range(1, None, integer=True), "M continuations per checkpoint")
+    horizon: int = option(Range(1, None, integer=True), "max turns of a continuation")
+    critic_width: int = option(Range(1, None, integer=True), "hidden width of the critic head")
+    critic_lr: float = option(Range(0.0, None, lo_open=True), "Adam lr of the critic")
+    critic_polyak: float = option(Range(0.0, 1.0, hi_open=True), "Polyak decay at 150 steps")
+    replay_steps: int = option(Range(1, None, integer=True), "steps of targets pooled")
+    replay_per_step: int = option(Range(1, None, integer=True), "targets stored per step")
+    critic_sample: int = option(Range(1, None, integer=True), "targets per critic step")
+    warmup_steps: int = option(Range(0, None, integer=True), "critic-only steps (credit A_seq/T)")
+    eta0: float = option(Range(0.0, 1.0), "HTA mixing weight eta_0")
+    eta_start: int = option(Range(1, None, integer=True), "first step with eta > 0")
+    eta_end: int = option(Range(1, None, integer=True), "last step with eta > 0")
+    eta_decay: int = option(Range(1, None, integer=True), "eta_k = eta_0 max(1 - k/decay, 0)")
+    tau: float = option(Range(0.0, None, lo_open=True), "softmax temperature")
+    clip_d: float = option(Range(0.0, None, lo_open=True), "Delta clipped to [-d, d]")
+    kl_coef: float = option(Range(0.0, None), "weight of lambda_k KL (1: the authors')")
+    kl_decay: int = option(Range(1, None, integer=True), "lambda_k = max(1 - k/decay, 0)")
+    scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
     alloc_tokens: str = option(ALLOC_TOKENS, "tokens HTA + APM weigh")
-    normalise: str = option(NORMALISE, "scale of the coefficients")
-    std_floor: float = option(Range(0.0, None, lo_open=True), "floor of the batch std")
+    normalise: str = option(NORMALISE, "none (authors'), or divide C by the batch std")
+    train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
 
 
 @dataclasses.dataclass(frozen=True)
 class SerlConfig:
     """SERL's fields (section serl)."""
 
-    lam0: float = option(Range(0.0, 1.0), "lambda at step 0")
+    lam0: float = option(Range(0.0, 1.0), "lambda at the first step")
     decay_steps: int = option(Range(0, None, integer=True), "steps of lambda's decay to 0")
+    resync_every: int = option(Range(1, None, integer=True), "teacher re-synced every n steps")
+    clip: float = option(Range(0.0, None), "weights clipped to [1 - clip, 1 + clip]")
+    scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
+    train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,21 +113,88 @@ class AsctFactorConfig:
 
 def factor_config(config) -> FactorConfig:
     """FactorConfig of config.factor (ConfigError naming factor.<field> on a bad value)."""
-    return from_section(FactorConfig, config, "factor")
+    return from_section(FactorConfig, config, "factor", train_steps=int(config.train.steps))
+
+
+def serl_config(config) -> SerlConfig:
+    return from_section(SerlConfig, config, "serl", train_steps=int(config.train.steps))
 
 
 def asct_factor_config(config) -> AsctFactorConfig:
     return AsctFactorConfig(asct=asct_config(config), factor=factor_config(config))
 
 
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """FACTOR's step constants for this run (scaled from 150 steps, or as given)."""
+
+    warmup: int
+    eta_start: int
+    eta_end: int
+    eta_decay: int
+    kl_decay: int
+    polyak: float
+
+    @staticmethod
+    def of(fc: FactorConfig) -> "Schedule":
+        if not fc.scale_schedules:
+            return Schedule(fc.warmup_steps, fc.eta_start, fc.eta_end, fc.eta_decay,
+                            fc.kl_decay, fc.critic_polyak)
+        n = fc.train_steps
+        warmup = fj.scale_steps(fc.warmup_steps, n) if fc.warmup_steps else 0
+        # The Polyak time constant 1 / (1 - decay) is in steps too.
+        polyak = 1.0 - (1.0 - fc.critic_polyak) * fj.schedules.REFERENCE_STEPS / n
+        return Schedule(warmup=warmup,
+                        eta_start=max(fj.scale_steps(fc.eta_start, n), warmup + 1),
+                        eta_end=fj.scale_steps(fc.eta_end, n),
+                        eta_decay=fj.scale_steps(fc.eta_decay, n),
+                        kl_decay=fj.scale_steps(fc.kl_decay, n),
+                        polyak=float(min(max(polyak, 0.0), fc.critic_polyak)))
+
+
+def outcome_rule(fc: FactorConfig, env) -> tuple:
+    """(reward rule, outcome key) of the run: the config's, else the analogue's."""
+    rule, outcome = getattr(env, "outcome_rule", ("raw", "return"))
+    return (rule if fc.reward_rule == "auto" else fc.reward_rule,
+            outcome if fc.outcome == "auto" else fc.outcome)
+
+
+def episode_outcomes(batch: Rollout, outcome: str):
+    """[B] G: the info field `outcome` at the end of each episode, or the return."""
+    if outcome == "return":
+        return adv.episode_returns(batch.rewards, batch.turn_mask)
+    if outcome not in batch.final_info:
+        raise ValueError(f"factor.outcome: the environment's info has no {outcome!r} "
+                         f"(it has {sorted(batch.final_info)}); set factor.outcome")
+    return batch.final_info[outcome].astype(jnp.float32)
+
+
+def terminal_rewards(terminal, turn_mask):
+    """[B, T] r_t of TAC: 0 but the last real turn, which gets the terminal reward."""
+    n = jnp.sum(turn_mask, axis=1)
+    last = jnp.arange(turn_mask.shape[1])[None, :] == (n - 1)[:, None]
+    return jnp.where(last & turn_mask, terminal[:, None], 0.0).astype(jnp.float32)
+
+
 def allocation_mask(alloc_tokens: str, batch: Rollout):
-    """[B, T, A] bool, the tokens HTA + APM spread an action's credit over: "choice", the
-    tokens where constrained decoding left the actor a choice (fj.choice_tokens; a forced
-    token has no gradient, so credit put there is lost), or "all" real action tokens."""
+    """[B, T, A] bool, the tokens HTA + APM spread an action's credit over: every real
+    action token ("all", the authors'), or ("choice") those where constrained decoding
+    left the actor a choice (fj.choice_tokens; a forced token has no gradient)."""
     if alloc_tokens == "all":
         return batch.token_mask
     return fj.choice_tokens(batch.actions, batch.cand_tokens, batch.cand_mask,
                             batch.token_mask)
+
+
+def teacher_outputs(ctx: CreditContext, params, batch: Rollout):
+    """Hindsight teacher on the batch: (token log-probs [B, T, A] (0 on padding), its
+    constrained distributions dist_logp, support [B, T, K, A])."""
+    b, t = batch.turn_mask.shape
+    logp, dist, support = ctx.policy.teacher_outputs(
+        params, _flat(batch.obs), _flat(batch.feedback), _flat(batch.actions),
+        _flat(batch.cand_tokens), _flat(batch.cand_mask))
+    shape = lambda x: x.reshape((b, t) + x.shape[1:])
+    return jnp.where(batch.token_mask, shape(logp), 0.0), shape(dist), shape(support)
 
 
 def teacher_log_probs(ctx: CreditContext, params, batch: Rollout):
@@ -129,25 +206,19 @@ def teacher_log_probs(ctx: CreditContext, params, batch: Rollout):
     return jnp.where(batch.token_mask, logp.reshape(b, t, -1), 0.0)
 
 
-def calibrate(ctx: CreditContext, params, batch: Rollout, key, num_turns: int,
-              num_rollouts: int) -> Calibration:
-    """Monte-Carlo values at chosen intermediate turns (docs/methods.md, FACTOR > Value
-    calibration): Calibration(targets [B, T], mask [B, T], aux_tokens [], env_calls [])."""
+def batch_features(ctx: CreditContext, params, batch: Rollout):
+    """[B, T, H] stop-gradient boundary features of every x_t."""
     b, t = batch.turn_mask.shape
-    k_turns, k_roll = jax.random.split(key)
-    idx, valid = fj.calibration_turns(batch.turn_mask, k_turns, num_turns)  # [B, S]
-    states = jax.tree.map(_flat, turn_states(batch, idx))
-    policy_fn = state_policy_fn(ctx, params)
-    keys = jax.random.split(k_roll, b * idx.shape[1])
-    mean, returns, aux, calls = jax.vmap(
-        lambda s, k: mc_return(ctx.env, ctx.env_params, s, policy_fn, k, num_rollouts))(
-        states, keys)
-    valid_f = valid.reshape(-1)
-    returns = returns.reshape(b, idx.shape[1], num_rollouts)
-    targets, mask = fj.calibration_targets(idx, valid, returns, t)
-    aux = jnp.sum(jnp.where(valid_f, aux, 0.0))
-    calls = jnp.sum(jnp.where(valid_f, calls, 0)).astype(jnp.float32)
-    return Calibration(targets=targets, mask=mask, aux_tokens=aux, env_calls=calls)
+    f = ctx.policy.features(params, _flat(batch.obs))
+    return f.reshape(b, t, -1)
+
+
+def init_critic_state(fc: FactorConfig, ctx: CreditContext, params, key):
+    """FACTOR's method state: a fresh TAC critic over the policy's feature width."""
+    obs = jnp.zeros((1, ctx.policy.obs_len), jnp.int32)
+    hidden = jax.eval_shape(ctx.policy.features, params, obs).shape[-1]
+    return tac_critic.init_critic(key, hidden, fc.critic_width, fc.replay_steps,
+                                  fc.replay_per_step, fc.critic_lr)
 
 
 @chex.dataclass(frozen=True)
@@ -155,190 +226,280 @@ class FactorPieces:
     """Everything a FACTOR credit computes for a batch (factor_pieces; Figure 5 reads it).
 
     Attributes:
-      coef: [B, T, A] C_{t,j}, scaled as factor.normalise says.
-      credit: [B, T] the action credit A_t (TAC's A*_t, GRPO's for factor_no_tac).
-      scores: [B, T, A] HTA scores s_{t,j}. weights: [B, T, A] omega_{t,j}, mean 1 over
-        the action's alloc_mask tokens, 0 elsewhere.
-      alloc_mask: [B, T, A] bool, the tokens the weights spread over (allocation_mask).
-      teacher: [B, T, A] hindsight-teacher log-probs.
-      values: [B, T] V~ (critic, replaced by MC values at calibrated turns).
-      targets: [B, T] value-head targets. calibrated: [B, T] bool, calibrated turns.
-      baseline: [B] group baseline b. returns: [B] episode returns G.
-      aux_tokens, env_calls: [] float32, the calibration's cost.
+      coef: [B, T, A] C_{t,j} = A*_t omega_{t,j}.
+      credit: [B, T] A*_t. a_seq, baseline, returns: [B] A_seq, V~(x_0), the outcome G.
+      delta: [B, T, A] log pi_T - log pi_old. weights: [B, T, A] omega (mean 1 over
+        alloc_mask tokens). alloc_mask: [B, T, A] bool.
+      teacher, teacher_dist, teacher_support: the teacher's token log-probs [B, T, A] and
+        distributions [B, T, K, A].
+      values: [B, T] the target head's V(x_t). targets: [B, S] the step's critic targets
+        at cont.idx (cont.valid).
+      eta, kl_weight, warm: [] eta_k, lambda_k, whether k is a warm-up step.
+      critic: the critic after this step's update; critic_metrics; cont: Continuations.
     """
 
     coef: chex.Array
     credit: chex.Array
-    scores: chex.Array
+    a_seq: chex.Array
+    baseline: chex.Array
+    returns: chex.Array
+    delta: chex.Array
     weights: chex.Array
     alloc_mask: chex.Array
     teacher: chex.Array
+    teacher_dist: chex.Array
+    teacher_support: chex.Array
     values: chex.Array
     targets: chex.Array
-    calibrated: chex.Array
-    baseline: chex.Array
-    returns: chex.Array
-    aux_tokens: chex.Array
-    env_calls: chex.Array
+    eta: chex.Array
+    kl_weight: chex.Array
+    warm: chex.Array
+    critic: Any
+    critic_metrics: Any
+    cont: Any
 
 
 # The two stages a FACTOR method chooses (docs/methods.md, FACTOR > Ablations):
-#   action credit  (batch, values V~ [B, T], baseline b [B], returns G [B], group size)
-#                  -> A_t [B, T], 0 on padded turns: "how much";
-#   token weights  (FactorConfig) -> weigh(scores, token_mask) -> omega [B, T, A]: "where".
-ActionCredit = Callable[[Rollout, Any, Any, Any, int], Any]
-TokenWeightsFor = Callable[[Any], fj.coefficients.TokenWeights]
+#   action credit (tac [B, T], a_seq [B], turn_mask) -> A_t [B, T]: "how much";
+#   token weights (delta, credit, mask, eta, fc) -> omega [B, T, A]: "where".
+ActionCredit = Callable[..., Any]
+TokenWeights = Callable[..., Any]
 
 
-def tac_action_credit(batch: Rollout, values, baseline, returns, group_size):
-    """A*_t = r_t + V~(x_{t+1}) - V~(x_t) (TAC). [B, T]."""
-    return fj.tac_credit(batch.rewards, values, baseline, batch.turn_mask)
+def tac_action_credit(tac, a_seq, turn_mask):
+    """A*_t of TAC (after the warm-up)."""
+    return tac
 
 
-def grpo_action_credit(batch: Rollout, values, baseline, returns, group_size):
-    """A_t = (G_i - b) / std on every real turn (GRPO's; the "without TAC" ablation)."""
-    a = adv.grpo_advantages(returns, group_size)
-    a = jnp.broadcast_to(a[:, None], batch.turn_mask.shape)
-    return jnp.where(batch.turn_mask, a, 0.0)
+def split_action_credit(tac, a_seq, turn_mask):
+    """A_t = A_seq / T_i: the authors' credit without a critic ("without TAC")."""
+    return fj.warmup_credit(a_seq, turn_mask)
 
 
-def apm_token_weights(fc) -> fj.coefficients.TokenWeights:
-    """HTA + APM: mean-1 weights from the hindsight scores (factor.tau/transform/clip)."""
-    clip = tuple(fc.clip) if fc.clip else None
-    return functools.partial(fj.apm_weights, tau=fc.tau, transform=fc.transform, clip=clip)
+def mixture_token_weights(delta, credit, mask, eta, fc):
+    """HTA + APM as the authors': omega = L ((1 - eta) / L + eta softmax(s / tau))."""
+    return fj.hta_weights(delta, credit, mask, eta, tau=fc.tau, clip_d=fc.clip_d)
 
 
-def softmax_token_weights(fc) -> fj.coefficients.TokenWeights:
-    """HTA + softmax, weights summing to 1 (the "without APM" ablation)."""
-    if fc.clip:
-        raise ValueError(f"factor.clip applies only to APM weights, got {tuple(fc.clip)!r} "
-                         "with the softmax weights of factor_no_apm")
-    return functools.partial(fj.softmax_weights, tau=fc.tau, transform=fc.transform)
+def uniform_token_weights(delta, credit, mask, eta, fc):
+    """omega = 1 on every allocated token ("without HTA")."""
+    return fj.uniform_weights(mask, delta.dtype)
 
 
-def uniform_token_weights(fc) -> fj.coefficients.TokenWeights:
-    """omega = 1 on every real token (the "without HTA" ablation)."""
-    return lambda scores, token_mask: fj.uniform_weights(token_mask, scores.dtype)
+def softmax_token_weights(delta, credit, mask, eta, fc):
+    """The softmax of the clipped scores alone, summing to 1 ("without APM")."""
+    scores = fj.sign_aware_scores(jnp.clip(delta, -fc.clip_d, fc.clip_d), credit, mask)
+    return fj.softmax_weights(scores, mask, tau=fc.tau)
 
 
-def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, key,
-                  action_credit: ActionCredit = tac_action_credit,
-                  token_weights: TokenWeightsFor = apm_token_weights) -> FactorPieces:
-    """Everything a FACTOR credit computes for a batch (also used by Figure 5):
-    value calibration -> action credit -> HTA scores -> token weights -> C.
+def continuations(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, key,
+                  outcome: str) -> Continuations:
+    """The batch's continuations: from the host (batch.extras) or run here."""
+    if batch.extras is not None:
+        return batch.extras
+    return run_continuations(ctx.env, ctx.env_params, batch, state_policy_fn(ctx, params),
+                             key, fc.continuations, fc.horizon, outcome)
 
-    The defaults are `factor` (TAC, HTA + APM); the ablations pass other stages.
-    """
-    g = adv.episode_returns(batch.rewards, batch.turn_mask)
-    b = adv.group_baseline(g, ctx.group_size)
-    mc_g = value_targets_mc(batch)
-    values, targets = batch.values, mc_g
-    cal_mask = jnp.zeros_like(batch.turn_mask)
-    aux = calls = jnp.float32(0.0)
-    cal = batch.extras               # calibrated outside the step (host games), or None
-    if cal is None and fc.calib_turns > 0 and fc.calib_rollouts > 0:
-        cal = calibrate(ctx, params, batch, key, fc.calib_turns, fc.calib_rollouts)
-    if cal is not None:
-        cal_mask, aux, calls = cal.mask, cal.aux_tokens, cal.env_calls
-        targets = jnp.where(cal_mask, cal.targets, mc_g)
-        if fc.tac_values == "calibrated":
-            values = jnp.where(cal_mask, cal.targets, values)  # V~ = MC_t where calibrated
-    teacher = teacher_log_probs(ctx, params, batch)
-    credit = action_credit(batch, values, b, g, ctx.group_size)
-    alloc_mask = allocation_mask(fc.alloc_tokens, batch)
-    coef, alloc = fj.hindsight_allocation(credit, teacher, batch.logp_old, alloc_mask,
-                                          token_weights(fc))
-    if fc.normalise == "batch_std":
-        # One positive scalar for the whole batch: conservation per action and the
-        # telescoping identity hold up to that scale, and the coefficients live on
-        # GRPO's (std-normalised) scale, so both train at the same learning rate.
-        coef = coef / jnp.maximum(jnp.std(g), fc.std_floor)
-    return FactorPieces(coef=coef, credit=credit, scores=alloc.scores, weights=alloc.weights,
-                        alloc_mask=alloc_mask, teacher=teacher, values=values, targets=targets, calibrated=cal_mask,
-                        baseline=b, returns=g, aux_tokens=aux, env_calls=calls)
+
+def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, key, step,
+                  critic_state, action_credit: ActionCredit = tac_action_credit,
+                  token_weights: TokenWeights = mixture_token_weights) -> FactorPieces:
+    """Everything a FACTOR credit computes for a batch (also used by Figure 5): rewards
+    -> continuations -> critic step -> action credit -> HTA -> token weights -> C.
+
+    step: the train step's 0-based counter (k = step + 1). The defaults are `factor`;
+    the ablations pass other stages."""
+    sched = Schedule.of(fc)
+    rule, outcome = outcome_rule(fc, ctx.env)
+    k = jnp.asarray(step, jnp.int32) + 1
+    k_cont, k_push, k_step = jax.random.split(key, 3)
+    g = episode_outcomes(batch, outcome)
+    terminal, a_seq, baseline = fj.reward_construction(g, ctx.group_size, rule)
+    # Critic: this step's targets into the replay, one step, Polyak (before the credit).
+    cont = continuations(fc, ctx, params, batch, k_cont, outcome)
+    feats = batch_features(ctx, params, batch)                         # [B, T, H]
+    targets = checkpoint_targets(cont, g, ctx.group_size, rule)        # [B, S]
+    at = jnp.take_along_axis(feats, cont.idx[..., None], axis=1)       # [B, S, H]
+    critic_state = tac_critic.push(critic_state, k_push, at.reshape(-1, at.shape[-1]),
+                                   targets.reshape(-1), cont.valid.reshape(-1))
+    critic_state, cm = tac_critic.critic_step(critic_state, k_step, fc.critic_lr,
+                                              fc.critic_sample, sched.polyak)
+    values = tac_critic.head_value(critic_state.target, feats)         # target head
+    tac = fj.tac_credit(terminal_rewards(terminal, batch.turn_mask), values, baseline,
+                        batch.turn_mask)
+    warm = k <= sched.warmup
+    credit = jnp.where(warm, fj.warmup_credit(a_seq, batch.turn_mask),
+                       action_credit(tac, a_seq, batch.turn_mask))
+    teacher, dist, support = teacher_outputs(ctx, params, batch)
+    delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
+    eta = fj.eta_schedule(k, fc.eta0, sched.eta_start, sched.eta_end, sched.eta_decay)
+    mask = allocation_mask(fc.alloc_tokens, batch)
+    weights = token_weights(delta, credit, mask, eta, fc)
+    coef = fj.token_coefficients(credit, weights, mask)
+    if fc.normalise == "batch_std":   # an earlier choice of ours, not the authors'
+        coef = coef / jnp.maximum(jnp.std(g), 0.05)
+    kl_weight = fc.kl_coef * fj.kl_schedule(k, sched.kl_decay)
+    return FactorPieces(coef=coef, credit=credit, a_seq=a_seq, baseline=baseline, returns=g,
+                        delta=delta, weights=weights, alloc_mask=mask, teacher=teacher,
+                        teacher_dist=dist, teacher_support=support, values=values,
+                        targets=targets, eta=eta, kl_weight=kl_weight, warm=warm,
+                        critic=critic_state, critic_metrics=cm, cont=cont)
 
 
 def _factor_factory(action_credit: ActionCredit = tac_action_credit,
-                    token_weights: TokenWeightsFor = apm_token_weights):
+                    token_weights: TokenWeights = mixture_token_weights):
     def factory(fc: FactorConfig, ctx: CreditContext):
-        token_weights(fc)  # configuration errors at build time
 
         def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
-            p = factor_pieces(fc, ctx, params, batch, key, action_credit, token_weights)
+            p = factor_pieces(fc, ctx, params, batch, key, step, mstate, action_credit,
+                              token_weights)
             real = jnp.any(batch.token_mask, axis=-1)
-            alloc = jnp.any(p.alloc_mask, axis=-1)   # actions with a token to allocate to
+            alloc = jnp.any(p.alloc_mask, axis=-1)
             cons = jnp.where(alloc, fj.conservation_error(p.weights, p.alloc_mask), 0.0)
+            b = batch.turn_mask.shape[0]
+            loss_inputs = {"a_seq": p.a_seq,
+                           "kl_weight": jnp.broadcast_to(p.kl_weight, (b,))}
+            if fc.kl_coef > 0:
+                loss_inputs.update(teacher_dist=p.teacher_dist,
+                                   teacher_support=p.teacher_support)
             metrics = {
-                "aux_tokens": p.aux_tokens, "env_calls": p.env_calls,
+                "aux_tokens": p.cont.aux_tokens, "env_calls": p.cont.env_calls,
                 "factor/conservation_err_max": jnp.max(cons),
+                "factor/telescoping_err_max": jnp.max(jnp.abs(
+                    jnp.sum(p.credit, axis=1) - p.a_seq)),
                 "factor/credit_abs_mean": jnp.sum(jnp.abs(p.credit) * real)
                 / jnp.maximum(jnp.sum(real), 1),
+                "factor/eta": p.eta, "factor/kl_weight": p.kl_weight,
+                "factor/warmup": p.warm.astype(jnp.float32),
+                "factor/value_mean": jnp.sum(p.values * batch.turn_mask)
+                / jnp.maximum(jnp.sum(batch.turn_mask), 1),
+                "factor/checkpoints": jnp.sum(p.cont.valid.astype(jnp.float32)),
+                "factor/scored": jnp.sum(p.cont.scored.astype(jnp.float32)),
             }
-            loss_inputs = p.teacher if fc.distill_coef > 0 else None
-            return Credit(coef=p.coef, value_targets=p.targets, metrics=metrics,
-                          loss_inputs=loss_inputs)
+            metrics.update({f"factor/{k}": v for k, v in p.critic_metrics.items()})
+            return Credit(coef=p.coef, value_targets=value_targets_mc(batch),
+                          metrics=metrics, loss_inputs=loss_inputs, state=p.critic)
         return credit
     return factory
 
 
-def _distillation(fc: FactorConfig, ctx: CreditContext):
-    """FACTOR's distillation toward the hindsight teacher (factor.distill_coef > 0):
-    aux_loss(logp, mb, credit_mb) = distill_coef * KL estimate, reading the teacher's
-    log-probs from credit_mb.loss_inputs; None at weight 0."""
-    if fc.distill_coef <= 0:
+def _installs_credit_state(cfg, ctx, mstate, inputs):
+    """update_state of a method whose credit already made the state's update."""
+    return inputs.credit.state, {}
+
+
+def _factor_policy_loss(fc: FactorConfig, ctx: CreditContext):
+    """L_act + L_nonact (factor_jax.factor_policy_loss). The candidate-scoring actor
+    writes action tokens only, so L_nonact has no token to average (it is 0)."""
+
+    def loss(out, mb: Rollout, credit: Credit, ppo):
+        nonaction = jnp.zeros_like(mb.token_mask)
+        terms = fj.factor_policy_loss(out.logp, mb.logp_old, credit.coef,
+                                      credit.loss_inputs["a_seq"], mb.token_mask,
+                                      nonaction, ppo.clip_eps)
+        m = {k: v for k, v in terms.items() if k not in ("act", "nonact")}
+        m.update(loss_act=terms["act"], loss_nonact=terms["nonact"])
+        return terms["act"] + terms["nonact"], m
+    return loss
+
+
+def _factor_kl_loss(fc: FactorConfig, ctx: CreditContext):
+    """lambda_k * token-mean forward KL(pi_T || pi_theta) over action tokens; None at
+    factor.kl_coef = 0."""
+    if fc.kl_coef <= 0:
         return None
 
-    def aux_loss(logp, mb: Rollout, credit: Credit):
-        loss, m = fj.distillation_loss(logp, credit.loss_inputs, mb.token_mask)
-        return fc.distill_coef * loss, m
+    def aux_loss(out, mb: Rollout, credit: Credit):
+        li = credit.loss_inputs
+        kl = fj.forward_kl(li["teacher_dist"], out.dist_logp, li["teacher_support"])
+        kl = fj.kl_token_mean(kl, mb.token_mask)
+        return li["kl_weight"][0] * kl, {"teacher_kl": kl}
     return aux_loss
 
 
 def _serl(sc: SerlConfig, ctx: CreditContext):
-    """SERL: C = A_i ((1 - lam) + lam w), w = clip(exp(clamp(sign(A) delta, -20, 20)), .8, 1.2)."""
+    """SERL: C = A ((1 - lam) + lam w) on action tokens, w = clip(exp(clip(sign(A) Delta,
+    -20, 20)), 1 - clip, 1 + clip), Delta = log pi_T - log pi_theta; the teacher is the
+    method state's copy of the policy."""
+    decay = (fj.scale_steps(sc.decay_steps, sc.train_steps)
+             if sc.scale_schedules and sc.decay_steps else sc.decay_steps)
 
     def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
         g = adv.episode_returns(batch.rewards, batch.turn_mask)
         a = adv.grpo_advantages(g, ctx.group_size)
-        teacher = teacher_log_probs(ctx, params, batch)
+        lam = fj.serl_lambda(step + 1, sc.lam0, decay)
+        teacher_params = _join_like(mstate["teacher"], params)
+        run = any_over_seeds(lam > 0, ctx)          # lam = 0: pure GRPO, no teacher pass
+        teacher = jax.lax.cond(run, lambda: teacher_log_probs(ctx, teacher_params, batch),
+                               lambda: batch.logp_old)
         delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
-        lam = fj.serl_lambda(step, sc.lam0, sc.decay_steps)
-        coef = fj.serl_coefficients(a, delta, batch.token_mask, lam)
+        coef = fj.serl_coefficients(a, delta, batch.token_mask, batch.token_mask, lam,
+                                    sc.clip)
         return Credit(coef=coef, value_targets=value_targets_mc(batch),
                       metrics={"aux_tokens": jnp.float32(0.0), "env_calls": jnp.float32(0.0),
                                "serl/lambda": jnp.asarray(lam, jnp.float32)})
     return credit
 
 
+def _trainable(params):
+    """The trained part of join_params-form parameters (LoRA: the adapters)."""
+    return params[0] if isinstance(params, tuple) else params
+
+
+def _join_like(trained, params):
+    return (trained,) + tuple(params[1:]) if isinstance(params, tuple) else trained
+
+
+def _serl_init(sc: SerlConfig, ctx: CreditContext, params, key):
+    """SERL's state: the teacher, a copy of the initial policy."""
+    return {"teacher": jax.tree.map(jnp.copy, _trainable(params))}
+
+
+def _serl_update(sc: SerlConfig, ctx: CreditContext, mstate, inputs):
+    """Re-sync the teacher to the student after every `resync_every`-th step."""
+    every = (fj.scale_steps(sc.resync_every, sc.train_steps) if sc.scale_schedules
+             else sc.resync_every)
+    sync = (inputs.step + 1) % every == 0
+    new = _trainable(inputs.params)
+    teacher = jax.tree.map(lambda n, o: jnp.where(sync, n, o), new, mstate["teacher"])
+    return {"teacher": teacher}, {"serl_resync": sync.astype(jnp.float32)}
+
+
 def _asct_factor(cfg: AsctFactorConfig, ctx: CreditContext):
-    """ASCT-AgentUCT's A_t as the action credit, HTA + APM (unclipped) as the token
-    allocation."""
+    """ASCT-AgentUCT's A_t as the action credit, HTA + APM (factor_jax.hta_weights with
+    FACTOR's eta schedule) as the token allocation; mean_j C_{t,j} = A_t per action."""
     fc = cfg.factor
-    weigh = functools.partial(fj.apm_weights, tau=fc.tau, transform=fc.transform)
+    sched = Schedule.of(fc)
 
     def credit(params, batch: Rollout, key, step, mstate=None):
         a, metrics = searched_advantages(cfg.asct, ctx, params, batch, key, step, "agentuct")
         teacher = teacher_log_probs(ctx, params, batch)
-        coef, _ = fj.hindsight_allocation(a, teacher, batch.logp_old,
-                                          allocation_mask(fc.alloc_tokens, batch), weigh)
+        delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
+        eta = fj.eta_schedule(jnp.asarray(step, jnp.int32) + 1, fc.eta0, sched.eta_start,
+                              sched.eta_end, sched.eta_decay)
+        mask = allocation_mask(fc.alloc_tokens, batch)
+        weights = mixture_token_weights(delta, a, mask, eta, fc)
+        coef = fj.token_coefficients(a, weights, mask)
         return Credit(coef=coef, value_targets=value_targets_mc(batch), metrics=metrics)
     return credit
 
 
 def _factor_method(name: str, factory) -> Method:
-    return Method(name, factory, make_config=factor_config, make_aux_loss=_distillation,
-                  host_prepare=calibrate_on_host)
+    return Method(name, factory, make_config=factor_config,
+                  make_policy_loss=_factor_policy_loss, make_aux_loss=_factor_kl_loss,
+                  init_state=init_critic_state, update_state=_installs_credit_state,
+                  host_prepare=continue_on_host)
 
 
 FACTOR = _factor_method("factor", _factor_factory())
 FACTOR_NO_TAC = _factor_method("factor_no_tac",
-                               _factor_factory(action_credit=grpo_action_credit))
+                               _factor_factory(action_credit=split_action_credit))
 FACTOR_NO_HTA = _factor_method("factor_no_hta",
                                _factor_factory(token_weights=uniform_token_weights))
 FACTOR_NO_APM = _factor_method("factor_no_apm",
                                _factor_factory(token_weights=softmax_token_weights))
-SERL = Method("serl", _serl,
-              make_config=functools.partial(from_section, SerlConfig, section="serl"))
+SERL = Method("serl", _serl, make_config=serl_config, init_state=_serl_init,
+              update_state=_serl_update)
 GRPO_EXTENDED = dataclasses.replace(GRPO, name="grpo_extended")
 ASCT_FACTOR = Method("asct_factor", _asct_factor, make_config=asct_factor_config,
                      restores_states_in_step=True)

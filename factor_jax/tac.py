@@ -67,3 +67,27 @@ def tac_credit(rewards: chex.Array, values: chex.Array, baseline: chex.Array,
     r = jnp.where(action_mask, rewards, 0.0)
     credit = r + v_next - v_now  # A*_t = r_t + V~(x_{t+1}) - V~(x_t)
     return jnp.where(action_mask, credit, 0.0)
+
+
+def warmup_credit(a_seq: chex.Array, turn_mask: chex.Array) -> chex.Array:
+    """The credit of the critic's warm-up: the trajectory advantage split evenly.
+
+      A*_t = A_seq / T_i   on the T_i live turns of episode i (0 elsewhere, 0 if T_i = 0)
+
+    so sum_t A*_t = A_seq exactly as TAC's does. The authors use it while the value head
+    warms up, for the 1-indexed steps k <= 10 (FACTORTrainer.compute_action_credits:
+    `step <= tac_warmup_steps`); TAC's `tac_credit` from k = 11 on.
+
+    Args:
+      a_seq: [B] float, A_seq of each episode (factor_jax.rewards.reward_construction).
+      turn_mask: [B, T] bool, the live turns.
+    Returns:
+      [B, T] A*_t.
+    """
+    chex.assert_rank([a_seq, turn_mask], [1, 2])
+    chex.assert_type([a_seq, turn_mask], [float, bool])
+    chex.assert_equal_shape_prefix([a_seq, turn_mask], 1)
+    num_turns = jnp.sum(turn_mask, axis=-1, dtype=jnp.int32).astype(a_seq.dtype)  # T_i
+    has = num_turns > 0
+    share = jnp.where(has, a_seq, 0.0) / jnp.where(has, num_turns, 1.0)  # A_seq / T_i
+    return jnp.where(turn_mask, share[:, None], 0.0)

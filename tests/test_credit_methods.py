@@ -65,8 +65,10 @@ def test_chunked_vineppo_values_equal_plain_vmap(setup):
 def test_credit_is_masked_finite_and_counts_its_costs(setup, method):
     c, ctx, params, batch = setup
     m = registry.get(method)
-    fn = m.make_credit(m.make_config(c), ctx)
-    credit = jax.jit(fn)(params, batch, jax.random.key(2), jnp.int32(0), None)
+    cfg = m.make_config(c)
+    fn = m.make_credit(cfg, ctx)
+    mstate = m.init_state(cfg, ctx, params, jax.random.key(3)) if m.stateful else None
+    credit = jax.jit(fn)(params, batch, jax.random.key(2), jnp.int32(0), mstate)
     coef = np.asarray(credit.coef)
     assert coef.shape == batch.token_mask.shape and np.all(np.isfinite(coef))
     assert np.all(coef[~np.asarray(batch.token_mask)] == 0)
@@ -98,48 +100,72 @@ def test_vineppo_skip_survives_a_seed_batch(setup):
                                        rtol=1e-5, atol=1e-6)
 
 
-def test_factor_allocates_over_the_choice_tokens(setup):
-    """factor.alloc_tokens = "choice" (default) puts every action's credit on the tokens
-    where the actor had a choice (mean omega 1 there, C = 0 on the forced tokens, whose
-    constrained log-prob is 0); "all" weighs every real token."""
+def _factor_step(c, ctx, params, batch, step, mstate=None):
+    from factor_jax.methods import factor_config, factor_pieces, init_critic_state
+    fc = factor_config(c)
+    if mstate is None:
+        mstate = init_critic_state(fc, ctx, params, jax.random.key(5))
+    return jax.jit(lambda pr, b, k, s, ms: factor_pieces(fc, ctx, pr, b, k, s, ms))(
+        params, batch, jax.random.key(4), jnp.int32(step), mstate)
+
+
+def test_factor_credit_is_the_warmup_split_then_tac_with_mean_one_weights(setup):
+    """The authors' FACTOR on a real batch: at k <= warm-up A*_t = A_seq / T_i; after it
+    TAC's credits (target head) telescope to A_seq; omega has mean 1 over every action and
+    is >= 1 - eta; C = A* omega; the critic's replay holds this step's checkpoint targets."""
     import factor_jax as fj
-    from factor_jax.methods import allocation_mask, factor_config, factor_pieces
+
     c, ctx, params, batch = setup
-    assert c.factor.alloc_tokens == "choice"
-    p = jax.jit(lambda pr, b, k: factor_pieces(factor_config(c), ctx, pr, b, k))(
-        params, batch, jax.random.key(2))
-    tm = np.asarray(batch.token_mask)
-    choice = np.asarray(fj.choice_tokens(batch.actions, batch.cand_tokens, batch.cand_mask,
-                                         batch.token_mask))
-    assert 0 < choice.sum() < tm.sum()   # the batch has both kinds
-    np.testing.assert_array_equal(p.alloc_mask, choice)
-    np.testing.assert_array_equal(allocation_mask("all", batch), tm)
-    w, m = np.asarray(p.weights), np.asarray(p.alloc_mask)
-    has = m.any(-1)
-    np.testing.assert_allclose((w * m).sum(-1)[has] / m.sum(-1)[has], 1.0, atol=1e-5)
-    assert np.all(w[~m] == 0) and np.all(np.asarray(p.coef)[~m] == 0)
-    assert np.all(np.asarray(batch.logp_old)[tm & ~choice] == 0)
+    c = c.copy_and_resolve_references()
+    c.train.steps = 150                       # the schedules as the authors'
+    turn = np.asarray(batch.turn_mask)
+    warm = _factor_step(c, ctx, params, batch, step=0)
+    np.testing.assert_allclose(np.asarray(warm.credit),
+                               np.asarray(fj.warmup_credit(warm.a_seq, batch.turn_mask)),
+                               atol=1e-6)
+    assert float(warm.eta) == 0.0 and bool(warm.warm)
+    assert int(warm.critic.cursor) == 1
+    assert int(np.asarray(warm.critic.valid).sum()) == int(np.asarray(warm.cont.valid).sum())
+    late = _factor_step(c, ctx, params, batch, step=14)      # k = 15: eta active
+    assert not bool(late.warm) and 0 < float(late.eta) < 0.7
+    np.testing.assert_allclose(np.asarray(late.credit).sum(1), np.asarray(late.a_seq),
+                               atol=1e-5)
+    w, mask = np.asarray(late.weights), np.asarray(late.alloc_mask)
+    real = mask.any(-1)
+    np.testing.assert_allclose((w * mask).sum(-1)[real] / mask.sum(-1)[real], 1.0, atol=1e-5)
+    assert np.all(w[mask] >= 1 - float(late.eta) - 1e-5) and np.all(w[~mask] == 0)
+    np.testing.assert_allclose(np.asarray(late.coef),
+                               np.asarray(late.credit)[..., None] * w, atol=1e-6)
+    assert np.all(np.asarray(late.credit)[~turn] == 0)
 
 
-def test_factor_distillation_is_its_weight_times_the_kernel(setup):
-    """factor.distill_coef > 0 makes the hindsight distillation FACTOR's auxiliary loss
-    (Method.make_aux_loss: what the train step adds), reading the teacher from the
-    credit's loss_inputs; 0 (the tiny actor's default) makes none and carries no teacher."""
+def test_factor_kl_is_lambda_times_the_forward_kl_kernel(setup):
+    """FACTOR's auxiliary loss (Method.make_aux_loss) is lambda_k times the token-mean
+    forward KL from the teacher's distributions in loss_inputs; kl_coef 0 makes none."""
     import factor_jax as fj
+    from asct_jax.rl.types import merge_batch_turns as flat
+
     c, ctx, params, batch = setup
     factor = registry.get("factor")
     cfg = factor.make_config(c)
-    assert factor.make_aux_loss(cfg, ctx) is None
-    assert jax.jit(factor.make_credit(cfg, ctx))(params, batch, jax.random.key(2), 0,
-                                                 None).loss_inputs is None
-    c = c.copy_and_resolve_references()
-    c.factor.distill_coef = 0.05
-    cfg = factor.make_config(c)
-    credit = jax.jit(factor.make_credit(cfg, ctx))(params, batch, jax.random.key(2), 0, None)
-    assert credit.loss_inputs.shape == batch.token_mask.shape
-    teacher = jnp.where(batch.token_mask, batch.logp_old - 0.5, 0.0)
-    loss, m = factor.make_aux_loss(cfg, ctx)(batch.logp_old, batch,
-                                             credit.replace(loss_inputs=teacher))
-    ref, ref_m = fj.distillation_loss(batch.logp_old, teacher, batch.token_mask)
-    np.testing.assert_allclose(loss, 0.05 * ref, rtol=1e-6)
-    assert float(ref) > 0 and float(m["distill_kl"]) == float(ref_m["distill_kl"])
+    credit = jax.jit(factor.make_credit(cfg, ctx))(
+        params, batch, jax.random.key(2), jnp.int32(1),
+        factor.init_state(cfg, ctx, params, jax.random.key(3)))
+    b, t = batch.turn_mask.shape
+    out = ctx.policy.action_outputs(params, flat(batch.obs), flat(batch.actions),
+                                    flat(batch.cand_tokens), flat(batch.cand_mask))
+    out = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]), out)
+    loss, m = factor.make_aux_loss(cfg, ctx)(out, batch, credit)
+    li = credit.loss_inputs
+    kl = fj.kl_token_mean(fj.forward_kl(li["teacher_dist"], out.dist_logp,
+                                        li["teacher_support"]), batch.token_mask)
+    from factor_jax.methods import Schedule
+    decay = Schedule.of(cfg).kl_decay          # 50 of 150 steps, scaled to train.steps
+    assert decay == round(50 * c.train.steps / 150)
+    np.testing.assert_allclose(float(li["kl_weight"][0]), 1.0 - 2 / decay, rtol=1e-6)
+    np.testing.assert_allclose(float(loss), float(li["kl_weight"][0] * kl), rtol=1e-6)
+    assert float(kl) >= 0.0
+    c2 = c.copy_and_resolve_references()
+    c2.factor.kl_coef = 0.0
+    cfg2 = factor.make_config(c2)
+    assert factor.make_aux_loss(cfg2, ctx) is None

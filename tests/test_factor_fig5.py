@@ -42,7 +42,8 @@ def setup(tmp_path_factory):
     params = exp.init_state.params
     parts = fig5.exp_parts(c, source, exp)
     diag = fig5.Diagnostics(c, *parts)
-    res = fig5.run_diagnostics(c, parts, params, params, diag=diag)
+    phase = (params, exp.init_state.method_state)
+    res = fig5.run_diagnostics(c, parts, phase, phase, diag=diag)
     return c, exp, params, res, diag
 
 
@@ -70,7 +71,9 @@ def test_calibration_shapes_and_finite(setup):
         for k in ("corr", "rmse", "mae", "bias"):
             assert np.isfinite(m[k]), (phase, k)
         assert -1.0 - 1e-5 <= m["corr"] <= 1.0 + 1e-5
-        assert m["tac_sum_err_max"] < 1e-4  # telescoping: sum_t A*_t = G - b
+        assert m["tac_sum_err_max"] < 1e-4  # telescoping: sum_t A*_t = A_seq
+        f = res[f"feedback_control_{phase}"]
+        assert f["tokens"] > 0 and -1.0 - 1e-5 <= f["pearson_r"] <= 1.0 + 1e-5
 
 
 def test_perturbation_table(setup):
@@ -93,8 +96,10 @@ def test_perturbation_table(setup):
 def test_weights_match_registered_credit(setup):
     c, exp, params, _, diag = setup
     batch = diag.collect(params, jax.random.key(3))
-    pieces, cons, tac_sum_err = diag.parts(params, batch, jax.random.key(4))
-    credit = jax.jit(exp.credit_fn)(params, batch, jax.random.key(4), 0)
+    mstate = exp.init_state.method_state
+    pieces, cons, tac_sum_err, _ = diag.parts(params, batch, jax.random.key(4), mstate)
+    credit = jax.jit(exp.credit_fn)(params, batch, jax.random.key(4),
+                                    fig5.credit_step(c), mstate)
     np.testing.assert_allclose(np.asarray(pieces.coef), np.asarray(credit.coef), atol=1e-6)
     assert pieces.weights.shape == cons.weights_softmax.shape == batch.token_mask.shape
     assert cons.cons_apm.shape == batch.turn_mask.shape

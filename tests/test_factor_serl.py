@@ -25,10 +25,16 @@ def test_hand_case():
     w1 = [math.exp(-0.1), 0.8, 1.2, 0.8]
     expected = np.array([[[1.5 * (0.7 + 0.3 * w) for w in w0] + [0.0]],
                          [[-2.0 * (0.7 + 0.3 * w) for w in w1]]])
-    np.testing.assert_allclose(serl(adv, delta, mask, lam), expected, rtol=1e-6)
-    np.testing.assert_allclose(fj.serl_token_weights(adv, delta, mask)[1, 0], w1, rtol=1e-6)
+    np.testing.assert_allclose(serl(adv, delta, mask, mask, lam), expected, rtol=1e-6)
+    # The multiplier (1 - lam) + lam w on action tokens, exactly 1 elsewhere (padding too).
+    np.testing.assert_allclose(fj.serl_token_weights(delta, adv, mask, lam)[1, 0],
+                               [0.7 + 0.3 * w for w in w1], rtol=1e-6)
+    assert float(fj.serl_token_weights(delta, adv, mask, lam)[0, 0, 3]) == 1.0
+    # Reasoning tokens (in token_mask, not in action_mask) keep A.
+    reasoning = mask.at[0, 0, 2].set(False)
+    np.testing.assert_allclose(serl(adv, delta, reasoning, mask, lam)[0, 0, 2], 1.5)
     # lam = 0 is plain GRPO on every token; no renormalisation to mean 1 otherwise.
-    np.testing.assert_allclose(serl(adv, delta, mask, 0.0),
+    np.testing.assert_allclose(serl(adv, delta, mask, mask, 0.0),
                                np.where(mask, adv[:, None, None], 0.0))
 
 
@@ -40,8 +46,8 @@ def test_padding_and_bounds(seed, lam):
     adv = rng.normal(size=(B,)).astype(np.float32)
     p = pad_batch({"delta": delta, "turn_mask": b["turn_mask"], "token_mask": b["token_mask"]},
                   2, 3, rng, garbage=np.nan)
-    c = np.asarray(serl(adv, delta, b["token_mask"], lam))
-    c_p = np.asarray(serl(adv, p["delta"], p["token_mask"], lam))
+    c = np.asarray(serl(adv, delta, b["token_mask"], b["token_mask"], lam))
+    c_p = np.asarray(serl(adv, p["delta"], p["token_mask"], p["token_mask"], lam))
     np.testing.assert_array_equal(c_p[:, :T, :A], c)
     assert not np.any(c_p[:, T:]) and not np.any(c_p[..., A:])
     ratio = (c / adv[:, None, None])[b["token_mask"]]
@@ -49,17 +55,21 @@ def test_padding_and_bounds(seed, lam):
 
 
 def test_lambda_schedule():
-    for step, lam in [(0, 0.5), (10, 0.4), (25, 0.25), (50, 0.0), (80, 0.0)]:
+    # SERL: lam_k = lam0 * max(0, 1 - (k - 1) / decay), k 1-indexed (lam0 at k = 1).
+    for step, lam in [(1, 0.5), (11, 0.4), (26, 0.25), (51, 0.0), (80, 0.0)]:
         np.testing.assert_allclose(fj.serl_lambda(step), lam, atol=1e-7)
-    np.testing.assert_allclose(jax.jit(fj.serl_lambda)(jnp.int32(25)), 0.25)
-    np.testing.assert_allclose(fj.serl_lambda(5, lam0=1.0, decay_steps=10), 0.5)
+    np.testing.assert_allclose(jax.jit(fj.serl_lambda)(jnp.int32(26)), 0.25)
+    np.testing.assert_allclose(fj.serl_lambda(6, lam0=1.0, decay_steps=10), 0.5)
+    np.testing.assert_allclose(fj.serl_lambda(30, decay_steps=0), 0.5)  # SERL: no decay
 
 
 @pytest.mark.parametrize("call, field", [
-    (lambda: fj.serl_lambda(0, lam0=1.5), "lam0"),
-    (lambda: fj.serl_lambda(0, decay_steps=0), "decay_steps"),
+    (lambda: fj.serl_lambda(1, lam0=1.5), "lam0"),
+    (lambda: fj.serl_lambda(1, decay_steps=-1), "decay_steps"),
     (lambda: fj.serl_coefficients(jnp.ones(1), jnp.ones((1, 1, 1)), jnp.ones((1, 1, 1), bool),
-                                  lam=2.0), "lam"),
+                                  jnp.ones((1, 1, 1), bool), lam=2.0), "lam"),
+    (lambda: fj.serl_token_weights(jnp.ones((1, 1, 1)), jnp.ones(1), jnp.ones((1, 1, 1), bool),
+                                   0.5, clip=-0.1), "clip"),
 ])
 def test_bad_config_raises(call, field):
     with pytest.raises(ValueError, match=field):

@@ -22,7 +22,7 @@ from asct_jax.rl.rollout import rollout
 from asct_jax.rl.types import Rollout
 from experiments import registry
 from experiments.make_textworld_games import DEFAULT_OUT, make_games
-from factor_jax.host_calibration import host_calibrate
+from factor_jax.host_continuations import host_continuations
 
 # Every test here plays real TextWorld games (generated on first use): the slow tier.
 pytestmark = pytest.mark.slow
@@ -206,8 +206,9 @@ def test_rollout_from_stored_states_continues_the_episodes(setup):
     assert int(cont.env_calls) == int(np.asarray(cont.turn_mask).sum())
 
 
-def test_host_calibration_targets_land_on_the_chosen_turns(setup):
-    """Bookkeeping with a stand-in player whose return is the start state's turn."""
+def test_host_continuations_land_on_the_checkpoints(setup):
+    """Bookkeeping with a stand-in player whose continuation ends at once with reward =
+    the start state's turn: the outcome is the return before the checkpoint plus it."""
     batch, host_states = setup["batch"], setup["host_states"]
     calls = []
 
@@ -217,26 +218,31 @@ def test_host_calibration_targets_land_on_the_chosen_turns(setup):
         n = len(states)
         rewards = np.zeros((n, T), np.float32)
         rewards[:, 0] = [s.turn if not s.done else 99 for s in states]
-        return batch.replace(rewards=jnp.asarray(rewards),
-                             turn_mask=jnp.asarray(np.repeat(real[:, None], T, 1)),
-                             token_mask=jnp.asarray(np.repeat(real[:, None, None], T, 1)
-                                                    .repeat(A, 2)))
+        dones = np.zeros((n, T), bool)
+        dones[:, 0] = True
+        live = np.zeros((n, T), bool)
+        live[:, 0] = real
+        return batch.replace(rewards=jnp.asarray(rewards), dones=jnp.asarray(dones),
+                             turn_mask=jnp.asarray(live),
+                             token_mask=jnp.asarray(np.repeat(live[:, :, None], A, 2)))
 
-    cal = host_calibrate(play, batch, host_states, jax.random.key(0), num_turns=2,
-                         num_rollouts=3, chunk=5)
-    mask = np.asarray(cal.mask)
-    eligible = np.asarray(batch.turn_mask) & (np.arange(T)[None] >= 1)
-    assert np.all(mask <= eligible) and mask.any()
-    assert np.all(mask.sum(1) == np.minimum(eligible.sum(1), 2))
-    t_idx = np.broadcast_to(np.arange(T, dtype=np.float32), mask.shape)
-    np.testing.assert_allclose(np.asarray(cal.targets)[mask], t_idx[mask])
+    cont = host_continuations(play, batch, host_states, jax.random.key(0), num=3,
+                              horizon=15, chunk=5)
+    idx, valid = np.asarray(cont.idx), np.asarray(cont.valid)
+    n = np.asarray(batch.turn_mask).sum(1)
+    assert np.all(valid[:, 0] == (n > 1)) and np.all(valid[:, 1] == (n >= 4))
+    assert np.all(np.asarray(cont.scored) == valid)
+    r = np.asarray(jnp.where(batch.turn_mask, batch.rewards, 0.0))
+    for i, s in zip(*np.nonzero(valid)):
+        t = int(idx[i, s])
+        np.testing.assert_allclose(float(cont.outcome[i, s]), r[i, :t].sum() + t, rtol=1e-6)
     # every start state is played once (the filler of the last chunk is done, unplayed)
-    assert sum(calls) == 3 * mask.sum() and max(calls) <= 5
-    assert float(cal.env_calls) == T * sum(calls)
-    assert float(cal.aux_tokens) == T * A * sum(calls)
+    assert sum(calls) == 3 * valid.sum() and max(calls) <= 5
+    assert float(cont.env_calls) == sum(calls)
+    assert float(cont.aux_tokens) == A * sum(calls)
 
 
-def test_factor_learn_step_uses_host_calibration(setup):
+def test_factor_learn_step_uses_host_continuations(setup):
     from asct_jax.rl.train_step import make_learn_step
     from asct_jax.rl.trainer import learner_for_policy
     from experiments.configs import base
@@ -246,16 +252,18 @@ def test_factor_learn_step_uses_host_calibration(setup):
     c.rollout.num_groups, c.rollout.group_size = NUM_GAMES, G
     c.ppo.minibatches, c.ppo.epochs = 1, 1
     policy, params = setup["policy"], setup["params"]
-    cal = host_calibrate(lambda st, k: _play_from(setup, st, k), setup["batch"],
-                         setup["host_states"], jax.random.key(0), 2, 2,
-                         chunk=NUM_GAMES * G)
-    assert float(cal.env_calls) > 0
+    cont = host_continuations(lambda st, k: _play_from(setup, st, k), setup["batch"],
+                              setup["host_states"], jax.random.key(0), 2, 15,
+                              chunk=NUM_GAMES * G)
+    assert float(cont.env_calls) > 0
     c.train.num_devices = 1
     learner = learner_for_policy(c, registry.get("factor"), policy, params)
     learn, state = make_learn_step(learner), learner.init_state
-    _, metrics = learn(state, setup["batch"].replace(extras=cal), jax.random.key(1))
-    assert float(metrics["credit/env_calls"]) == float(cal.env_calls)
-    assert float(metrics["credit/aux_tokens"]) == float(cal.aux_tokens)
+    state, metrics = learn(state, setup["batch"].replace(extras=cont), jax.random.key(1))
+    assert float(metrics["credit/env_calls"]) == float(cont.env_calls)
+    assert float(metrics["credit/aux_tokens"]) == float(cont.aux_tokens)
+    assert float(metrics["credit/factor/critic_targets"]) == float(np.asarray(cont.valid).sum())
+    assert int(state.method_state.cursor) == 1
     assert all(np.isfinite(float(v)) for v in metrics.values())
 
 

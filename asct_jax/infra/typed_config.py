@@ -6,7 +6,7 @@ their allowed values:
     @dataclasses.dataclass(frozen=True)
     class GiGPOConfig:
         gamma: float = option(Range(0.0, 1.0), "discount of the step return")
-        normalise: str = option(GIGPO_NORMALISE, "F of both terms")
+        mode: str = option(GIGPO_MODES, "F of both terms")
 
     cfg = from_section(GiGPOConfig, config, "gigpo")   # ConfigError names gigpo.<field>
 

@@ -256,27 +256,44 @@ def grpo_advantages(returns: chex.Array, group_size: int, eps: float = 1e-6,
     return centred.reshape(b)
 
 
-GIGPO_NORMALISE = ("std", "none")   # gigpo_advantages(normalise=), config.gigpo.normalise
+GIGPO_MODES = ("mean_norm", "mean_std_norm")   # gigpo_advantages(mode=), config.gigpo.mode
+GIGPO_EPISODE_STATS = ("steps", "episodes")    # gigpo_advantages(episode_stats=), config.gigpo
 
 
 def gigpo_advantages(rewards: chex.Array, obs: chex.Array, turn_mask: chex.Array,
                      group_size: int, *, gamma: Scalar = 0.95, omega: Scalar = 1.0,
-                     normalise: str = "std", eps: float = 1e-6) -> chex.Array:
-    """GiGPO (Feng et al. 2025): an episode-relative plus an anchor-state-relative advantage.
+                     mode: str = "mean_norm", episode_stats: str = "steps",
+                     eps: float = 1e-6) -> chex.Array:
+    """GiGPO (Feng et al. 2025), as verl-agent's recipe/gigpo/core_gigpo.py computes it.
 
-      A(a_t^i)   = A^E(tau_i) + omega * A^S(a_t^i)
-      A^E(tau_i) = (R(tau_i) - mean_{j in g(i)} R(tau_j)) / F(g(i)),    R(tau) = sum_t m_t r_t
-      A^S(a_t^i) = (R_t^i - mean_{(j,t') in S(i,t)} R_t'^j) / F(S(i,t)),
-                   R_t = sum_{k >= t} gamma^(k-t) m_k r_k
+    The batch is read as verl-agent's one sample per real turn (i, t), carrying its
+    episode's return:
+
+      A(a_t^i)   = A^E(i) + omega * A^S(i, t)
+      A^E(i)     = N(R(tau_i); E(g(i)))          R(tau) = sum_t m_t r_t   (undiscounted)
+      A^S(i, t)  = N(R_t^i;   S(i, t))           R_t = r_t + gamma m_{t+1} R_{t+1}
       S(i, t)    = {(j, t') : j in g(i), m_t'^j, obs_t'^j == obs_t^i (all O tokens)}
+      N(x; X)    = x - mean X                         (mode "mean_norm")
+                 = (x - mean X) / (std X + eps)       (mode "mean_std_norm")
 
-    The anchor group S(i, t) holds (i, t) itself and every real turn of the same episode
-    group whose observation is identical, at any turn t' (a state revisited within one
-    episode counts too). F is the sample std (ddof = 1, denominator max(n - 1, 1), the
-    convention of `grpo_advantages`) plus eps for normalise="std", and 1 for "none"; both
-    terms use it. A singleton anchor group gets A^S = 0 (exactly: its mean is its own
-    return). Observations are compared per group of episodes with one [G*T, G*T] equality
-    matrix ([B, T, O] -> [num_groups, G*T, O]); anchor means and stds are masked sums over it.
+    std is the sample std (ddof = 1, torch.std's default). The sample sets:
+      E(g)  episode_stats="steps" (theirs): R(tau_j) once per real turn of j, j in g, so an
+            episode of L_j turns weighs L_j in the mean and std;
+            episode_stats="episodes": R(tau_j) once per episode j in g with >= 1 real turn.
+            A set of one sample has mean 0 and std 1 (A^E = R(tau_i), or R / (1 + eps)).
+      S(i, t)  holds (i, t) itself and every real turn of the same episode group with an
+            identical observation, at any turn (a state revisited within one episode
+            counts). A singleton has mean R_t^i and std 1, so A^S = 0; a set whose returns
+            are all equal also gets 0 (0 / eps).
+    Both terms share mode and eps. verl-agent's invalid-action penalty (0.1 per invalid
+    action, taken off that turn's R_t and that turn's copy of R(tau) before the
+    statistics, undiscounted) is not applied: our actors choose legal actions only.
+
+    Observations are compared per group of episodes with one [G*T, G*T] equality matrix
+    ([B, T, O] -> [num_groups, G*T, O]); anchor means and stds are masked sums over it,
+    and episode statistics are weighted sums over [num_groups, G, G]. Both are taken over
+    differences x_q - x_p to the sample's own value (the same algebra), so a set of equal
+    values gets exactly 0 under mean_std_norm, never rounding noise / eps.
     Rewards of turns that did not happen are never read (even nan there stays out).
 
     Args:
@@ -284,42 +301,63 @@ def gigpo_advantages(rewards: chex.Array, obs: chex.Array, turn_mask: chex.Array
       obs: [B, T, O] int tokens x_t, the anchor state of turn t.
       turn_mask: [B, T] bool prefix mask.
       group_size: G (static int), B = num_groups * G, contiguous groups.
-      gamma: discount of the step return R_t (the paper's 0.95).
-      omega: weight of the step term.
-      normalise: "std" | "none" (static).
+      gamma: discount of the step return R_t (their examples: 0.95).
+      omega: weight of the step term (their step_advantage_w, 1).
+      mode: "mean_norm" | "mean_std_norm" (static).
+      episode_stats: "steps" | "episodes" (static): the sample set E(g) of A^E.
       eps: added to both stds (> 0).
     Returns:
       [B, T] float32 A, 0 where turn_mask is False.
     """
-    check_choice("normalise", normalise, GIGPO_NORMALISE)
+    check_choice("mode", mode, GIGPO_MODES)
+    check_choice("episode_stats", episode_stats, GIGPO_EPISODE_STATS)
     check_range("eps", eps, lo=0.0, lo_open=True)
     _check_turns(rewards, turn_mask)
     chex.assert_rank(obs, 3)
     chex.assert_type(obs, int)
     chex.assert_equal_shape_prefix([rewards, obs], 2)
     b, t = rewards.shape
-    std = normalise == "std"
-    rewards = jnp.where(turn_mask, rewards, 0).astype(jnp.float32)
-    # A^E(tau_i) = (R(tau_i) - mean_j R(tau_j)) / F   (raises unless G divides B)
-    a_e = grpo_advantages(episode_returns(rewards, turn_mask), group_size, eps,
-                          normalise_std=std)                                   # [B]
+    if b % group_size:
+        raise ValueError(f"batch {b} is not a multiple of group_size {group_size}")
+    use_std = mode == "mean_std_norm"
     n, gt = b // group_size, group_size * t
+    rewards = jnp.where(turn_mask, rewards, 0).astype(jnp.float32)
+    mf = turn_mask.astype(jnp.float32)
+
+    # Both terms: statistics of the set X(p) of sample p, taken over d_q = x_q - x_p (p is in
+    # its own set), so equal returns give exactly 0 whatever their float32 rounding.
+    # A^E: weight k_j of episode j in E(g): L_j ("steps") or [L_j > 0] ("episodes").
+    ep_ret = episode_returns(rewards, turn_mask).reshape(n, group_size)        # R(tau_j)
+    length = jnp.sum(mf, axis=1).reshape(n, group_size)                         # L_j
+    k = length if episode_stats == "steps" else (length > 0).astype(jnp.float32)
+    k_sum = jnp.sum(k, axis=1, keepdims=True)                                   # |E(g)|
+    many = k_sum > 1.0
+    d_e = ep_ret[:, None, :] - ep_ret[:, :, None]                # [n, G, G] R_j - R_i
+    dm_e = jnp.sum(k[:, None, :] * d_e, axis=2) / jnp.maximum(k_sum, 1.0)  # mean E - R_i
+    a_e = jnp.where(many, -dm_e, ep_ret)                         # R_i - mean E (mean 0 if |E|=1)
+    if use_std:
+        var_e = jnp.sum(k[:, None, :] * (d_e - dm_e[:, :, None]) ** 2, axis=2
+                        ) / jnp.maximum(k_sum - 1.0, 1.0)        # sample variance over E(g)
+        a_e = a_e / (jnp.where(many, jnp.sqrt(var_e), 1.0) + eps)
+
+    # A^S: anchor groups S(i, t) by exact observation equality within the episode group.
     ret = returns_to_go(rewards, turn_mask, gamma).reshape(n, gt)              # R_t^i
     m = turn_mask.reshape(n, gt)
     x = obs.reshape(n, gt, obs.shape[2])
-    # (j, t') in S(i, t)  <=>  same group, both turns real, obs_t'^j == obs_t^i
     same = jnp.all(x[:, :, None, :] == x[:, None, :, :], axis=-1)             # [n, GT, GT]
     w = (same & m[:, :, None] & m[:, None, :]).astype(jnp.float32)
     count = jnp.sum(w, axis=2)                                                 # |S(i, t)|
-    mean = jnp.einsum("npq,nq->np", w, ret, precision=jax.lax.Precision.HIGHEST
-                      ) / jnp.maximum(count, 1.0)                  # mean_{S(i,t)} R_t'^j
-    a_s = ret - mean                                               # R_t^i - mean_S R
-    if std:
-        var = jnp.sum(w * (ret[:, None, :] - mean[:, :, None]) ** 2, axis=2
-                      ) / jnp.maximum(count - 1.0, 1.0)            # sample variance over S
-        a_s = a_s / (jnp.sqrt(var) + eps)                          # A^S = (R - mean_S R) / F(S)
-    # A(a_t^i) = A^E(tau_i) + omega * A^S(a_t^i), 0 at turns that did not happen
-    return (a_e[:, None] + omega * a_s.reshape(b, t)) * turn_mask.astype(jnp.float32)
+    d_s = ret[:, None, :] - ret[:, :, None]                      # [n, GT, GT] R_q - R_p
+    dm_s = jnp.sum(w * d_s, axis=2) / jnp.maximum(count, 1.0)    # mean_S R - R_p (0 if |S|=1)
+    a_s = -dm_s                                                  # R_p - mean_S R
+    if use_std:
+        var_s = jnp.sum(w * (d_s - dm_s[:, :, None]) ** 2, axis=2
+                        ) / jnp.maximum(count - 1.0, 1.0)        # sample variance over S
+        a_s = a_s / (jnp.where(count > 1.0, jnp.sqrt(var_s), 1.0) + eps)
+
+    # A(a_t^i) = A^E(i) + omega * A^S(i, t), 0 at turns that did not happen
+    a = a_e.reshape(b, 1) + omega * a_s.reshape(b, t)
+    return a * mf
 
 
 def group_baseline(returns: chex.Array, group_size: int,

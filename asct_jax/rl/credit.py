@@ -6,7 +6,9 @@ an auxiliary loss and keep state across steps:
 
     cfg      = method.make_config(config)             # typed, frozen; validated here
     credit   = method.make_credit(cfg, ctx)           # (params, batch, key, step, mstate) -> Credit
-    aux_loss = method.make_aux_loss(cfg, ctx)         # None, or (logp, mb, credit_mb) -> (loss, m)
+    pg_loss  = method.make_policy_loss(cfg, ctx)      # None (the clipped surrogate), or
+                                                      #   (out, mb, credit_mb, ppo) -> (loss, m)
+    aux_loss = method.make_aux_loss(cfg, ctx)         # None, or (out, mb, credit_mb) -> (loss, m)
     mstate   = method.init_state(cfg, ctx, params, key)                       # or None
     mstate, m = method.update_state(cfg, ctx, mstate, StateInputs(...))       # after the update
 
@@ -34,8 +36,11 @@ from asct_jax.rl.types import Credit, Rollout
 
 # (params, batch, key, step, method_state) -> Credit
 CreditFn = Callable[..., Credit]
-# (logp [b, T, A] of the current parameters, minibatch Rollout, its Credit) -> (loss, metrics)
+# (out: asct_jax.rl.policy.TokenOutputs [b, T, ...] of the current parameters, minibatch
+#  Rollout, its Credit) -> (loss to minimise, metrics)
 AuxLossFn = Callable[[Any, Rollout, Credit], Tuple[Any, Dict[str, Any]]]
+# (out, mb, credit_mb, ppo: PPOConfig) -> (policy loss to minimise, metrics)
+PolicyLossFn = Callable[[Any, Rollout, Credit, Any], Tuple[Any, Dict[str, Any]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +77,10 @@ def _no_aux_loss(cfg: Any, ctx: CreditContext) -> Optional[AuxLossFn]:
     return None
 
 
+def _default_policy_loss(cfg: Any, ctx: CreditContext) -> Optional[PolicyLossFn]:
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
     """A registered credit method: the whole contract between it and the substrate.
@@ -81,7 +90,10 @@ class Method:
       typed_config.from_section; None for a method that reads no field). Built and
       validated at the experiment edge: a bad value is a ConfigError naming the field.
     make_credit: (cfg, ctx) -> credit_fn(params, batch, key, step, mstate) -> Credit.
-    make_aux_loss: (cfg, ctx) -> None or aux_loss(logp, mb, credit_mb) -> (loss, metrics),
+    make_policy_loss: (cfg, ctx) -> None (the clipped surrogate on credit.coef, aggregated
+      by ppo.aggregation) or pg_loss(out, mb, credit_mb, ppo) -> (loss, metrics) in its place
+      (FACTOR's L_act + L_nonact). `out` is the current parameters' TokenOutputs.
+    make_aux_loss: (cfg, ctx) -> None or aux_loss(out, mb, credit_mb) -> (loss, metrics),
       added to the PPO loss of every minibatch (reads credit_mb.loss_inputs).
     init_state: None, or (cfg, ctx, params, key) -> the method's state (a pytree of
       arrays; jit-compatible) at step 0.
@@ -93,13 +105,14 @@ class Method:
     host_prepare: None, or what host games run between the rollout and the learn step in
       place of the restores the credit makes in-step on JAX environments:
       (cfg, play_from, batch, host_states, key, chunk) -> Rollout.extras or None
-      (FACTOR's value calibration: factor_jax.host_calibration.calibrate_on_host).
+      (FACTOR's continuations: factor_jax.host_continuations.continue_on_host).
     """
 
     name: str
     make_credit: Callable[[Any, CreditContext], CreditFn]
     make_config: Callable[[Any], Any] = no_config
     make_aux_loss: Callable[[Any, CreditContext], Optional[AuxLossFn]] = _no_aux_loss
+    make_policy_loss: Callable[[Any, CreditContext], Optional[PolicyLossFn]] = _default_policy_loss
     init_state: Optional[Callable[..., Any]] = None
     update_state: Optional[Callable[..., Any]] = None
     restores_states_in_step: bool = False

@@ -11,7 +11,7 @@ trains on) with a fixed key, so every method and seed is evaluated on the same e
 
 A method that restores environment states inside the jitted step
 (`Method.restores_states_in_step`: search, VinePPO) cannot run here. A method with a
-`host_prepare` (FACTOR's value calibration) runs it on the host between the rollout
+`host_prepare` (FACTOR's TAC continuations) runs it on the host between the rollout
 and the learn step and hands the result in with the batch (`Rollout.extras`).
 
 The tokenizer lives in results/<experiment>/tokenizer (shared by the runs of an

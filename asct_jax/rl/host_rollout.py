@@ -5,7 +5,7 @@ the policy in one jitted call per turn on fixed shapes, and the batch is the sam
 `Rollout` ([B, T, ...] arrays, same masks and semantics), so `make_learn_step` and every
 credit method that needs no environment restore inside the step (GRPO, PPO, SERL,
 FACTOR) train on it unchanged. `host_rollout_from` plays on from stored states (FACTOR's
-value calibration, factor_jax.host_calibration).
+TAC continuations, factor_jax.host_continuations).
 
     tok = build_tokenizer(game_texts(games))
     shape = HostShape(max_turns=T, obs_len=O, feedback_len=F, action_len=A,
@@ -313,7 +313,7 @@ def host_rollout_from(policy, params: Any, host_env: BatchedHostEnv, tokenizer,
                       ) -> Tuple[Rollout, List[List[HostState]]]:
     """`host_rollout` continued from stored states (restored by the games): episode i
     plays on from states[i] until the game ends or its own max_turns is reached (or T
-    more turns). Group size 1. Used for value calibration (factor_jax.host_calibration).
+    more turns). Group size 1. Used for TAC continuations (factor_jax.host_continuations).
     """
     if len(states) != len(host_env):
         raise ValueError(f"host_rollout_from: {len(states)} states but host_env has "

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from asct_jax.rl.credit import AuxLossFn, CreditContext, CreditFn, Method
+from asct_jax.rl.credit import AuxLossFn, CreditContext, CreditFn, Method, PolicyLossFn
 from asct_jax.rl.ppo_config import PPOConfig
 
 
@@ -19,8 +19,8 @@ from asct_jax.rl.ppo_config import PPOConfig
 class Learner:
     """ppo: the update's typed config. num_groups, group_size: the rollout batch
     (B = num_groups * group_size). method, method_config: the registered method and its
-    typed config; ctx: its CreditContext; credit_fn, aux_loss_fn (None: no auxiliary
-    loss): what it built. init_state: the TrainState at step 0 (method state included),
+    typed config; ctx: its CreditContext; credit_fn, policy_loss_fn (None: the clipped
+    surrogate), aux_loss_fn (None: no auxiliary loss): what it built. init_state: the TrainState at step 0 (method state included),
     placed with state_sharding. ref_params: the KL reference if ppo.kl_coef > 0.
     key: key(seed), replicated."""
 
@@ -34,6 +34,7 @@ class Learner:
     ctx: CreditContext
     credit_fn: CreditFn
     aux_loss_fn: Optional[AuxLossFn]
+    policy_loss_fn: Optional[PolicyLossFn]
     optimizer: Any              # optax.GradientTransformation
     init_state: Any             # asct_jax.rl.train_step.TrainState
     state_sharding: Any

@@ -38,11 +38,15 @@ class GAEConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GiGPOConfig:
-    """GiGPO's fields (section gigpo)."""
+    """GiGPO's fields (section gigpo); names and defaults as verl-agent's algorithm.gigpo."""
 
     gamma: float = option(Range(0.0, 1.0), "discount of the step return R_t in the anchor term")
     omega: float = option(Range(0.0, None), "weight of the anchor-state (step) advantage")
-    normalise: str = option(adv.GIGPO_NORMALISE, "F of both terms")
+    mode: str = option(adv.GIGPO_MODES, "mean_norm: x - mean; mean_std_norm: (x - mean) / "
+                                        "(std + 1e-6), in both terms")
+    episode_stats: str = option(adv.GIGPO_EPISODE_STATS,
+                                "samples of the episode term's mean / std: steps (one per "
+                                "real turn, theirs) or episodes (one per episode)")
 
 
 def _ppo_return(cfg: ReturnConfig, ctx: CreditContext) -> CreditFn:
@@ -79,13 +83,15 @@ def _grpo(cfg: None, ctx: CreditContext) -> CreditFn:
 
 
 def _gigpo(cfg: GiGPOConfig, ctx: CreditContext) -> CreditFn:
-    """GiGPO: GRPO's episode advantage plus omega times the anchor-state advantage of each
-    turn (`adv.gigpo_advantages`)."""
+    """GiGPO: the group-relative episode advantage (statistics over the group's turn
+    samples by default) plus omega times the anchor-state advantage of each turn
+    (`adv.gigpo_advantages`, verl-agent's compute_gigpo_outcome_advantage)."""
     gamma, omega = float(cfg.gamma), float(cfg.omega)
 
     def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
         a = adv.gigpo_advantages(batch.rewards, batch.obs, batch.turn_mask, ctx.group_size,
-                                 gamma=gamma, omega=omega, normalise=cfg.normalise)
+                                 gamma=gamma, omega=omega, mode=cfg.mode,
+                                 episode_stats=cfg.episode_stats)
         return from_turn_advantages(batch, a, value_targets_mc(batch))
     return credit
 

@@ -83,6 +83,31 @@ def first_occurrence(cands: chex.Array, live: chex.Array) -> chex.Array:
     return live & ~dup
 
 
+def candidate_token_distribution(cand_logits: chex.Array, cands: chex.Array,
+                                 live: chex.Array) -> Tuple[chex.Array, chex.Array]:
+    """The constrained next-token distribution at every position, over Allowed_j.
+
+    With keep[k, j] = first_occurrence(cands, live)[k, j] (each allowed token once) and
+    Z_j = logsumexp_{k: keep} l_j(cands[k, j]):
+
+        log pi(cands[k, j] | .) = l_j(cands[k, j]) - Z_j   where keep[k, j]
+
+    This is the whole distribution the actor samples token j from (the full-vocabulary
+    softmax of a free-form actor restricted to the trie), so a KL between two of them is
+    the exact per-token KL (factor_jax.forward_kl).
+
+    Args:
+      cand_logits: [..., K, A] float32; cands: [..., K, A] int32; live: [..., K, A] bool.
+    Returns:
+      (log_probs [..., K, A], keep [..., K, A] bool); log_probs is -inf-free (NEG_INF - Z
+      off keep) and only meaningful where keep.
+    """
+    keep = first_occurrence(cands, live)
+    masked = jnp.where(keep, cand_logits, NEG_INF)
+    log_z = jax.nn.logsumexp(masked, axis=-2)                        # [..., A]
+    return masked - log_z[..., None, :], keep
+
+
 def candidate_constrained_log_probs(cand_logits: chex.Array, cands: chex.Array,
                                     live: chex.Array, tokens: chex.Array
                                     ) -> Tuple[chex.Array, chex.Array]:
@@ -166,6 +191,22 @@ def head_logits(model, hidden: chex.Array, tokens: chex.Array, spec: str) -> che
     return out if bias is None else out + bias.astype(jnp.float32)
 
 
+@chex.dataclass(frozen=True)
+class TokenOutputs:
+    """What one pass of the current parameters gives the losses, per action token.
+
+    logp, entropy: [N, A] (constrained); value: [N]; dist_logp, support: [N, K, A], the
+    constrained next-token distribution at each position (candidate_token_distribution).
+    The train step reshapes N to [b, T].
+    """
+
+    logp: chex.Array
+    entropy: chex.Array
+    value: chex.Array
+    dist_logp: chex.Array
+    support: chex.Array
+
+
 class Policy:
     """Static wrapper: graphdef of the decoder plus sizes. Params are passed explicitly."""
 
@@ -195,7 +236,8 @@ class Policy:
     # -- decoder passes -------------------------------------------------------------
     def _hidden(self, model, prefix: chex.Array, actions: chex.Array):
         """prefix [N, P] right-padded, actions [N, A] -> (hidden states predicting the
-        action tokens [N, A, H], value [N]). No [.., V] logits are formed."""
+        action tokens [N, A, H], value [N], the pre-action boundary state [N, H]). No
+        [.., V] logits are formed."""
         prefix = self._with_action_header(left_align(prefix, self.pad_id))
         ids = jnp.concatenate([prefix, actions], axis=1)
         mask = jnp.concatenate([prefix != self.pad_id, jnp.ones_like(actions, bool)], axis=1)
@@ -203,13 +245,24 @@ class Policy:
         p = prefix.shape[1]
         action_hidden = hidden[:, p - 1:p - 1 + actions.shape[1]]
         value = model.value(hidden[:, p - 1:p])[:, 0]
-        return action_hidden, value.astype(jnp.float32)
+        return action_hidden, value.astype(jnp.float32), hidden[:, p - 1]
+
+    def _cand_logits(self, model, action_hidden, actions, cands, legal):
+        """(logits of the candidates' tokens [N, K, A], their trie liveness [N, K, A])."""
+        cand_logits = head_logits(model, action_hidden, cands, "njh,nkjh->nkj")
+        return cand_logits, trie_live(actions, cands, legal, self.pad_id)
 
     def _constrained(self, model, action_hidden, actions, cands, legal):
         """Constrained log-probs and entropy [N, A] of `actions` from their hidden states."""
-        cand_logits = head_logits(model, action_hidden, cands, "njh,nkjh->nkj")
-        live = trie_live(actions, cands, legal, self.pad_id)
+        cand_logits, live = self._cand_logits(model, action_hidden, actions, cands, legal)
         return candidate_constrained_log_probs(cand_logits, cands, live, actions)
+
+    def _teacher_prefix(self, obs, feedback):
+        """[obs header feedback footer] with its PAD moved right (_hidden left-aligns it)."""
+        n, p = obs.shape[0], self.prompt
+        return _pads_to_right(jnp.concatenate(
+            [obs, self._ids(p.feedback_header, n, obs.dtype), feedback,
+             self._ids(p.feedback_footer, n, obs.dtype)], axis=1), self.pad_id)
 
     def action_log_probs(self, params, obs, actions, cands, legal):
         """Constrained token log-probs of given actions.
@@ -218,9 +271,22 @@ class Policy:
         Returns: logp [N, A], entropy [N, A], value [N].
         """
         model = self.merge(params)
-        hidden, value = self._hidden(model, obs, actions)
+        hidden, value, _ = self._hidden(model, obs, actions)
         logp, ent = self._constrained(model, hidden, actions, cands, legal)
         return logp, ent, value
+
+    def action_outputs(self, params, obs, actions, cands, legal) -> "TokenOutputs":
+        """One pass: the action's token log-probs, entropy, value and the whole
+        constrained next-token distribution at each of its positions (what the losses
+        read, asct_jax.rl.credit.PolicyLossFn). Shapes as action_log_probs, plus
+        dist_logp / support [N, K, A] (candidate_token_distribution)."""
+        model = self.merge(params)
+        hidden, value, _ = self._hidden(model, obs, actions)
+        cand_logits, live = self._cand_logits(model, hidden, actions, cands, legal)
+        logp, ent = candidate_constrained_log_probs(cand_logits, cands, live, actions)
+        dist_logp, support = candidate_token_distribution(cand_logits, cands, live)
+        return TokenOutputs(logp=logp, entropy=ent, value=value, dist_logp=dist_logp,
+                            support=support)
 
     def teacher_log_probs(self, params, obs, feedback, actions, cands, legal):
         """Hindsight teacher: log pi_T(y_j | x_t, o_{t+1}, y_<j) with the same constraint.
@@ -229,14 +295,27 @@ class Policy:
         Returns: [N, A].
         """
         model = self.merge(params)
-        n, p = obs.shape[0], self.prompt
-        # [obs header feedback footer] with its PAD moved right; _hidden left-aligns it.
-        prefix = _pads_to_right(jnp.concatenate(
-            [obs, self._ids(p.feedback_header, n, obs.dtype), feedback,
-             self._ids(p.feedback_footer, n, obs.dtype)], axis=1), self.pad_id)
-        hidden, _ = self._hidden(model, prefix, actions)
+        hidden, _, _ = self._hidden(model, self._teacher_prefix(obs, feedback), actions)
         logp, _ = self._constrained(model, hidden, actions, cands, legal)
         return logp
+
+    def teacher_outputs(self, params, obs, feedback, actions, cands, legal):
+        """The hindsight teacher's token log-probs [N, A] and its whole constrained
+        next-token distribution (dist_logp, support [N, K, A]) along the action."""
+        model = self.merge(params)
+        hidden, _, _ = self._hidden(model, self._teacher_prefix(obs, feedback), actions)
+        cand_logits, live = self._cand_logits(model, hidden, actions, cands, legal)
+        logp, _ = candidate_constrained_log_probs(cand_logits, cands, live, actions)
+        dist_logp, support = candidate_token_distribution(cand_logits, cands, live)
+        return logp, dist_logp, support
+
+    def features(self, params, obs):
+        """The backbone's last hidden state at the pre-action boundary of x [N, H]
+        float32, stop-gradient: the input of a separate critic head (FACTOR's TAC)."""
+        model = self.merge(params)
+        dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
+        _, _, boundary = self._hidden(model, obs, dummy)
+        return jax.lax.stop_gradient(boundary.astype(jnp.float32))
 
     def candidate_log_probs(self, params, obs, cands, legal):
         """Scores every candidate: pi(a_k | x) and the per-token log-probs along each.
@@ -277,7 +356,7 @@ class Policy:
         """V(x) [N] for observations [N, O]."""
         model = self.merge(params)
         dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
-        _, value = self._hidden(model, obs, dummy)
+        _, value, _ = self._hidden(model, obs, dummy)
         return value
 
 

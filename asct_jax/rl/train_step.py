@@ -8,7 +8,8 @@
   coefficients C [B, T, A] and value targets; the step does not know which method it runs;
 * update: `epochs` passes over `minibatches` shuffled minibatches of episodes, nested
   lax.scan; clipped surrogate on C (aggregation by config), value loss, entropy bonus,
-  optional KL to a reference policy, the method's optional auxiliary loss;
+  optional KL to a reference policy; a method may replace the surrogate
+  (Method.make_policy_loss) and add an auxiliary loss (Method.make_aux_loss);
 * method state: a stateful method's update_state, after the PPO update (asct_jax.rl.credit).
 
 Every factory takes the learner bundle (asct_jax.rl.learner.Learner).
@@ -148,6 +149,7 @@ def _learn_fn(learner: Learner) -> Callable:
     method's state update (pure)."""
     ppo, policy, mesh, optimizer = learner.ppo, learner.policy, learner.mesh, learner.optimizer
     credit_fn, aux_loss_fn, ref_params = learner.credit_fn, learner.aux_loss_fn, learner.ref_params
+    policy_loss_fn = learner.policy_loss_fn
     method, method_cfg, ctx = learner.method, learner.method_config, learner.ctx
     episode_sharding = NamedSharding(mesh, P(batch_axes(mesh)))
     mb_sharding = NamedSharding(mesh, P(None, batch_axes(mesh)))
@@ -158,12 +160,16 @@ def _learn_fn(learner: Learner) -> Callable:
 
     def loss_fn(params, frozen, mb: Rollout, credit: Credit):
         b, t = mb.turn_mask.shape
-        logp, ent, value = policy.action_log_probs(
+        out = policy.action_outputs(
             join_params(params, frozen), _flat(mb.obs), _flat(mb.actions),
             _flat(mb.cand_tokens), _flat(mb.cand_mask))
-        logp, ent, value = (logp.reshape(b, t, -1), ent.reshape(b, t, -1), value.reshape(b, t))
-        pl, m = losses.policy_loss(logp, mb.logp_old, credit.coef, mb.token_mask,
-                                   ppo.clip_eps, ppo.aggregation)
+        out = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]), out)
+        logp, ent, value = out.logp, out.entropy, out.value
+        if policy_loss_fn is None:
+            pl, m = losses.policy_loss(logp, mb.logp_old, credit.coef, mb.token_mask,
+                                       ppo.clip_eps, ppo.aggregation)
+        else:
+            pl, m = policy_loss_fn(out, mb, credit, ppo)
         vl = losses.value_loss(value, credit.value_targets, mb.turn_mask)
         entropy = losses.entropy_bonus(ent, mb.token_mask, ppo.aggregation)
         total = pl + ppo.vf_coef * vl - ppo.ent_coef * entropy
@@ -178,7 +184,7 @@ def _learn_fn(learner: Learner) -> Callable:
             total = total + ppo.kl_coef * kl
             m["kl_ref"] = kl
         if aux_loss_fn is not None:
-            aux, aux_m = aux_loss_fn(logp, mb, credit)
+            aux, aux_m = aux_loss_fn(out, mb, credit)
             total = total + aux
             m.update(aux_m)
         m["loss"] = total
@@ -221,11 +227,14 @@ def _learn_fn(learner: Learner) -> Callable:
         data = shard_episodes(data, episode_sharding)
         behaviour = policy_params(state)
         credit = credit_fn(behaviour, data, k_credit, state.step, state.method_state)
-        credit = shard_episodes(credit, episode_sharding)
+        # The episode arrays only: a method state in the credit keeps its own sharding.
+        credit = shard_episodes(credit.replace(state=None), episode_sharding).replace(
+            state=credit.state)
         # The update needs the per-episode arrays only: drop states, scalars and infos.
         shuffled = data.replace(states=None, final_info={}, env_calls=None, extras=None)
         (params, opt_state), m = update(state.params, state.opt_state, state.frozen,
-                                        shuffled, credit.replace(metrics={}), k_update)
+                                        shuffled, credit.replace(metrics={}, state=None),
+                                        k_update)
         metrics: Dict[str, Any] = {f"train/{k}": jnp.mean(v) for k, v in m.items()}
         metrics.update({f"rollout/{k}": v for k, v in episode_metrics(data).items()})
         metrics.update({f"credit/{k}": v for k, v in credit.metrics.items()})

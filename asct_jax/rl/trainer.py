@@ -174,7 +174,8 @@ def learner_for_policy(config, method: Method, policy: Policy, params: Any, env:
                    group_size=config.rollout.group_size, policy=policy, mesh=mesh,
                    method=method, method_config=method_cfg, ctx=ctx,
                    credit_fn=method.make_credit(method_cfg, ctx),
-                   aux_loss_fn=method.make_aux_loss(method_cfg, ctx), optimizer=optimizer,
+                   aux_loss_fn=method.make_aux_loss(method_cfg, ctx),
+                   policy_loss_fn=method.make_policy_loss(method_cfg, ctx), optimizer=optimizer,
                    init_state=jax.device_put(state, sharding), state_sharding=sharding,
                    ref_params=ref_params, key=jax.device_put(key, replicated))
 
@@ -304,10 +305,11 @@ def _loop(runs, state, start: int, step_fn, evaluate, seed_slice) -> Tuple[Any, 
 
 
 def train(config, method: Method, source: Optional[RolloutSource] = None,
-          return_params: bool = False):
+          return_params: bool = False, return_state: bool = False):
     """Runs config.train.steps steps (resuming if asked) and writes the run's results.
 
-    Returns the summary dict (and the final policy parameters if `return_params`).
+    Returns the summary dict (and the final policy parameters if `return_params`, the
+    final TrainState, method state included, if `return_state`).
     """
     _start_logging_and_cache(config)
     cache_before = compile_cache.counts()
@@ -326,6 +328,8 @@ def train(config, method: Method, source: Optional[RolloutSource] = None,
         summary = run.finish({**source.summary_extra(), **_cache_use(cache_before)}, wall)
     finally:
         source.close()
+    if return_state:
+        return summary, state
     return (summary, policy_params(state)) if return_params else summary
 
 

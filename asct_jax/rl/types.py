@@ -68,14 +68,19 @@ class Credit:
         (stop-gradient; 0 where masked).
       value_targets: [B, T] float32, regression targets for the critic / value head.
       metrics: dict of [] float32: at least "aux_tokens" and "env_calls" spent by credit.
-      loss_inputs: None, or a pytree of [B, ...] arrays the method's auxiliary loss reads
-        (minibatched with the episodes; e.g. FACTOR's hindsight-teacher log-probs).
+      loss_inputs: None, or a pytree of [B, ...] arrays the method's losses read
+        (minibatched with the episodes; e.g. FACTOR's A_seq and hindsight-teacher
+        distributions).
+      state: None, or the method's state after an update the credit itself made before
+        computing it (FACTOR's critic step precedes its credit); the train step hands it
+        to `Method.update_state` (StateInputs.credit.state) and never minibatches it.
     """
 
     coef: chex.Array
     value_targets: chex.Array
     metrics: Dict[str, chex.Array]
     loss_inputs: Optional[Any] = None
+    state: Optional[Any] = None
 
 
 def merge_batch_turns(x: chex.Array) -> chex.Array:

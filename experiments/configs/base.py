@@ -84,31 +84,46 @@ def get_config():
     c.gigpo = ml_collections.ConfigDict()   # GiGPO (asct_jax/rl/methods.py)
     c.gigpo.gamma = 0.95            # discount of the step return R_t in the anchor term
     c.gigpo.omega = 1.0             # weight of the anchor-state (step) advantage
-    c.gigpo.normalise = "std"       # std | none: F of both terms
+    # mean_norm (R - mean) | mean_std_norm ((R - mean) / (std + 1e-6)), both terms;
+    # mean_norm: verl-agent's default and most of its GiGPO example scripts.
+    c.gigpo.mode = "mean_norm"
+    c.gigpo.episode_stats = "steps"  # steps (theirs: one sample per turn) | episodes
     c.vineppo = ml_collections.ConfigDict()
     c.vineppo.k = 9                 # Monte-Carlo rollouts per visited state
 
-    # FACTOR (factor_jax/methods.py) and SERL.
+    # FACTOR (factor_jax/methods.py) and SERL: the authors' defaults (Super-MariOvO/FACTOR,
+    # factor/training/config.py; OliverLeeXZ/SERL). Step constants are for 150-step runs
+    # and scale with train.steps (scale_schedules; docs/methods.md, FACTOR > Schedules).
     c.factor = ml_collections.ConfigDict()
-    c.factor.calib_turns = 2        # intermediate turns calibrated per episode
-    c.factor.calib_rollouts = 2     # M rollouts of pi_old from each restored state
-    c.factor.tac_values = "calibrated"
+    c.factor.reward_rule = "auto"   # auto (the analogue's) | leave_one_out | standardise | raw
+    c.factor.outcome = "auto"       # auto | success | score | return: the outcome G
+    c.factor.continuations = 4      # M continuations of pi_old per checkpoint
+    c.factor.horizon = 15           # at most this many further turns each
+    c.factor.critic_width = 1024    # Linear(H, 1024) - GELU - Linear(1024, 1)
+    c.factor.critic_lr = 1e-4       # its own Adam, no weight decay
+    c.factor.critic_polyak = 0.995  # target head decay (at 150 steps)
+    c.factor.replay_steps = 10      # targets pooled from the last 10 steps
+    c.factor.replay_per_step = 256  # at most 256 targets kept per step
+    c.factor.critic_sample = 256    # targets per critic step
+    c.factor.warmup_steps = 10      # critic only; credit A_seq / T
+    c.factor.eta0 = 0.7
+    c.factor.eta_start = 11         # eta_k = eta0 max(1 - k / 50, 0) for 11 <= k <= 49
+    c.factor.eta_end = 49
+    c.factor.eta_decay = 50
     c.factor.tau = 1.0
-    c.factor.transform = "exp"
-    c.factor.clip = ()              # e.g. (0.2, 5.0): clip omega, then renormalise
-    # Weight of the distillation toward the hindsight teacher. 0: chosen on seed 7 from the
-    # warm start (docs/results/warm_tables.md): the tiny actor never learnt to read feedback,
-    # so its "teacher" is a worse policy (science 0.41 -> 0.57, household 0.21 -> 0.25 at
-    # 0.05 -> 0). The LLM actor's config keeps 0.05.
-    c.factor.distill_coef = 0.0
-    # choice | all: HTA + APM weigh the tokens where the actor had a choice among the
-    # candidates (a forced token has no gradient) or every action token.
-    c.factor.alloc_tokens = "choice"
-    c.factor.normalise = "batch_std"   # batch_std | none: scale of the coefficients
-    c.factor.std_floor = 0.05
+    c.factor.clip_d = 3.0           # Delta clipped to [-3, 3]
+    c.factor.kl_coef = 1.0          # lambda_k KL(teacher || policy), lambda_k = max(1 - k/50, 0)
+    c.factor.kl_decay = 50
+    c.factor.scale_schedules = True
+    # all (the authors') | choice: the tokens where constrained decoding left a choice.
+    c.factor.alloc_tokens = "all"
+    c.factor.normalise = "none"     # none (the authors') | batch_std (an earlier choice of ours)
     c.serl = ml_collections.ConfigDict()
-    c.serl.lam0 = 0.5
+    c.serl.lam0 = 0.5               # lam_k = 0.5 max(0, 1 - (k - 1) / 50)
     c.serl.decay_steps = 50
+    c.serl.resync_every = 10        # teacher re-synced to the student every 10 steps
+    c.serl.clip = 0.2               # w clipped to [0.8, 1.2]
+    c.serl.scale_schedules = True
 
     c.train = ml_collections.ConfigDict()
     c.train.steps = 60
@@ -158,7 +173,7 @@ def get_config():
 BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.results_dir",
                       "train.progress", "train.compilation_cache", "warm_start")
 # - added after runs were stored, with the value a config.json without them meant;
-ADDED_DEFAULTS = {"train.init_from": "", "factor.alloc_tokens": "all"}
+ADDED_DEFAULTS = {"train.init_from": ""}
 # - a warm start's parameters depend on them (its directory name hashes them).
 WARM_START_FIELDS = ("env", "model", "text", "warm_start", "ppo.gamma")
 

@@ -22,7 +22,12 @@ def get_config(arg: str = "full"):
     arg, warm = base.split_arg(arg, ("full", "quick", "smoke"), "factor_table")
     c = base.get_config()
     c.method = "factor"
-    c.ppo.aggregation = "action_mean"   # FACTOR's action-mean loss, for every method here
+    # As the authors' code: GRPO, SERL and GiGPO aggregate token-mean (verl), FACTOR its
+    # own action-mean L_act + token-mean L_nonact (factor_jax.methods, a loss plug-in);
+    # no method of this table reads the model's value head (FACTOR's critic is its own,
+    # on stop-gradient features), so it gets no value loss either.
+    c.ppo.aggregation = "token_mean"
+    c.ppo.vf_coef = 0.0
     c.train.experiment = "factor_table"
     c.train.steps = 60
     c.train.eval_every = 20

@@ -28,7 +28,6 @@ def get_config(arg: str = "cpu"):
     c.ppo.lr = 2e-4
     c.ppo.warmup_steps = 1
     c.ppo.aggregation = "action_mean"   # FACTOR's action-mean loss, as in the FACTOR table
-    c.factor.distill_coef = 0.05        # a pretrained teacher can read the feedback
     c.train.experiment = "llm_actor"
     c.train.batch_seeds = False
     if arg == "cpu":

@@ -7,11 +7,11 @@ The games are tw-cooking (experiments/make_textworld_games.py, generated into
 textworld.games_dir when missing): textworld.num_train training games and the next
 textworld.num_eval generation seeds as unseen held-out games.
 
-FACTOR calibrates its values as on the JAX environments (2 intermediate turns per
-episode, M = 2 rollouts of pi_old each), but on the host, between the rollout and the
+FACTOR's TAC continuations (two checkpoints per episode, M = 4 continuations of pi_old
+each) run as on the JAX environments, but on the host, between the rollout and the
 jitted learn step: the games restore each stored turn from its Jericho save blob (or by
-reset + replay) and play on (factor_jax.host_calibration). factor.calib_turns = 0 runs
-TAC on the value head alone.
+reset + replay) and play on (factor_jax.host_continuations). The games' outcome is the
+return (factor.outcome "return", rule "raw").
 """
 import ml_collections
 
