@@ -105,8 +105,10 @@ def llm_batch(folder):
 def test_every_credit_method_runs_unchanged_with_the_llm_actor(llm_batch, method):
     c, ctx, params, batch = llm_batch
     m = registry.get(method)
-    credit = jax.jit(m.make_credit(m.make_config(c), ctx))(
-        params, batch, jax.random.key(2), jnp.int32(0), None)
+    cfg = m.make_config(c)
+    mstate = m.init_state(cfg, ctx, params, jax.random.key(3)) if m.stateful else None
+    credit = jax.jit(m.make_credit(cfg, ctx))(
+        params, batch, jax.random.key(2), jnp.int32(0), mstate)
     coef = np.asarray(credit.coef)
     assert coef.shape == batch.token_mask.shape and np.all(np.isfinite(coef))
     assert np.all(coef[~np.asarray(batch.token_mask)] == 0)
