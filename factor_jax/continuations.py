@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from asct_jax.rl.credit import turn_states
-from asct_jax.search.rollout_value import sample_candidate, state_done
+from asct_jax.search.rollout_value import play_out
 from factor_jax.checkpoints import checkpoint_turns
 from factor_jax.rewards import reward_construction
 
@@ -60,23 +60,8 @@ def continue_once(env, env_params, state, policy_fn, key, horizon: int, outcome_
 
     Returns (outcome [] f32, ended [] bool: the episode was done within the horizon,
     aux_tokens [] f32, env_calls [] i32)."""
-    def cond(c):
-        _, _, _, _, done, t, _ = c
-        return (~done) & (t < horizon)
-
-    def body(c):
-        s, g, tok, calls, _, t, k = c
-        k, sub = jax.random.split(k)
-        cands, legal = env.legal_actions(s, env_params)
-        logp, _ = policy_fn(s)
-        a = sample_candidate(sub, logp, legal)
-        tok = tok + env.action_costs(s, env_params)[a]
-        s, ts = env.step(s, cands[a], env_params)
-        return s, g + ts.reward, tok, calls + 1, jnp.asarray(ts.done, bool), t + 1, k
-
-    init = (state, jnp.asarray(prefix_return, jnp.float32), jnp.float32(0.0), jnp.int32(0),
-            state_done(env, state, env_params), jnp.int32(0), key)
-    s, g, tok, calls, done, _, _ = jax.lax.while_loop(cond, body, init)
+    s, g, tok, calls, done = play_out(env, env_params, state, policy_fn, key, horizon,
+                                      prefix_return)
     return episode_outcome(env, env_params, s, outcome_key, g), done, tok, calls
 
 

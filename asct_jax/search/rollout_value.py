@@ -47,21 +47,16 @@ def rekey_state(state: Any, key: chex.PRNGKey) -> Any:
     return state.replace(key=jax.random.split(key)[0])
 
 
-def rollout_return(
-    env, env_params: Any, state: Any, policy_fn: PolicyFn, key: chex.PRNGKey,
-    rekey: bool = False,
-) -> Tuple[chex.Array, chex.Array, chex.Array]:
-    """One rollout of pi_old from `state` to the end (at most env.max_turns steps).
+def play_out(env, env_params: Any, state: Any, policy_fn: PolicyFn, key: chex.PRNGKey,
+             max_steps: int, start_return=0.0):
+    """pi_old played on from `state` until done or `max_steps` steps (lax.while_loop).
 
-    Returns (return G = sum of rewards [] f32, aux_tokens [] f32, env_calls [] i32).
-    """
-    if rekey:
-        key, env_key = jax.random.split(key)
-        state = rekey_state(state, env_key)
+    Returns (final state, start_return + sum of rewards [] f32, aux_tokens [] f32,
+    env_calls [] i32, done [] bool)."""
 
     def cond(c):
         _, _, _, _, done, t, _ = c
-        return (~done) & (t < env.max_turns)
+        return (~done) & (t < max_steps)
 
     def body(c):
         s, g, tok, calls, _, t, k = c
@@ -75,14 +70,29 @@ def rollout_return(
 
     init = (
         state,
-        jnp.float32(0.0),
+        jnp.asarray(start_return, jnp.float32),
         jnp.float32(0.0),
         jnp.int32(0),
         state_done(env, state, env_params),
         jnp.int32(0),
         key,
     )
-    _, g, tok, calls, _, _, _ = jax.lax.while_loop(cond, body, init)
+    s, g, tok, calls, done, _, _ = jax.lax.while_loop(cond, body, init)
+    return s, g, tok, calls, done
+
+
+def rollout_return(
+    env, env_params: Any, state: Any, policy_fn: PolicyFn, key: chex.PRNGKey,
+    rekey: bool = False,
+) -> Tuple[chex.Array, chex.Array, chex.Array]:
+    """One rollout of pi_old from `state` to the end (at most env.max_turns steps).
+
+    Returns (return G = sum of rewards [] f32, aux_tokens [] f32, env_calls [] i32).
+    """
+    if rekey:
+        key, env_key = jax.random.split(key)
+        state = rekey_state(state, env_key)
+    _, g, tok, calls, _ = play_out(env, env_params, state, policy_fn, key, env.max_turns)
     return g.astype(jnp.float32), tok.astype(jnp.float32), calls
 
 
