@@ -501,7 +501,7 @@ FACTOR_NO_APM = _factor_method("factor_no_apm",
 SERL = Method("serl", _serl, make_config=serl_config, init_state=_serl_init,
               update_state=_serl_update)
 GRPO_EXTENDED = dataclasses.replace(GRPO, name="grpo_extended")
-ASCT_FACTOR = Method("asct_factor", _asct_factor, make_config=asct_factor_config,
+ASCT_FACTOR = Method("asct_factor", _asct_factor, normalise="standardise", make_config=asct_factor_config,
                      restores_states_in_step=True)
 METHODS = (FACTOR, FACTOR_NO_TAC, FACTOR_NO_HTA, FACTOR_NO_APM, SERL, GRPO_EXTENDED,
            ASCT_FACTOR)

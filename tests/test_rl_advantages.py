@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import rlax
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asct_jax.rl import advantages as adv
@@ -584,3 +584,28 @@ def test_padding_never_leaks_into_the_turn_kernels(seed, b, t, fill):
         for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
             assert np.all(np.isfinite(np.asarray(g)))
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 4), st.integers(1, 5), st.integers(1, 3))
+def test_standardise_coefficients_mean0_std1_and_masks(seed, b, t, a):
+    """Over the real decisions the standardised credit has mean 0 and std 1; masked
+    tokens stay 0; a token's offset from its decision's mean is scaled, not moved."""
+    rng = np.random.default_rng(seed)
+    turn = rng.random((b, t)) < 0.7
+    turn[0, 0] = True
+    tok = (rng.random((b, t, a)) < 0.8) & turn[..., None]
+    tok[0, 0, 0] = True
+    coef = np.where(tok, rng.normal(size=(b, t, a)) * 3 + 1, 0.0).astype(np.float32)
+    out = np.asarray(adv.standardise_coefficients(jnp.asarray(coef), jnp.asarray(turn),
+                                                  jnp.asarray(tok)))
+    assert np.all(out[~tok] == 0)
+    live = turn & tok.any(-1)
+    a_t = np.array([out[i, j][tok[i, j]].mean() for i, j in zip(*np.nonzero(live))])
+    raw = np.array([coef[i, j][tok[i, j]].mean() for i, j in zip(*np.nonzero(live))])
+    assert abs(a_t.mean()) < 1e-4
+    if raw.std() > 1e-3:
+        np.testing.assert_allclose(a_t.std(), 1.0, atol=1e-3)
+        i, j = np.argwhere(live)[0]
+        np.testing.assert_allclose(out[i, j][tok[i, j]] - a_t[0],
+                                   (coef[i, j][tok[i, j]] - raw[0]) / raw.std(), atol=1e-3)

@@ -411,3 +411,47 @@ def test_seeds_in_one_program_match_separate_runs(tmp_path):
     a42 = _metrics(tmp_path / "batched" / "train" / "s42" / "metrics.jsonl")
     a43 = _metrics(tmp_path / "batched" / "train" / "s43" / "metrics.jsonl")
     assert a42[-1]["train/loss"] != a43[-1]["train/loss"]   # the seeds really differ
+
+
+def test_label_score_mean_is_softmax_of_mean_full_vocab_log_probs():
+    """policy.label_score="mean" (the ASCT paper's scoring): pi(a_k | x) = softmax over the
+    legal labels of each label's mean full-vocabulary token log-prob (PAD excluded),
+    computed from the full [.., V] logits; the decision's log-prob sits on the first token
+    only (action_log_probs agrees with candidate_log_probs), and scored_tokens marks it."""
+    from flax import nnx
+    from asct_jax.models import Decoder, ModelConfig
+    from asct_jax.rl.policy import Policy
+    cfg = ModelConfig(vocab_size=16, hidden_size=32, num_layers=1, num_heads=2,
+                      num_kv_heads=1, head_dim=16, intermediate_size=64)
+    graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(1)))
+    n, k, a, o = 6, 4, 4, 5
+    policy = Policy(graphdef, cfg.vocab_size, o, a, 0, label_score="mean")
+    cands, legal = _random_candidates(jax.random.key(7), n, k, a)
+    cands = cands.at[:, :, 0].set(jnp.where(cands[:, :, 0] == 0, 5, cands[:, :, 0]))
+    legal = legal.at[:, 0].set(True)
+    obs = jax.random.randint(jax.random.key(8), (n, o), 5, 16)
+    model = nnx.merge(graphdef, params)
+    cand_logp, token_logp, _ = policy.candidate_log_probs(params, obs, cands, legal)
+    scores = np.full((n, k), -np.inf)
+    for i in range(k):
+        ids = jnp.concatenate([obs, cands[:, i]], 1)
+        logits = model(ids, attention_mask=jnp.ones_like(ids, bool))[:, o - 1:-1]
+        full = jax.nn.log_softmax(logits, -1)
+        tok = jnp.take_along_axis(full, cands[:, i, :, None], -1)[..., 0]
+        real = cands[:, i] != 0
+        scores[:, i] = np.asarray(jnp.sum(jnp.where(real, tok, 0), -1) / real.sum(-1))
+    scores = np.where(np.asarray(legal), scores, -np.inf)
+    ref = scores - np.log(np.exp(scores - scores.max(1, keepdims=True)).sum(1,
+                                                                           keepdims=True)) \
+        - scores.max(1, keepdims=True)
+    np.testing.assert_allclose(np.where(legal, cand_logp, 0), np.where(legal, ref, 0),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.exp(np.asarray(cand_logp)).sum(1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(token_logp[..., 1:], 0.0)
+    lp, ent, _ = policy.action_log_probs(params, obs, cands[:, 0], cands, legal)
+    np.testing.assert_allclose(lp[:, 0], cand_logp[:, 0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(lp[:, 1:], 0.0)
+    assert np.all(np.asarray(ent[:, 0]) >= 0)
+    assert np.array_equal(np.asarray(policy.scored_tokens(cands[:, 0]))[:, 1:], np.zeros((n, a - 1), bool))
+    with pytest.raises(ValueError, match="policy.label_score"):
+        Policy(graphdef, cfg.vocab_size, o, a, 0, label_score="max")

@@ -78,3 +78,54 @@ def test_asct_advantage_random(seed):
             has = srch[i, j] and idx[i, j] >= 0 and qm[i, j, idx[i, j]]
             expect = qc[i, j, idx[i, j]] - v[i, j] if has else fbv[i, j]
             assert abs(float(adv[i, j]) - expect) < 1e-6 and bool(used[i, j]) == (not has)
+
+
+# --------------------------------------------- the paper's actor-centred credit (Eqs. 3-4)
+def _pwa(q, mask, logp, taken, turn=None):
+    from asct_jax.search import policy_weighted_advantage
+    q, mask, logp = (np.asarray(x)[None, None] for x in (q, mask, logp))
+    taken = np.asarray([[taken]], np.int32)
+    turn = np.ones((1, 1), bool) if turn is None else np.asarray([[turn]])
+    return float(policy_weighted_advantage(q, mask, logp, taken, turn)[0, 0])
+
+
+def test_policy_weighted_advantage_hand_worked():
+    # Q_hat = (0.6, 0.2, 0.5), p = (0.5, 0.3, 0.2): V_hat = 0.3 + 0.06 + 0.1 = 0.46.
+    q = np.array([0.6, 0.2, 0.5], np.float32)
+    p = np.log(np.array([0.5, 0.3, 0.2], np.float32))
+    m = np.ones(3, bool)
+    assert _pwa(q, m, p, 0) == pytest.approx(0.6 - 0.46, abs=1e-6)
+    assert _pwa(q, m, p, 1) == pytest.approx(0.2 - 0.46, abs=1e-6)
+    # The same table with uniform centring (mean 0.4333) gives +0.0667 for action 2; the
+    # actor's weights give 0.5 - 0.46 = +0.04, and for action 1 the two differ in size.
+    assert _pwa(q, m, p, 2) == pytest.approx(0.04, abs=1e-6)
+    # Not a real turn, or no taken action: 0.
+    assert _pwa(q, m, p, 0, turn=False) == 0.0
+    assert _pwa(q, m, p, -1) == 0.0
+    # An action without estimate is left out and the weights renormalised: p = (.5, .2)/.7.
+    m2 = np.array([True, False, True])
+    v = (0.5 * 0.6 + 0.2 * 0.5) / 0.7
+    assert _pwa(q, m2, p, 2) == pytest.approx(0.5 - v, abs=1e-6)
+    assert _pwa(q, m2, p, 1) == 0.0           # the taken action has no estimate
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(2, 6))
+def test_policy_weighted_advantage_centred_under_pi_old(seed, k):
+    """sum_a p_a A(s, a) = 0: the credit is centred under the frozen actor (the baseline
+    subtracted once), and adding a constant to Q_hat leaves A unchanged."""
+    from asct_jax.search import policy_weighted_advantage
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(1, k, k)).astype(np.float32)
+    logits = rng.normal(size=(1, k, k))
+    logp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)
+    mask = np.ones((1, k, k), bool)
+    taken = np.arange(k, dtype=np.int32)[None]          # turn j takes action j
+    turn = np.ones((1, k), bool)
+    a = np.asarray(policy_weighted_advantage(q, mask, logp, taken, turn))
+    # Every turn has the same state here only if rows are equal: use row 0 for all.
+    q0 = np.repeat(q[:, :1], k, 1)
+    lp0 = np.repeat(logp[:, :1], k, 1)
+    a0 = np.asarray(policy_weighted_advantage(q0, mask, lp0, taken, turn))[0]
+    np.testing.assert_allclose(np.sum(np.exp(lp0[0, 0]) * a0), 0.0, atol=1e-5)
+    a_shift = np.asarray(policy_weighted_advantage(q + 3.0, mask, logp, taken, turn))
+    np.testing.assert_allclose(a_shift, a, atol=1e-5)

@@ -39,13 +39,15 @@ class Choice:
     actions: [N, A] int32 action tokens; index: [N] int32, their candidate (-1: none);
     logp: [N, A] float32 or None (zeros), log-probs of the action tokens; value: [N]
     float32 or None (zeros), the chooser's value of x_t; extra: dict of [N, ...] arrays,
-    stacked to [B, T, ...] as they are (Episodes.extra).
+    stacked to [B, T, ...] as they are (Episodes.extra); scored: [N, A] bool or None (every
+    non-PAD token), the tokens that carry the log-prob and the loss (token_mask).
     """
 
     actions: chex.Array
     index: chex.Array
     logp: Any = None
     value: Any = None
+    scored: Any = None
     extra: Dict[str, chex.Array] = dataclasses.field(default_factory=dict)
 
 
@@ -121,7 +123,8 @@ def play_keys(env: Environment, env_params: Any, chooser: Chooser, reset_keys: c
         new_states, new_ts = jax.vmap(env.step, in_axes=(0, 0, None))(
             states, c.actions, env_params)
         live = ~done
-        token_mask = (c.actions != pad_id) & live[:, None]
+        scored = (c.actions != pad_id) if c.scored is None else c.scored
+        token_mask = scored & live[:, None]
         rewards = jnp.where(live, new_ts.reward, 0.0)
         out = dict(
             obs=ts.observation, feedback=new_ts.feedback, actions=c.actions,

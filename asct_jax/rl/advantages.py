@@ -474,3 +474,35 @@ def masked_normalise(x: chex.Array, mask: chex.Array, eps: float = 1e-8) -> chex
     mean = jnp.sum(x * m) / n
     var = jnp.sum(m * (x - mean) ** 2) / n
     return m * (x - mean) / (jnp.sqrt(var) + eps)
+
+
+def standardise_coefficients(coef: chex.Array, turn_mask: chex.Array, token_mask: chex.Array,
+                             eps: float = 1e-6) -> chex.Array:
+    """Standardises the credit across the step's decisions (the ASCT paper, App. A.2:
+    "standardization across collected decisions within each iteration").
+
+    A decision's credit is the mean of its tokens' coefficients, a_t = mean_j C_{t,j}
+    (for a turn-level credit the broadcast A_t itself); over the real turns,
+      mu = mean_t a_t,  sd = std_t a_t (population),  C'_{t,j} = (C_{t,j} - mu) / sd,
+    so the decisions' credits have mean 0 and std 1 and each token keeps its offset
+    (scaled). If sd <= eps (every decision's credit equal) the credit is only centred.
+
+    Args:
+      coef: [B, T, A] float, 0 where token_mask is False.
+      turn_mask: [B, T] bool, the real turns.
+      token_mask: [B, T, A] bool, the trained tokens.
+    Returns:
+      [B, T, A] float, 0 where token_mask is False.
+    """
+    chex.assert_rank([coef, turn_mask, token_mask], [3, 2, 3])
+    chex.assert_equal_shape([coef, token_mask])
+    tm = token_mask.astype(coef.dtype)
+    n_tok = jnp.sum(tm, axis=-1)
+    live = turn_mask & (n_tok > 0)
+    a = jnp.sum(coef * tm, axis=-1) / jnp.maximum(n_tok, 1.0)            # a_t
+    w = live.astype(coef.dtype)
+    n = jnp.maximum(jnp.sum(w), 1.0)
+    mu = jnp.sum(a * w) / n                                                # mu
+    sd = jnp.sqrt(jnp.sum(jnp.square(a - mu) * w) / n)                     # sd
+    sd = jnp.where(sd > eps, sd, 1.0)
+    return jnp.where(token_mask & live[..., None], (coef - mu) / sd, 0.0)  # C'

@@ -99,6 +99,10 @@ class Method:
       arrays; jit-compatible) at step 0.
     update_state: None, or (cfg, ctx, mstate, StateInputs) -> (mstate, metrics), run in
       the compiled step after the PPO update; metrics are logged as "method/<name>".
+    normalise: what the method's paper does with its credit before the update (used when
+      ppo.normalise_advantages = "method"): "standardise" (across the step's decisions:
+      ASCT, VinePPO, trajectory PPO) or "none" (GRPO, GiGPO, SERL, FACTOR: normalised in
+      the group already).
     restores_states_in_step: the credit restores environment states inside the jitted
       step (search, VinePPO rollouts, in-step value calibration), so it needs a JAX-native
       environment; host games cannot serve it.
@@ -115,10 +119,14 @@ class Method:
     make_policy_loss: Callable[[Any, CreditContext], Optional[PolicyLossFn]] = _default_policy_loss
     init_state: Optional[Callable[..., Any]] = None
     update_state: Optional[Callable[..., Any]] = None
+    normalise: str = "none"
     restores_states_in_step: bool = False
     host_prepare: Optional[Callable[..., Any]] = None
 
     def __post_init__(self):
+        if self.normalise not in ("standardise", "none"):
+            raise ValueError(f"method {self.name!r}: normalise must be 'standardise' or "
+                             f"'none', got {self.normalise!r}")
         if (self.init_state is None) != (self.update_state is None):
             raise ValueError(f"method {self.name!r}: init_state and update_state come "
                              "together (a stateful method needs both)")

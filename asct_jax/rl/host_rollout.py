@@ -381,7 +381,7 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
         chosen = np.where(has_cand[:, None], cands[np.arange(b), np.where(has_cand, index, 0)],
                           pad)
         acted = live & has_cand
-        token_mask = (chosen != pad) & acted[:, None]
+        token_mask = np.asarray(policy.scored_tokens(jnp.asarray(chosen))) & acted[:, None]
         out["obs"][:, t] = obs
         out["feedback"][:, t] = codec.feedback([ts.feedback if live[i] else ""
                                                 for i, ts in enumerate(new_steps)],

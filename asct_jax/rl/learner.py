@@ -42,6 +42,13 @@ class Learner:
     key: Any
 
     @property
+    def normalise(self) -> str:
+        """"standardise" or "none": ppo.normalise_advantages, "method" resolved to the
+        method's own (Method.normalise)."""
+        mode = self.ppo.normalise_advantages
+        return self.method.normalise if mode == "method" else mode
+
+    @property
     def replicated(self) -> NamedSharding:
         return NamedSharding(self.mesh, P())
 

@@ -96,9 +96,11 @@ def _gigpo(cfg: GiGPOConfig, ctx: CreditContext) -> CreditFn:
     return credit
 
 
-PPO_RETURN = Method("ppo_return", _ppo_return,
+# The ASCT paper's PPO baselines share its learning protocol: credit standardised within
+# the iteration (App. A.2), as PPO implementations whiten their advantages.
+PPO_RETURN = Method("ppo_return", _ppo_return, normalise="standardise",
                     make_config=functools.partial(from_section, ReturnConfig, section="ppo"))
-PPO_GAE = Method("ppo_gae", _ppo_gae,
+PPO_GAE = Method("ppo_gae", _ppo_gae, normalise="standardise",
                  make_config=functools.partial(from_section, GAEConfig, section="ppo"))
 GRPO = Method("grpo", _grpo)
 GIGPO = Method("gigpo", _gigpo,

@@ -23,6 +23,17 @@ hidden state just before the action. The hindsight teacher reads
 empty / SEP for the environments' own word vocabulary, the chat template's pieces for a
 pretrained model (asct_jax.envs.text_interface).
 
+Label scoring (`Policy.label_score`). "sum" (above, the default): pi(a_k | x) is the
+constrained product, the probability of decoding the label token by token. "mean" (the ASCT
+paper's, App. A.2): each legal label's score is the mean full-vocabulary log-prob of its
+response tokens (EOS included, PAD excluded), and pi(a_k | x) = softmax over the legal
+labels of those scores,
+
+    s_k = (1 / L_k) sum_j log p(cands[k, j] | x, cands[k, <j]),   pi(a_k | x) = softmax_k(s_k);
+
+there is no token decomposition: the decision's log-prob sits on its first token (the
+"decision token", `Policy.scored_tokens`) and the others carry 0 and no loss.
+
 All functions are pure in (params, arrays); `Policy` only holds the static graph.
 `params` is an nnx.State, or a tuple of States merged together (LoRA: the trainable
 adapters and value head, then the frozen base).
@@ -41,6 +52,7 @@ from asct_jax.envs.prompt import PromptTokens
 from asct_jax.models.cache import init_cache
 
 NEG_INF = -1e9
+LABEL_SCORES = ("sum", "mean")
 
 
 def left_align(tokens: chex.Array, pad_id: int = PAD_ID) -> chex.Array:
@@ -211,7 +223,12 @@ class Policy:
     """Static wrapper: graphdef of the decoder plus sizes. Params are passed explicitly."""
 
     def __init__(self, graphdef, vocab_size: int, obs_len: int, action_len: int,
-                 feedback_len: int, prompt: PromptTokens = PromptTokens()):
+                 feedback_len: int, prompt: PromptTokens = PromptTokens(),
+                 label_score: str = "sum"):
+        if label_score not in LABEL_SCORES:
+            raise ValueError(f"policy.label_score must be one of {LABEL_SCORES}, got "
+                             f"{label_score!r}")
+        self.label_score = label_score
         self.graphdef = graphdef
         self.vocab_size = vocab_size
         self.obs_len = obs_len
@@ -270,6 +287,9 @@ class Policy:
         Args: obs [N, O], actions [N, A], cands [N, K, A], legal [N, K].
         Returns: logp [N, A], entropy [N, A], value [N].
         """
+        if self.label_score == "mean":
+            out = self.action_outputs(params, obs, actions, cands, legal)
+            return out.logp, out.entropy, out.value
         model = self.merge(params)
         hidden, value, _ = self._hidden(model, obs, actions)
         logp, ent = self._constrained(model, hidden, actions, cands, legal)
@@ -285,8 +305,27 @@ class Policy:
         cand_logits, live = self._cand_logits(model, hidden, actions, cands, legal)
         logp, ent = candidate_constrained_log_probs(cand_logits, cands, live, actions)
         dist_logp, support = candidate_token_distribution(cand_logits, cands, live)
+        if self.label_score == "mean":
+            # The decision's log-prob and entropy on its first token (module docstring).
+            cand_logp, _, value = self.candidate_log_probs(params, obs, cands, legal)
+            hit = jnp.all(cands == actions[:, None, :], axis=-1) & legal        # [N, K]
+            first_hit = jnp.argmax(hit, axis=-1)                  # duplicates: the first
+            taken = jnp.where(jnp.any(hit, -1), jnp.take_along_axis(
+                cand_logp, first_hit[:, None], axis=-1)[:, 0], NEG_INF)
+            p = jnp.where(legal, jnp.exp(cand_logp), 0.0)
+            h = -jnp.sum(p * jnp.where(legal, cand_logp, 0.0), axis=-1)         # categorical
+            first = jnp.arange(actions.shape[1]) == 0
+            logp = jnp.where(first, taken[:, None], 0.0)
+            ent = jnp.where(first, h[:, None], 0.0)
         return TokenOutputs(logp=logp, entropy=ent, value=value, dist_logp=dist_logp,
                             support=support)
+
+    def scored_tokens(self, actions: chex.Array) -> chex.Array:
+        """[N, A] bool: the action tokens that carry the decision's log-prob and its loss:
+        every non-PAD token ("sum"), or the first token only ("mean")."""
+        if self.label_score == "mean":
+            return (jnp.arange(actions.shape[-1]) == 0) & (actions != self.pad_id)
+        return actions != self.pad_id
 
     def teacher_log_probs(self, params, obs, feedback, actions, cands, legal):
         """Hindsight teacher: log pi_T(y_j | x_t, o_{t+1}, y_<j) with the same constraint.
@@ -326,7 +365,8 @@ class Policy:
         (memory O(N K K A), no [N K A V] logits or masks).
 
         Args: obs [N, O], cands [N, K, A], legal [N, K].
-        Returns: cand_logp [N, K] (-1e9 for illegal), token_logp [N, K, A], value [N].
+        Returns: cand_logp [N, K] (-1e9 for illegal), token_logp [N, K, A], value [N]
+        ("mean" label scoring: token_logp holds cand_logp on each candidate's first token).
         """
         n, k, a = cands.shape
         model = self.merge(params)
@@ -349,6 +389,16 @@ class Policy:
         live = trie_live(cands, cands[:, None], legal[:, None], self.pad_id)  # [N, K, K, A]
         token_logp, _ = candidate_constrained_log_probs(
             cand_logits, jnp.broadcast_to(cands[:, None], live.shape), live, cands)
+        if self.label_score == "mean":
+            # s_k = mean_j log p(cands[k, j] | x, cands[k, <j]) over the full vocabulary.
+            full = jax.nn.log_softmax(model.logits(hidden), axis=-1)         # [N, K, A, V]
+            tok = jnp.take_along_axis(full, cands[..., None], axis=-1)[..., 0]
+            real = cands != self.pad_id
+            score = jnp.sum(jnp.where(real, tok, 0.0), -1) / jnp.maximum(real.sum(-1), 1)
+            cand_logp = jax.nn.log_softmax(jnp.where(legal, score, NEG_INF), axis=-1)
+            cand_logp = jnp.where(legal, cand_logp, NEG_INF)           # pi = softmax_k(s_k)
+            token_logp = jnp.where(jnp.arange(a) == 0, cand_logp[..., None], 0.0)
+            return cand_logp, token_logp, value.astype(jnp.float32)
         cand_logp = jnp.where(legal, jnp.sum(token_logp, axis=-1), NEG_INF)
         return cand_logp, token_logp, value.astype(jnp.float32)
 

@@ -11,6 +11,9 @@ from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl.losses import AGGREGATIONS
 
+# ppo.normalise_advantages: "method" = what the method's paper does (Method.normalise).
+NORMALISE_MODES = ("method", "standardise", "none")
+
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
@@ -25,6 +28,8 @@ class PPOConfig:
     ent_coef: float = option(None, "weight of the entropy bonus")
     kl_coef: float = option(Range(0.0, None), "weight of the KL to the initial policy")
     aggregation: str = option(AGGREGATIONS, "how per-token losses are averaged")
+    normalise_advantages: str = option(NORMALISE_MODES, "standardise the credit within the "
+                                       "step, or not; 'method': as the method's paper does")
 
 
 def ppo_config(config) -> PPOConfig:

@@ -33,8 +33,9 @@ def candidate_chooser(policy: Policy, params: Any, greedy: bool = False) -> Choo
         cand_logp, token_logp, value = policy.candidate_log_probs(
             params, ts.observation, cands, legal)
         index = select_candidate(key, cand_logp, greedy)
-        return Choice(actions=take_candidates(cands, index), index=index,
-                      logp=take_candidates(token_logp, index), value=value)
+        actions = take_candidates(cands, index)
+        return Choice(actions=actions, index=index, logp=take_candidates(token_logp, index),
+                      value=value, scored=policy.scored_tokens(actions))
     return choose
 
 

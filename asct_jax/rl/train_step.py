@@ -36,6 +36,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from asct_jax.infra.checks import ConfigError
+from asct_jax.rl import advantages as adv
 from asct_jax.rl import losses
 from asct_jax.rl.credit import StateInputs
 from asct_jax.rl.learner import Learner
@@ -144,6 +145,12 @@ def _check_batch(batch: int, mesh: Mesh, minibatches: int) -> None:
             f"devices x ppo.minibatches = {n_dev} x {minibatches}")
 
 
+def credit_abs_mean(coef, token_mask):
+    """mean |C_{t,j}| over the trained tokens (the credit's scale)."""
+    m = token_mask.astype(jnp.float32)
+    return jnp.sum(jnp.abs(coef) * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+
 def _learn_fn(learner: Learner) -> Callable:
     """learn(state, data, key) -> (state, metrics): credit, the PPO update, then the
     method's state update (pure)."""
@@ -230,6 +237,10 @@ def _learn_fn(learner: Learner) -> Callable:
         # The episode arrays only: a method state in the credit keeps its own sharding.
         credit = shard_episodes(credit.replace(state=None), episode_sharding).replace(
             state=credit.state)
+        raw_abs = credit_abs_mean(credit.coef, data.token_mask)
+        if learner.normalise == "standardise":
+            credit = credit.replace(coef=adv.standardise_coefficients(
+                credit.coef, data.turn_mask, data.token_mask))
         # The update needs the per-episode arrays only: drop states, scalars and infos.
         shuffled = data.replace(states=None, final_info={}, env_calls=None, extras=None)
         (params, opt_state), m = update(state.params, state.opt_state, state.frozen,
@@ -239,9 +250,8 @@ def _learn_fn(learner: Learner) -> Callable:
         metrics.update({f"rollout/{k}": v for k, v in episode_metrics(data).items()})
         metrics.update({f"credit/{k}": v for k, v in credit.metrics.items()})
         metrics["rollout/env_calls"] = data.env_calls.astype(jnp.float32)
-        coef_mask = data.token_mask.astype(jnp.float32)
-        metrics["credit/coef_abs_mean"] = (jnp.sum(jnp.abs(credit.coef) * coef_mask)
-                                           / jnp.maximum(jnp.sum(coef_mask), 1.0))
+        metrics["credit/coef_abs_mean"] = credit_abs_mean(credit.coef, data.token_mask)
+        metrics["credit/coef_abs_mean_raw"] = raw_abs    # before ppo.normalise_advantages
         method_state = state.method_state
         if method.stateful:
             # Its own key: the credit's and the update's stay those of a stateless method.

@@ -118,7 +118,8 @@ def build_policy(config, vocab_size: int, shape: TextShape,
     else:
         graphdef, params = nnx.split(model)
     policy = Policy(graphdef, model.config.vocab_size, shape.obs_len, shape.action_len,
-                    shape.feedback_len, prompt)
+                    shape.feedback_len, prompt,
+                    label_score=config.get("policy", {}).get("label_score", "sum"))
     return policy, params
 
 

@@ -1,5 +1,6 @@
 """ASCT tree-search kernels: batched tree arrays, selection rules, search, credit."""
-from asct_jax.search.credit import CENTRE_MODES, asct_advantage, centre_q
+from asct_jax.search.credit import (CENTRE_MODES, asct_advantage, centre_q,
+                                    policy_weighted_advantage)
 from asct_jax.search.rollout_value import mc_return, rollout_return
 from asct_jax.search.search import (
     BackupPath,
@@ -38,6 +39,6 @@ __all__ = [
     "SearchConfig", "SearchOutput", "SearchState", "Selection", "SelectionFn", "Tree",
     "agentuct", "asct_advantage", "backward", "centre_q", "cost_hat", "evaluate_leaf",
     "expand", "init_tree", "linear_schedule", "make_search_config", "make_search_fn",
-    "make_selection", "mc_return", "puct", "rollout_return", "search", "simulate",
+    "make_selection", "mc_return", "policy_weighted_advantage", "puct", "rollout_return", "search", "simulate",
     "simulation_cost", "uct", "uniform",
 ]

@@ -1,6 +1,8 @@
-"""ASCT credit kernels: centre the searched Q table, then advantage of the taken action.
+"""ASCT credit kernels: the searched Q table -> the advantage of the taken action.
 
-docs/methods.md, ASCT > Centring and ASCT advantage. asct_jax.search.methods builds the
+The paper's (arXiv 2609.35215, Eqs. 3-4): `policy_weighted_advantage`. An earlier
+blog-summary variant (centre_q then asct_advantage, which subtracts a critic) stays as
+named options. docs/methods.md, ASCT > Credit. asct_jax.search.methods builds the
 credit methods (asct_uniform, asct_uct, asct_agentuct) from them; here they are pure
 array kernels.
 """
@@ -11,7 +13,52 @@ from typing import Optional, Tuple
 import chex
 import jax.numpy as jnp
 
-CENTRE_MODES = ("logpi", "policy_mean", "none")
+# "policy_weighted": the paper's A = Q_hat(s, a_t) - sum_a pi_old(a|s) Q_hat(s, a), no critic
+# (policy_weighted_advantage). The others are an earlier, blog-summary variant kept as
+# named options: Q' = centre_q(Q, mode), then A = Q'(s, a_t) - V_phi(s) (asct_advantage).
+CENTRE_MODES = ("policy_weighted", "logpi", "policy_mean", "none")
+
+
+def policy_weighted_advantage(
+    q_hat: chex.Array,
+    q_mask: chex.Array,
+    log_pi_old: chex.Array,
+    taken: chex.Array,
+    turn_mask: chex.Array,
+) -> chex.Array:
+    """The ASCT paper's actor-centred credit (Eqs. 3-4), no critic:
+
+      V_hat(s) = sum_a p_a Q_hat(s, a),   p_a = pi_old(a | s),
+      A(s, a_t) = Q_hat(s, a_t) - V_hat(s).
+
+    The sum runs over the actions with an estimate (q_mask); when every legal action was
+    tried (B >= |A(s)|, the paper's root coverage) that is the whole legal set and the p_a
+    sum to 1; otherwise the weights are renormalised over the tried actions. A turn gets 0
+    where it is not real, its taken action has no estimate, or taken < 0.
+
+    Args:
+      q_hat: [B, T, K] f32, Q_hat(s_t, a): the mean utility of the trials starting with a.
+      q_mask: [B, T, K] bool, a has an estimate at s_t.
+      log_pi_old: [B, T, K] f32, log pi_old(a | s_t) (-inf allowed where illegal).
+      taken: [B, T] int32, the index of the actor's sampled action a_t (-1: none).
+      turn_mask: [B, T] bool, the real turns.
+
+    Returns:
+      [B, T] f32 A(s_t, a_t).
+    """
+    chex.assert_rank([q_hat, q_mask, log_pi_old], 3)
+    chex.assert_equal_shape([q_hat, q_mask, log_pi_old])
+    b, t, k = q_hat.shape
+    chex.assert_shape([taken, turn_mask], (b, t))
+    mask = jnp.asarray(q_mask, bool)
+    q = jnp.where(mask, q_hat, 0.0).astype(jnp.float32)
+    p = jnp.where(mask, jnp.exp(jnp.where(mask, log_pi_old, 0.0)), 0.0)
+    z = jnp.sum(p, axis=-1)
+    v_hat = jnp.sum(p * q, axis=-1) / jnp.where(z > 0, z, 1.0)      # V_hat = sum_a p_a Q_hat
+    idx = jnp.clip(taken, 0, k - 1)[..., None]
+    q_taken = jnp.take_along_axis(q, idx, axis=-1)[..., 0]
+    has = jnp.take_along_axis(mask, idx, axis=-1)[..., 0] & (taken >= 0) & turn_mask & (z > 0)
+    return jnp.where(has, q_taken - v_hat, 0.0).astype(jnp.float32)  # A = Q_hat(a_t) - V_hat
 
 
 def centre_q(
@@ -23,8 +70,11 @@ def centre_q(
 ) -> chex.Array:
     """Centres searched action values by the frozen actor.
 
+    The earlier variant's centring (A = Q' - V_phi afterwards, asct_advantage); the paper's
+    credit is `policy_weighted_advantage` (mode "policy_weighted" has no Q' form).
+
     Modes:
-      "logpi" (default):   Q'(s,a) = Q(s,a) - alpha * log pi_old(a|s)
+      "logpi":   Q'(s,a) = Q(s,a) - alpha * log pi_old(a|s)
       "policy_mean":       Q'(s,a) = Q(s,a) - sum_{b visited} pi_old(b|s) Q(s,b)
                                                / sum_{b visited} pi_old(b|s)
                            (the pi_old-weighted mean over the actions with an estimate,
@@ -41,8 +91,8 @@ def centre_q(
     Returns:
       [..., K] f32 Q'; 0 where q_mask is False (those entries carry no estimate).
     """
-    if mode not in CENTRE_MODES:
-        raise ValueError(f"mode must be one of {CENTRE_MODES}, got {mode!r}")
+    if mode not in CENTRE_MODES[1:]:
+        raise ValueError(f"mode must be one of {CENTRE_MODES[1:]}, got {mode!r}")
     chex.assert_equal_shape([q, q_mask, logp_old])
     q = jnp.asarray(q, jnp.float32)
     mask = jnp.asarray(q_mask, bool)

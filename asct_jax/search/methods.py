@@ -190,12 +190,14 @@ def _vineppo(cfg: VinePPOConfig, ctx: CreditContext):
     return credit
 
 
-VINEPPO = Method("vineppo", _vineppo, restores_states_in_step=True,
+VINEPPO = Method("vineppo", _vineppo, restores_states_in_step=True, normalise="standardise",
                  make_config=functools.partial(from_section, VinePPOConfig, section="vineppo"))
-ASCT_UNIFORM = Method("asct_uniform", _asct_factory("uniform"), make_config=asct_config,
-                      restores_states_in_step=True)
-ASCT_UCT = Method("asct_uct", _asct_factory("uct"), make_config=asct_config,
-                  restores_states_in_step=True)
-ASCT_AGENTUCT = Method("asct_agentuct", _asct_factory("agentuct"), make_config=asct_config,
-                       restores_states_in_step=True)
+def _asct_method(name: str, rule: str) -> Method:
+    return Method(name, _asct_factory(rule), make_config=asct_config,
+                  restores_states_in_step=True, normalise="standardise")
+
+
+ASCT_UNIFORM = _asct_method("asct_uniform", "uniform")
+ASCT_UCT = _asct_method("asct_uct", "uct")
+ASCT_AGENTUCT = _asct_method("asct_agentuct", "agentuct")
 METHODS = (VINEPPO, ASCT_UNIFORM, ASCT_UCT, ASCT_AGENTUCT)

@@ -50,6 +50,12 @@ def get_config():
     c.rollout.num_groups = 8
     c.rollout.group_size = 8
 
+    c.policy = ml_collections.ConfigDict()
+    # How pi(a | s) scores a legal label: "sum" = the constrained product (token-level
+    # decoding, FACTOR's / SERL's setting); "mean" = softmax over the labels' mean token
+    # log-probs (the ASCT paper's, App. A.2). asct_jax.rl.policy.
+    c.policy.label_score = "sum"
+
     c.ppo = ml_collections.ConfigDict()
     c.ppo.epochs = 2
     c.ppo.minibatches = 4
@@ -62,6 +68,10 @@ def get_config():
     c.ppo.ent_coef = 0.01
     c.ppo.kl_coef = 0.0
     c.ppo.aggregation = "token_mean"
+    # "method": each method's paper (Method.normalise): ASCT, VinePPO and the trajectory
+    # PPO baseline standardise within the iteration; GRPO, GiGPO, SERL, FACTOR do not
+    # (their credit is normalised in the group already). "standardise" / "none": force.
+    c.ppo.normalise_advantages = "method"
     c.ppo.gamma = 1.0
     c.ppo.gae_lambda = 0.95
     c.ppo.return_baseline = "critic"
@@ -221,6 +231,7 @@ def get_constraints():
     from asct_jax.infra.typed_config import constraints
     from asct_jax.models.config import PRESETS
     from asct_jax.rl.methods import GAEConfig, GiGPOConfig, ReturnConfig
+    from asct_jax.rl.policy import LABEL_SCORES
     from asct_jax.rl.ppo_config import PPOConfig
     from asct_jax.search.methods import ASCTConfig, SearchFields, VinePPOConfig
     from experiments import registry
@@ -236,6 +247,7 @@ def get_constraints():
         **constraints(VinePPOConfig, "vineppo"), **constraints(FactorConfig, "factor"),
         **constraints(SerlConfig, "serl"),
         "model.preset": tuple(PRESETS),
+        "policy.label_score": LABEL_SCORES,
         "model.dtype": ("float32", "bfloat16"),
         "model.lora_targets": LORA_TARGETS,
         "model.lora_rank": Range(0, None, integer=True),
