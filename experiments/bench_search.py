@@ -125,7 +125,7 @@ def _ours_fn(env, params, policy_fn, num_sims, kind, max_depth):
         selection_fn = functools.partial(S.puct, c=1.25)
         cfg = S.SearchConfig(num_simulations=num_sims, max_depth=max_depth, leaf_eval="critic")
     else:
-        selection_fn = functools.partial(S.agentuct, c=1.0, beta=1.0)
+        selection_fn = functools.partial(S.agentuct_shrink, c=1.0, beta=1.0)
         cfg = S.SearchConfig(num_simulations=num_sims, max_depth=max_depth, leaf_eval="rollout")
 
     def run(root_states, key):

@@ -115,7 +115,7 @@ def test_q_converges_depth1_rollout():
     params = ENV.make_params(seed=4)
     logits = _logits(2)
     cfg = S.SearchConfig(num_simulations=48, max_depth=1, leaf_eval="rollout")
-    out = _run(S.uniform, cfg, params, b=128, logits=logits)
+    out = _run(S.uniform_sample, cfg, params, b=128, logits=logits)
     ex = ENV.exact_q(params, ENV.policy_probs(params, logits))
     legal = np.asarray(params.legal[0])
     assert np.all(out.q_mask[:, ~legal] == 0) and np.all(out.q_mask[:, legal])
@@ -135,7 +135,7 @@ def test_q_converges_depth2_uniform_mixture():
     pooled estimate: (B_a Q^pi + (N_a - B_a) Q^mix) / N_a."""
     params = ENV.make_params(seed=5)
     logits = _logits(3)
-    out = _run(S.uniform, DEPTH2_UNIFORM, params, b=128, logits=logits)
+    out = _run(S.uniform_sample, DEPTH2_UNIFORM, params, b=128, logits=logits)
     probs = ENV.policy_probs(params, logits)
     mix = probs.copy()
     lv1 = ENV.levels == 1
@@ -156,7 +156,7 @@ def test_critic_leaf_eval_is_exact_and_compiled_once():
     logits = _logits(4)
     ex = ENV.exact_q(params, ENV.policy_probs(params, logits))
     cfg = S.SearchConfig(num_simulations=8, max_depth=1, leaf_eval="critic", charge="expansion")
-    fn = S.make_search_fn(ENV, ENV.policy_fn(params, logits, ex["v"]), S.make_selection("agentuct"), cfg)
+    fn = S.make_search_fn(ENV, ENV.policy_fn(params, logits, ex["v"]), S.make_selection("agentuct_shrink"), cfg)
     roots = _roots(params, 4)
     out = jax.device_get(fn(params, roots, jax.random.PRNGKey(0), beta=jnp.float32(1.0)))
     legal = np.asarray(params.legal[0])
@@ -174,11 +174,11 @@ def test_critic_leaf_eval_is_exact_and_compiled_once():
 
 # ------------------------------------------------------------- tree invariants, costs
 RULE_CFGS = {  # rule -> (selection function, SearchConfig)
-    "uct": (S.make_selection("uct", c=1.0), S.SearchConfig(num_simulations=64, max_depth=3)),
-    "agentuct": (S.make_selection("agentuct", {"c": 1.0, "beta": 2.0}),
+    "uct": (S.make_selection("uct_prior", c=1.0), S.SearchConfig(num_simulations=64, max_depth=3)),
+    "agentuct": (S.make_selection("agentuct_shrink", {"c": 1.0, "beta": 2.0}),
                  S.SearchConfig(num_simulations=64, max_depth=3)),
     "puct": (S.puct, S.SearchConfig(num_simulations=64, max_depth=3, leaf_eval="critic")),
-    "uniform": (S.uniform, DEPTH2_UNIFORM),
+    "uniform": (S.uniform_sample, DEPTH2_UNIFORM),
 }
 
 
@@ -225,7 +225,7 @@ def test_agentuct_spends_fewer_tokens_than_uct(rule_runs):
     assert mean_cost["agentuct"] < mean_cost["uct"], mean_cost
 
 
-UCT = S.make_selection("uct")
+UCT = S.make_selection("uct_prior")
 
 
 @given(seed=st.integers(0, 10_000), p=st.floats(0.2, 0.9))
@@ -278,17 +278,17 @@ def test_rule_formulas():
     mask = [True, True, True, False]
     # Unvisited first, by the prior (UCT) / by prior / (1 + beta cost_hat) (AgentUCT).
     node = _stats([1, 0, 0, 0], [0.5, 0, 0, 0], np.log([0.1, 0.2, 0.6, 0.1]), mask, [1, 1, 20, 1])
-    assert int(_RULES_JIT["uct"](None, node)) == 2
-    assert int(_RULES_JIT["agentuct"](None, node)) == 1  # 0.6/(1+2.73) < 0.2/(1+0.14)
+    assert int(_RULES_JIT["uct_prior"](None, node)) == 2
+    assert int(_RULES_JIT["agentuct_shrink"](None, node)) == 1  # 0.6/(1+2.73) < 0.2/(1+0.14)
     # All visited: explicit UCB1 / AgentUCT scores.
     n = np.array([4, 1, 2, 0.0]); qs = np.array([0.5, 0.1, 0.3, 9.0]) * n
     node = _stats(n, qs, np.log([0.3, 0.3, 0.3, 0.1]), mask, [1.0, 2.0, 6.0, 1.0])
     ln = np.log(7 + 1)
     ucb = qs[:3] / n[:3] + np.sqrt(ln / (n[:3] + 1e-6))
-    assert int(_RULES_JIT["uct"](None, node)) == int(np.argmax(ucb))
+    assert int(_RULES_JIT["uct_prior"](None, node)) == int(np.argmax(ucb))
     ch = np.array([1.0, 2.0, 6.0]) / 3.0
     agent = qs[:3] / n[:3] + np.sqrt(ln / (n[:3] + 1e-6)) / (1 + ch)
-    assert int(_RULES_JIT["agentuct"](None, node)) == int(np.argmax(agent))
+    assert int(_RULES_JIT["agentuct_shrink"](None, node)) == int(np.argmax(agent))
     np.testing.assert_allclose(S.cost_hat(jnp.array([1.0, 2.0, 6.0, 100.0]), jnp.array(mask)), [1 / 3, 2 / 3, 2, 100 / 3], rtol=1e-6)
     pu = qs[:3] / n[:3] + 0.3 * np.sqrt(7 + 1) / (1 + n[:3])
     assert int(_RULES_JIT["puct"](None, node)) == int(np.argmax(pu))
@@ -327,16 +327,17 @@ def test_make_selection_binds_the_rules_own_hyperparameters():
 
     cd = ml_collections.ConfigDict(dict(num_simulations=4, max_depth=2, c=0.5, beta=2.0,
                                         leaf_eval="critic", charge="expansion"))
-    assert set(S.RULES) == {"uniform", "uct", "puct", "agentuct"}
+    assert set(S.RULES) == {"uniform", "uct", "agentuct", "uniform_sample", "uct_prior",
+                            "agentuct_shrink", "puct"}
     assert S.make_search_config(cd) == S.SearchConfig(num_simulations=4, max_depth=2,
                                                       leaf_eval="critic", charge="expansion")
     assert S.make_selection("uniform", cd).keywords == {}
     assert S.make_selection("puct", cd).keywords == {"c": 0.5}
-    assert S.make_selection("uct", cd).keywords == {"c": 0.5}
+    assert S.make_selection("uct_prior", cd).keywords == {"c": 0.5}
     beta = jnp.float32(4.0)
-    agent = S.make_selection("agentuct", cd, beta=beta, eps=None)
-    assert agent.func is S.agentuct and agent.keywords == {"c": 0.5, "beta": beta}
-    assert S.make_selection("agentuct", {"unvisited_first": False}).keywords == {"unvisited_first": False}
+    agent = S.make_selection("agentuct_shrink", cd, beta=beta, eps=None)
+    assert agent.func is S.agentuct_shrink and agent.keywords == {"c": 0.5, "beta": beta}
+    assert S.make_selection("agentuct_shrink", {"unvisited_first": False}).keywords == {"unvisited_first": False}
 
 
 # ------------------------------------------------------------------ search stages
@@ -463,8 +464,8 @@ def test_custom_selection_fn_is_used():
     assert np.all(np.bincount(b, minlength=4) <= 3)  # a chain: at most D edges per tree
     # The same rule passed as a partial or built from a config by name gives the same search.
     cfg2 = S.SearchConfig(num_simulations=8, max_depth=3)
-    o1 = _run(functools.partial(S.agentuct, c=1.3, beta=0.7), cfg2, params, b=4)
-    o2 = _run(S.make_selection("agentuct", {"c": 1.3, "beta": 0.7, "num_simulations": 8}), cfg2, params, b=4)
+    o1 = _run(functools.partial(S.agentuct_shrink, c=1.3, beta=0.7), cfg2, params, b=4)
+    o2 = _run(S.make_selection("agentuct_shrink", {"c": 1.3, "beta": 0.7, "num_simulations": 8}), cfg2, params, b=4)
     for f in ("q", "visits", "aux_tokens", "env_calls"):
         np.testing.assert_array_equal(getattr(o1, f), getattr(o2, f))
     assert not np.array_equal(o1.visits, out.visits)
@@ -474,7 +475,7 @@ def test_simulation_cost_charges():
     """traversal: the path's edges plus the leaf evaluation; expansion: the expanded edge
     plus the leaf evaluation; nothing for an inactive tree's leaf evaluation."""
     params = ENV.make_params(seed=0)
-    t = jax.tree.map(jnp.asarray, _run(S.make_selection("uct"), S.SearchConfig(
+    t = jax.tree.map(jnp.asarray, _run(S.make_selection("uct_prior"), S.SearchConfig(
         num_simulations=16, max_depth=3, leaf_eval="critic"), params, b=2).tree)
     path = S.BackupPath(nodes=jnp.array([[2, 0, 0], [0, 0, 0]], jnp.int32),
                         actions=jnp.array([[1, 3, 0], [2, 0, 0]], jnp.int32),

@@ -1,8 +1,12 @@
-"""ASCT tree-search kernels: batched tree arrays, selection rules, search, credit."""
-from asct_jax.search.credit import (CENTRE_MODES, asct_advantage, centre_q,
-                                    policy_weighted_advantage)
+"""ASCT tree-search kernels: batched tree arrays, selection rules, search, execution cache,
+credit."""
+from asct_jax.search.cache import ExecutionCache, init_cache, t_hat_table
+from asct_jax.search.credit import CENTRE_MODES, asct_advantage, centre_q
 from asct_jax.search.rollout_value import mc_return, rollout_return
 from asct_jax.search.search import (
+    CONTINUATIONS,
+    EXPANSIONS,
+    PAPER_EXPANSION,
     BackupPath,
     Cost,
     EnvModel,
@@ -10,11 +14,14 @@ from asct_jax.search.search import (
     SearchOutput,
     SearchState,
     Selection,
+    Trace,
     backward,
     evaluate_leaf,
     expand,
     make_search_config,
     make_search_fn,
+    paper_config,
+    remaining_costs,
     search,
     simulate,
     simulation_cost,
@@ -25,20 +32,27 @@ from asct_jax.search.selection import (
     NodeStats,
     SelectionFn,
     agentuct,
+    agentuct_scores,
+    agentuct_shrink,
     cost_hat,
     linear_schedule,
     make_selection,
     puct,
     uct,
+    uct_prior,
+    uct_scores,
     uniform,
+    uniform_sample,
 )
 from asct_jax.search.tree import Tree, init_tree
 
 __all__ = [
-    "BackupPath", "CENTRE_MODES", "Cost", "EnvModel", "HYPERPARAMS", "RULES", "NodeStats",
-    "SearchConfig", "SearchOutput", "SearchState", "Selection", "SelectionFn", "Tree",
-    "agentuct", "asct_advantage", "backward", "centre_q", "cost_hat", "evaluate_leaf",
-    "expand", "init_tree", "linear_schedule", "make_search_config", "make_search_fn",
-    "make_selection", "mc_return", "policy_weighted_advantage", "puct", "rollout_return", "search", "simulate",
-    "simulation_cost", "uct", "uniform",
+    "BackupPath", "CENTRE_MODES", "CONTINUATIONS", "Cost", "EXPANSIONS", "EnvModel",
+    "ExecutionCache", "HYPERPARAMS", "PAPER_EXPANSION", "RULES", "NodeStats", "SearchConfig",
+    "SearchOutput", "SearchState", "Selection", "SelectionFn", "Trace", "Tree", "agentuct",
+    "agentuct_scores", "agentuct_shrink", "asct_advantage", "backward", "centre_q",
+    "cost_hat", "evaluate_leaf", "expand", "init_cache", "init_tree", "linear_schedule",
+    "make_search_config", "make_search_fn", "make_selection", "mc_return", "paper_config",
+    "puct", "remaining_costs", "rollout_return", "search", "simulate", "simulation_cost",
+    "t_hat_table", "uct", "uct_prior", "uct_scores", "uniform", "uniform_sample",
 ]

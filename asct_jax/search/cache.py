@@ -1,0 +1,178 @@
+"""The search's execution cache (the ASCT paper's WTB) and AgentUCT's remaining-cost T_hat.
+
+A staged-workflow environment (`env.workflow(params)` is a `WorkflowTree`, base.py) names
+every workflow prefix by a node p in [0, P); a question q in [0, Q) and p determine the
+state. The cache holds, per question, which prefixes a search has executed:
+
+  executed[q, p] = True  <=>  some earlier trial (of this method and seed, over the whole
+                              training run) executed the edge into prefix p of question q.
+
+Executing a cached prefix costs no new auxiliary tokens; a partial hit executes only the
+uncached suffix. The search's ledger (`charge`) charges each executed edge's *realized*
+`env.action_costs` iff its child prefix is not cached and no earlier entry of the same step
+(lower tree index, or earlier in the same tree) claims it, then marks it: the totals equal
+those of executing the trees one after another in index order.
+
+T_hat(v, a), the expected uncached remaining cost of taking a at v (WorkflowTree's nominal
+`edge_tokens` as the proxy):
+
+  uc(v, a)    = edge_tokens(v, a) * [child(v, a) not cached]
+  T_hat(v, a) = uc(v, a) + mean over the complete suffix paths below child(v, a) (each path
+                weighted equally) of the sum of uc over their edges.
+
+Computed for every node at once by a bottom-up DP over the depth levels (`t_hat_table`):
+  n(p) = 1 if p is terminal else sum_{a legal} n(child(p, a))              (number of paths)
+  c(p) = 0 if p is terminal else sum_{a legal} [n(child) uc(p, a) + c(child)]  (their costs)
+  T_hat(v, a) = uc(v, a) + c(child) / n(child).
+Everything is pure and jit-able; shapes in the docstrings (Q questions, P prefixes,
+K candidates, B trees, E ledger entries per tree).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from asct_jax.envs.base import WorkflowTree
+
+_NO_KEY = jnp.iinfo(jnp.int32).max
+
+
+@chex.dataclass(frozen=True)
+class ExecutionCache:
+    """Which workflow prefixes have been executed, one namespace per method and seed.
+
+    Attributes:
+      executed: [Q, P] bool, prefix p of question q has been executed by a search.
+      scored: [Q, P] bool, the actor's probabilities at prefix p of question q have been
+        computed for a continuation (charged once, as the paper's VinePPO ledger does).
+    """
+
+    executed: chex.Array
+    scored: chex.Array
+
+    @property
+    def num_questions(self) -> int:
+        return self.executed.shape[0]
+
+    @property
+    def num_prefixes(self) -> int:
+        return self.executed.shape[1]
+
+
+def init_cache(env, params: Any) -> Optional[ExecutionCache]:
+    """An empty cache for `env`'s question pool, or None when env is not a staged
+    workflow (`env.workflow(params)` is None: no cache, every execution is charged)."""
+    wf = env.workflow(params)
+    if wf is None:
+        return None
+    shape = (env.num_questions(params), wf.children.shape[0])
+    return ExecutionCache(executed=jnp.zeros(shape, bool), scored=jnp.zeros(shape, bool))
+
+
+def lookup(cache: ExecutionCache, qid: chex.Array, prefix: chex.Array,
+           table: str = "executed") -> chex.Array:
+    """[...] bool: cache.<table>[qid, prefix] (qid, prefix broadcast together; out-of-range
+    prefixes read False). table: "executed" or "scored"."""
+    p = jnp.asarray(prefix, jnp.int32)
+    ok = (p >= 0) & (p < cache.num_prefixes)
+    return ok & getattr(cache, table)[jnp.asarray(qid, jnp.int32),
+                                      jnp.clip(p, 0, cache.num_prefixes - 1)]
+
+
+# ------------------------------------------------------------------------------ T_hat
+def uncached_edge_tokens(wf: WorkflowTree, executed: chex.Array) -> chex.Array:
+    """[P, K] f32: uc(p, a) = edge_tokens(p, a) if child(p, a) is legal and not cached,
+    else 0. executed: [P] bool (one question's row)."""
+    chex.assert_shape(executed, wf.terminal.shape)
+    legal = wf.children >= 0
+    cached = executed[jnp.clip(wf.children, 0)]
+    return jnp.where(legal & ~cached, wf.edge_tokens.astype(jnp.float32), 0.0)
+
+
+def suffix_costs(wf: WorkflowTree, executed: chex.Array,
+                 num_levels: int) -> Tuple[chex.Array, chex.Array]:
+    """Bottom-up DP over depth levels num_levels - 1, ..., 0 (static; at least the
+    WorkflowTree's max depth + 1), one vectorised update of every node per level.
+
+    Args:
+      wf: the WorkflowTree ([P, K] children / edge_tokens, [P] terminal / depth).
+      executed: [P] bool, one question's cache row.
+      num_levels: static number of depth levels.
+
+    Returns:
+      (n [P] f32: complete suffix paths below p (1 at a terminal),
+       mean [P] f32: mean over those paths of their summed uncached edge tokens (0 where
+       n = 0, a dead end)).
+    """
+    legal = wf.children >= 0
+    ch = jnp.clip(wf.children, 0)
+    uc = uncached_edge_tokens(wf, executed)
+    n0 = wf.terminal.astype(jnp.float32)
+
+    def level(i, nc):
+        n, c = nc
+        at = (wf.depth == num_levels - 1 - i) & ~wf.terminal
+        n_ch = jnp.where(legal, n[ch], 0.0)                               # [P, K]
+        c_ch = jnp.where(legal, c[ch], 0.0)
+        n_new = jnp.sum(n_ch, -1)                                         # n(p) = sum n(child)
+        c_new = jnp.sum(n_ch * uc + c_ch, -1)                             # c(p) = sum n(child) uc + c(child)
+        return jnp.where(at, n_new, n), jnp.where(at, c_new, c)
+
+    n, c = jax.lax.fori_loop(0, num_levels, level, (n0, jnp.zeros_like(n0)))
+    return n, jnp.where(n > 0, c / jnp.maximum(n, 1.0), 0.0)
+
+
+def t_hat_table(wf: WorkflowTree, executed: chex.Array, num_levels: int) -> chex.Array:
+    """[P, K] f32: T_hat(v, a) for every prefix v and candidate a of one question (0 where
+    a is illegal). executed: [P] bool; vmap over questions / trees."""
+    _, mean = suffix_costs(wf, executed, num_levels)
+    uc = uncached_edge_tokens(wf, executed)
+    legal = wf.children >= 0
+    return jnp.where(legal, uc + mean[jnp.clip(wf.children, 0)], 0.0)  # uc(v,a) + E_suffix[uc]
+
+
+# ----------------------------------------------------------------------------- ledger
+def first_claims(qid: chex.Array, prefix: chex.Array, valid: chex.Array) -> chex.Array:
+    """[M] bool: entry i is the first valid entry (lowest index) with its (qid, prefix).
+
+    A segment-min by sorting the keys (qid, prefix, i) lexicographically. qid, prefix,
+    valid: [M].
+    """
+    chex.assert_equal_shape([qid, prefix, valid])
+    m = qid.shape[0]
+    idx = jnp.arange(m, dtype=jnp.int32)
+    q = jnp.where(valid, qid.astype(jnp.int32), _NO_KEY)
+    p = jnp.where(valid, prefix.astype(jnp.int32), _NO_KEY)
+    qs, ps, order = jax.lax.sort((q, p, idx), num_keys=3)
+    head = jnp.concatenate([jnp.ones((1,), bool), (qs[1:] != qs[:-1]) | (ps[1:] != ps[:-1])])
+    return jnp.zeros((m,), bool).at[order].set(head) & valid
+
+
+def charge(cache: ExecutionCache, qid: chex.Array, prefix: chex.Array,
+           valid: chex.Array, table: str = "executed") -> Tuple[ExecutionCache, chex.Array]:
+    """The ledger of one simulation step of B trees (table "executed": edges executed;
+    "scored": actor decisions scored, `prefix` then names the deciding node).
+
+    Args:
+      cache: the cache before the step.
+      qid: [B] i32, each tree's question.
+      prefix: [B, E] i32, the prefix each executed edge reaches, tree-major in execution
+        order.
+      valid: [B, E] bool, the entry is an executed edge.
+
+    Returns:
+      (the cache with every valid entry marked,
+       charged [B, E] bool: valid, not cached before the step, and the first entry of the
+       step with its (qid, prefix): pay its realized tokens and count an env call.)
+    """
+    chex.assert_equal_shape([prefix, valid])
+    chex.assert_shape(qid, prefix.shape[:1])
+    q = jnp.broadcast_to(qid[:, None], prefix.shape).astype(jnp.int32)
+    new = valid & ~lookup(cache, q, prefix, table)
+    first = first_claims(q.reshape(-1), prefix.reshape(-1), new.reshape(-1)).reshape(prefix.shape)
+    row = jnp.where(valid, q, cache.num_questions)  # out of range: dropped
+    marked = getattr(cache, table).at[row, prefix].set(True, mode="drop")
+    return cache.replace(**{table: marked}), new & first
