@@ -472,7 +472,8 @@ def _asct_factor(cfg: AsctFactorConfig, ctx: CreditContext):
     sched = Schedule.of(fc)
 
     def credit(params, batch: Rollout, key, step, mstate=None):
-        a, metrics = searched_advantages(cfg.asct, ctx, params, batch, key, step, "agentuct")
+        a, _, metrics = searched_advantages(cfg.asct, ctx, params, batch, key, step,
+                                            "agentuct")   # no cache: a stateless method
         teacher = teacher_log_probs(ctx, params, batch)
         delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
         eta = fj.eta_schedule(jnp.asarray(step, jnp.int32) + 1, fc.eta0, sched.eta_start,

@@ -1,21 +1,31 @@
 """ASCT and VinePPO as credit methods (`Method` records, see asct_jax.rl.credit).
 
-asct_uniform / asct_uct / asct_agentuct (docs/methods.md, ASCT), per training iteration:
-  1. the rollout of pi_old is the batch (every visited state s_t is stored);
-  2. `asct.states_per_episode` visited turns per episode (all real turns if larger than
-     the episode) are chosen uniformly; a tree of `asct.num_simulations` simulations is
-     searched from each with the variant's selection rule;
-  3. Q(s_t, a) = mean backed-up return through root action a (masked where unvisited);
-  4. Q'(s, a) = centre_q(Q, mode=asct.centring)   (default Q - alpha log pi_old(a|s));
-  5. A_t = Q'(s_t, a_t) - V_phi(s_t); unsearched turns, unvisited or non-restorable taken
-     actions fall back to the trajectory-return advantage G_t - V_phi(s_t) (counted).
-  The critic keeps its own target, the return-to-go. Auxiliary tokens: every action
-  executed inside the search (tree steps and leaf rollouts), summed over the batch.
-  The search sees returns from s_t on: Q(s_t, a) estimates r_t + future rewards.
+asct_uniform / asct_uct / asct_agentuct / asct_actor_rollout: the ASCT paper (arXiv
+2609.35215; docs/methods.md, ASCT), per training iteration (Algorithm 1):
+  1. the rollout of pi_old is the batch; every actor-visited non-terminal state s_t is a
+     root (asct.states_per_episode = 0; k > 0 searches k chosen turns per episode);
+  2. a tree of B = asct.trials terminal trials with the variant's rule (Uniform: least
+     visited; UCT; AgentUCT: cost term and cost-weighted expansion / continuation), every
+     root action first, rule continuations to the end (asct.continuation = "actor": pi_old
+     continuations), no critic, no depth cap; the execution cache (asct.cache, the
+     method's state: one namespace per method and seed for the whole run) charges a
+     prefix executed before nothing;
+  3. Q_hat(s, a) = mean terminal utility of the trials starting with a;
+  4. A(s_t, a_t) = Q_hat(s_t, a_t) - sum_a pi_old(a | s_t) Q_hat(s_t, a)
+     (policy_weighted_advantage); the train step standardises it within the iteration
+     (Method.normalise). A turn whose taken action has no estimate falls back to the
+     trajectory-return advantage (counted; 0 % with B >= |A(s)|).
+  asct_actor_rollout is the paper's ASCT-ActorRollout control: root actions balanced
+  (least visited), pi_old suffixes (a depth-1 tree with actor continuations).
+  asct.variant = "earlier" keeps the blog-summary variant of the earlier tables
+  (uniform_sample / uct_prior / agentuct_shrink rules, asct.search.*, centre_q then
+  A = Q' - V_phi).
 
-vineppo (workflow-adapted VinePPO): V_hat(s_t) = mean return of `vineppo.k` rollouts of
-pi_old from every visited state s_t, V_hat(terminal) = 0,
-A_t = r_t + V_hat(s_{t+1}) - V_hat(s_t). Its auxiliary tokens are those rollouts' tokens.
+vineppo (the paper's workflow-adapted VinePPO): at every visited state B = vineppo.k
+continuations of the frozen actor (root action ~ pi_old with replacement, then pi_old
+to the end), V_hat(s_t) = their mean terminal utility, V_hat(terminal) = 0,
+A_t = r_t + V_hat(s_{t+1}) - V_hat(s_t); with vineppo.cache the same execution cache, and
+the actor's scoring charged once per question prefix (T_actor).
 
 asct_factor (ASCT's A_t with FACTOR's token allocation) lives in factor_jax.methods, the
 package that depends on both.
@@ -33,18 +43,26 @@ from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, from_turn_advantages,
                                 state_policy_fn, turn_states, value_targets_mc)
-from asct_jax.rl.types import Rollout
+from asct_jax.rl.types import Credit, Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
-from asct_jax.search.credit import CENTRE_MODES, asct_advantage, centre_q
+from asct_jax.search.cache import init_cache
+from asct_jax.search.credit import (CENTRE_MODES, asct_advantage, centre_q,
+                                    policy_weighted_advantage)
 from asct_jax.search.rollout_value import mc_return
-from asct_jax.search.search import CHARGES, LEAF_EVALS, make_search_config, search
+from asct_jax.search.search import CHARGES, LEAF_EVALS, make_search_config, paper_config, search
 from asct_jax.search.selection import linear_schedule, make_selection
+
+VARIANTS = ("paper", "earlier")
+CONTINUATIONS = ("rule", "actor")
+# J_search's token weight (the paper's beta = 1e-4 per auxiliary token, Eq. 5).
+BETA_REPORT = 1e-4
+# The earlier variant's rules, by the paper rule they stood for.
+EARLIER_RULES = {"uniform": "uniform_sample", "uct": "uct_prior", "agentuct": "agentuct_shrink"}
 
 
 @dataclasses.dataclass(frozen=True)
 class SearchFields:
-    """The tree search's fields (section asct.search): the SearchConfig's and the
-    selection rule's hyperparameters (c, beta)."""
+    """The earlier variant's search fields (section asct.search; asct.variant="earlier")."""
 
     num_simulations: int = option(Range(1, None, integer=True), "simulations per tree")
     max_depth: int = option(Range(1, None, integer=True), "edges from the root, at most")
@@ -62,20 +80,27 @@ class SearchFields:
 class ASCTConfig:
     """ASCT's fields (section asct; the selection rule comes from the method name)."""
 
-    states_per_episode: int = option(Range(1, None, integer=True),
-                                     "visited states searched per episode")
-    centring: str = option(CENTRE_MODES, "how Q is centred by pi_old")
-    alpha: float = option(None, "weight of log pi_old in the logpi centring")
-    beta_start: float = option(Range(0.0, None), "AgentUCT cost weight at step 0")
-    beta_steps: int = option(Range(0, None, integer=True), "steps of the beta schedule")
-    search: SearchFields = option(None, "the tree search (asct.search)")
+    variant: str = option(VARIANTS, "the paper's search and credit, or the earlier one")
+    trials: int = option(Range(1, None, integer=True), "terminal trials per searched state (B)")
+    states_per_episode: int = option(Range(0, None, integer=True),
+                                     "visited states searched per episode (0: every one)")
+    continuation: str = option(CONTINUATIONS, "suffixes by the search rule, or by pi_old")
+    cache: bool = option(None, "execution cache of workflow prefixes (method state)")
+    c_exp: float = option(Range(0.0, None), "exploration constant of UCT / AgentUCT")
+    c_tok: float = option(Range(0.0, None), "AgentUCT's cost weight per token")
+    centring: str = option(CENTRE_MODES, "how Q_hat is centred by pi_old")
+    alpha: float = option(None, "weight of log pi_old in the logpi centring (earlier)")
+    beta_start: float = option(Range(0.0, None), "earlier AgentUCT cost weight at step 0")
+    beta_steps: int = option(Range(0, None, integer=True), "steps of the earlier beta schedule")
+    search: SearchFields = option(None, "the earlier variant's tree search (asct.search)")
 
 
 @dataclasses.dataclass(frozen=True)
 class VinePPOConfig:
     """VinePPO's fields (section vineppo)."""
 
-    k: int = option(Range(1, None, integer=True), "Monte-Carlo rollouts per visited state")
+    k: int = option(Range(1, None, integer=True), "pi_old continuations per visited state")
+    cache: bool = option(None, "execution cache of workflow prefixes (method state)")
 
 
 def asct_config(config) -> ASCTConfig:
@@ -95,49 +120,149 @@ def choose_turns(turn_mask, key, num: int):
     return idx, valid
 
 
-def searched_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout, key,
-                        step, rule: str):
-    """A_t [B, T] from searches rooted at chosen visited states, plus cost metrics."""
+def _roots(ac: ASCTConfig, batch: Rollout, key):
+    """(idx [B, S], valid [B, S]) of the searched turns: every turn (S = T) or a chosen
+    `states_per_episode` per episode."""
+    b, t = batch.turn_mask.shape
+    if ac.states_per_episode == 0:
+        return jnp.broadcast_to(jnp.arange(t), (b, t)), batch.turn_mask
+    return choose_turns(batch.turn_mask, key, ac.states_per_episode)
+
+
+def _scatter(idx, valid, rows, t):
+    """[B, S, K] rows of the searched turns -> [B, T, K] (0 elsewhere)."""
+    onehot = jax.nn.one_hot(idx, t, dtype=jnp.float32) * valid[..., None]  # [B, S, T]
+    return jnp.einsum("bst,bsk->btk", onehot, rows.astype(jnp.float32))
+
+
+def paper_search_config(ac: ASCTConfig, rule: str, actor_rollout: bool = False):
+    """The SearchConfig of the paper's variant of `rule` (asct.trials, asct.c_tok,
+    asct.continuation; ActorRollout: a depth-1 tree with pi_old suffixes)."""
+    actor = actor_rollout or ac.continuation == "actor"
+    extra = {"max_depth": 1} if actor_rollout else {}
+    return paper_config(rule, ac.trials, actor_rollout=actor, c_tok=ac.c_tok, **extra)
+
+
+def search_metrics(out, valid_flat, q_bt, mask_bt, used_fallback, turn_mask):
+    """The paper's search metrics of one step: T_aux split into T_env and T_actor, the
+    env calls, J_search = (sum of trial utilities - beta T_aux) / K, the root visits."""
+    v = valid_flat
+    t_env = jnp.sum(jnp.where(v, out.t_env, 0.0))
+    t_actor = jnp.sum(jnp.where(v, out.t_actor, 0.0))
+    trials = jnp.where(v, jnp.sum(out.visits, -1), 0).astype(jnp.float32)
+    k = jnp.maximum(jnp.sum(trials), 1.0)
+    utility_sum = jnp.sum(jnp.where(v, out.search_value, 0.0) * trials)
+    visits = jnp.where(v[:, None], out.visits, 0).astype(jnp.float32)
+    frac = visits / jnp.maximum(jnp.sum(visits, -1, keepdims=True), 1.0)
+    n_roots = jnp.maximum(jnp.sum(v), 1)
+    n_legal = jnp.sum(out.legal & v[:, None], -1).astype(jnp.float32)
+    return {
+        "aux_tokens": t_env + t_actor,
+        "t_env": t_env,
+        "t_actor": t_actor,
+        "env_calls": jnp.sum(jnp.where(v, out.env_calls, 0)).astype(jnp.float32),
+        "asct/trials": jnp.sum(trials),
+        "asct/j_search": (utility_sum - BETA_REPORT * (t_env + t_actor)) / k,   # Eq. 5
+        "asct/trial_utility": utility_sum / k,
+        "asct/searched_states": jnp.sum(v).astype(jnp.float32),
+        "asct/legal_root_actions": jnp.sum(n_legal) / n_roots,
+        "asct/root_visit_max_frac": jnp.sum(jnp.max(frac, -1)) / n_roots,
+        "asct/fallback_frac": jnp.sum(used_fallback) / jnp.maximum(jnp.sum(turn_mask), 1),
+    }
+
+
+def paper_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout, key, rule,
+                     cache, actor_rollout=False):
+    """A_t [B, T] of the paper (module docstring), the updated cache and the metrics."""
     b, t = batch.turn_mask.shape
     k_turns, k_search = jax.random.split(key)
-    idx, valid = choose_turns(batch.turn_mask, k_turns, ac.states_per_episode)  # [B, S]
+    idx, valid = _roots(ac, batch, k_turns)
+    roots = jax.tree.map(_flat, turn_states(batch, idx))
+    scfg = paper_search_config(ac, rule, actor_rollout)
+    sel = make_selection(rule, {"c_exp": ac.c_exp, "c_tok": ac.c_tok})
+    out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), k_search,
+                 sel, scfg, cache=cache)
+    kk = out.q.shape[-1]
+    s = idx.shape[1]
+    q_bt = _scatter(idx, valid, out.q.reshape(b, s, kk), t)
+    mask_bt = _scatter(idx, valid, out.q_mask.reshape(b, s, kk), t) > 0
+    logp_bt = jnp.where(mask_bt, _scatter(idx, valid, jnp.where(
+        out.q_mask, out.prior_logp, 0.0).reshape(b, s, kk), t), -jnp.inf)
+    a = policy_weighted_advantage(q_bt, mask_bt, logp_bt, batch.action_index, batch.turn_mask)
+    idx_c = jnp.clip(batch.action_index, 0, kk - 1)[..., None]
+    has = (jnp.take_along_axis(mask_bt, idx_c, -1)[..., 0] & (batch.action_index >= 0)
+           & batch.turn_mask)
+    fallback = adv.returns_to_go(batch.rewards, batch.turn_mask) - batch.values
+    used_fallback = batch.turn_mask & ~has
+    a = jnp.where(has, a, jnp.where(batch.turn_mask, fallback, 0.0))
+    metrics = search_metrics(out, valid.reshape(-1), q_bt, mask_bt, used_fallback,
+                             batch.turn_mask)
+    return a, out.cache, metrics
+
+
+def earlier_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout, key, step,
+                       rule: str):
+    """A_t [B, T] of the earlier variant (asct.variant = "earlier"), plus its metrics."""
+    b, t = batch.turn_mask.shape
+    k_turns, k_search = jax.random.split(key)
+    idx, valid = choose_turns(batch.turn_mask, k_turns, max(ac.states_per_episode, 1))
     s = idx.shape[1]
     roots = jax.tree.map(_flat, turn_states(batch, idx))
     scfg = make_search_config(ac.search.as_dict())
     beta = linear_schedule(step, ac.beta_start, ac.search.beta, ac.beta_steps)
-    selection_fn = make_selection(rule, ac.search.as_dict(), beta=beta)
+    selection_fn = make_selection(EARLIER_RULES[rule], ac.search.as_dict(), beta=beta)
     out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), k_search,
                  selection_fn, scfg)
-    q_c = centre_q(out.q, out.q_mask, out.prior_logp, ac.centring, ac.alpha)
-    # Scatter the S searched rows back to their turns: [B, S, K] -> [B, T, K].
-    onehot = jax.nn.one_hot(idx, t, dtype=jnp.float32) * valid[..., None]  # [B, S, T]
+    centring = "logpi" if ac.centring == "policy_weighted" else ac.centring
+    q_c = centre_q(out.q, out.q_mask, out.prior_logp, centring, ac.alpha)
     kk = q_c.shape[-1]
-    q_bt = jnp.einsum("bst,bsk->btk", onehot, q_c.reshape(b, s, kk))
-    mask_bt = jnp.einsum("bst,bsk->btk", onehot, out.q_mask.reshape(b, s, kk)
-                         .astype(jnp.float32)) > 0
-    searched = jnp.einsum("bst->bt", onehot) > 0
+    q_bt = _scatter(idx, valid, q_c.reshape(b, s, kk), t)
+    mask_bt = _scatter(idx, valid, out.q_mask.reshape(b, s, kk), t) > 0
+    searched = jnp.einsum("bst->bt", jax.nn.one_hot(idx, t) * valid[..., None]) > 0
     g = adv.returns_to_go(batch.rewards, batch.turn_mask)
-    fallback = g - batch.values
     a, used_fallback = asct_advantage(q_bt, mask_bt, batch.action_index, batch.values,
-                                      fallback, searched, batch.turn_mask)
-    vflat = valid.reshape(-1)
-    metrics = {
-        "aux_tokens": jnp.sum(jnp.where(vflat, out.aux_tokens, 0.0)),
-        "env_calls": jnp.sum(jnp.where(vflat, out.env_calls, 0)).astype(jnp.float32),
-        "asct/fallback_frac": jnp.sum(used_fallback) / jnp.maximum(jnp.sum(batch.turn_mask), 1),
-        "asct/searched_states": jnp.sum(valid).astype(jnp.float32),
-        "asct/beta": jnp.asarray(beta, jnp.float32),
-    }
+                                      g - batch.values, searched, batch.turn_mask)
+    metrics = search_metrics(out, valid.reshape(-1), q_bt, mask_bt, used_fallback,
+                             batch.turn_mask)
+    metrics["asct/beta"] = jnp.asarray(beta, jnp.float32)
     return a, metrics
 
 
-def _asct_factory(rule: str):
+def searched_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout, key,
+                        step, rule: str, cache=None, actor_rollout: bool = False):
+    """(A_t [B, T], the updated cache or None, metrics) by asct.variant."""
+    if ac.variant == "earlier":
+        a, metrics = earlier_advantages(ac, ctx, params, batch, key, step, rule)
+        return a, cache, metrics
+    return paper_advantages(ac, ctx, params, batch, key, rule, cache, actor_rollout)
+
+
+def _cache_state(use_cache: bool, ctx: CreditContext):
+    """The method state: an empty ExecutionCache, or None (no cache, or not a workflow)."""
+    return init_cache(ctx.env, ctx.env_params) if use_cache else None
+
+
+def _asct_factory(rule: str, actor_rollout: bool = False):
     def factory(cfg: ASCTConfig, ctx: CreditContext):
+        use_cache = cfg.cache and cfg.variant == "paper"
+
         def credit(params, batch: Rollout, key, step, mstate=None):
-            a, metrics = searched_advantages(cfg, ctx, params, batch, key, step, rule)
-            return from_turn_advantages(batch, a, value_targets_mc(batch), metrics)
+            a, cache, metrics = searched_advantages(
+                cfg, ctx, params, batch, key, step, rule,
+                cache=mstate if use_cache else None, actor_rollout=actor_rollout)
+            out = from_turn_advantages(batch, a, value_targets_mc(batch), metrics)
+            return out.replace(state=cache if use_cache else mstate)
         return credit
     return factory
+
+
+def _cache_init(cfg, ctx: CreditContext, params, key):
+    return _cache_state(cfg.cache and getattr(cfg, "variant", "paper") == "paper", ctx)
+
+
+def _installs_credit_state(cfg, ctx, mstate, inputs):
+    """The cache after the step is the one the credit's searches left."""
+    return inputs.credit.state, {}
 
 
 def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollouts: int,
@@ -178,26 +303,59 @@ def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollo
             jnp.sum(calls).astype(jnp.float32))
 
 
+def vine_values(ctx: CreditContext, params, batch: Rollout, key, k: int, cache):
+    """V_hat(s_t) [B, T] = mean terminal utility of k pi_old continuations from every real
+    turn (the root action ~ pi_old with replacement, then pi_old to the end), run as one
+    depth-1 search so that the execution cache and the actor-scoring ledger apply.
+    Returns (v_hat, the updated cache, metrics)."""
+    b, t = batch.turn_mask.shape
+    roots = jax.tree.map(_flat, batch.states)
+    scfg = make_search_config(dict(num_simulations=k, max_depth=1, expansion="prior",
+                                   continuation="actor", leaf_eval="rollout",
+                                   num_leaf_rollouts=1))
+    out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), key,
+                 make_selection("prior_sample"), scfg, cache=cache)
+    live = batch.turn_mask.reshape(-1)
+    v_hat = jnp.where(batch.turn_mask, out.search_value.reshape(b, t), 0.0)
+    t_env = jnp.sum(jnp.where(live, out.t_env, 0.0))
+    t_actor = jnp.sum(jnp.where(live, out.t_actor, 0.0))
+    trials = jnp.sum(jnp.where(live[:, None], out.visits, 0)).astype(jnp.float32)
+    metrics = {"aux_tokens": t_env + t_actor, "t_env": t_env, "t_actor": t_actor,
+               "env_calls": jnp.sum(jnp.where(live, out.env_calls, 0)).astype(jnp.float32),
+               "vineppo/trials": trials}
+    return v_hat, out.cache, metrics
+
+
 def _vineppo(cfg: VinePPOConfig, ctx: CreditContext):
     k = cfg.k
 
     def credit(params, batch: Rollout, key, step, mstate=None):
-        v_hat, aux, calls = live_state_values(ctx, params, batch, key, k,
-                                              chunk=batch.turn_mask.shape[0])
+        if cfg.cache:
+            v_hat, cache, metrics = vine_values(ctx, params, batch, key, k, mstate)
+        else:
+            v_hat, aux, calls = live_state_values(ctx, params, batch, key, k,
+                                                  chunk=batch.turn_mask.shape[0])
+            cache, metrics = mstate, {"aux_tokens": aux, "env_calls": calls}
         a = adv.vineppo_advantages(batch.rewards, v_hat, batch.turn_mask)
-        metrics = {"aux_tokens": aux, "env_calls": calls}
-        return from_turn_advantages(batch, a, value_targets_mc(batch), metrics)
+        return from_turn_advantages(batch, a, value_targets_mc(batch), metrics).replace(
+            state=cache)
     return credit
 
 
 VINEPPO = Method("vineppo", _vineppo, restores_states_in_step=True, normalise="standardise",
-                 make_config=functools.partial(from_section, VinePPOConfig, section="vineppo"))
-def _asct_method(name: str, rule: str) -> Method:
-    return Method(name, _asct_factory(rule), make_config=asct_config,
-                  restores_states_in_step=True, normalise="standardise")
+                 make_config=functools.partial(from_section, VinePPOConfig, section="vineppo"),
+                 init_state=_cache_init, update_state=_installs_credit_state)
+
+
+def _asct_method(name: str, rule: str, actor_rollout: bool = False) -> Method:
+    return Method(name, _asct_factory(rule, actor_rollout), make_config=asct_config,
+                  restores_states_in_step=True, normalise="standardise",
+                  init_state=_cache_init, update_state=_installs_credit_state)
 
 
 ASCT_UNIFORM = _asct_method("asct_uniform", "uniform")
 ASCT_UCT = _asct_method("asct_uct", "uct")
 ASCT_AGENTUCT = _asct_method("asct_agentuct", "agentuct")
-METHODS = (VINEPPO, ASCT_UNIFORM, ASCT_UCT, ASCT_AGENTUCT)
+# The paper's ASCT-ActorRollout control: balanced roots, frozen-actor suffixes.
+ASCT_ACTOR_ROLLOUT = _asct_method("asct_actor_rollout", "uniform", actor_rollout=True)
+METHODS = (VINEPPO, ASCT_UNIFORM, ASCT_UCT, ASCT_AGENTUCT, ASCT_ACTOR_ROLLOUT)

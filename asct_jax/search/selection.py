@@ -233,6 +233,14 @@ def agentuct(key: chex.PRNGKey, node: NodeStats, c_exp=1.4, c_tok=1e-4) -> chex.
 
 # The selection rules by name: the one place their names are declared (configs and
 # `make_selection` validate against it).
+def prior_sample(key: chex.PRNGKey, node: NodeStats) -> chex.Array:
+    """a ~ pi_old(. | s) over the selectable actions, with replacement, ignoring the
+    statistics: VinePPO's first continuation step (its trials are the frozen actor's)."""
+    logits = jnp.where(node.mask, node.prior_logp, -jnp.inf)
+    g = jax.random.gumbel(key, logits.shape)
+    return masked_argmax(logits + g, node.mask)
+
+
 RULES: Dict[str, Callable[..., chex.Array]] = {
     "uniform": uniform,
     "uct": uct,
@@ -241,6 +249,7 @@ RULES: Dict[str, Callable[..., chex.Array]] = {
     "uct_prior": uct_prior,
     "agentuct_shrink": agentuct_shrink,
     "puct": puct,
+    "prior_sample": prior_sample,
 }
 
 # Every hyperparameter a rule may take; each rule binds the ones its signature names.

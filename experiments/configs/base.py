@@ -77,9 +77,19 @@ def get_config():
     c.ppo.return_baseline = "critic"
 
     # ASCT (asct_jax/search/methods.py); the selection rule comes from the method name.
+    # The paper's defaults (arXiv 2609.35215, Table 8): B = 12 trials at every visited
+    # state, rule continuations, the execution cache, c_exp 1.4, c_tok 1e-4, A = Q_hat -
+    # sum_a pi_old Q_hat (standardised within the iteration: ppo.normalise_advantages).
     c.asct = ml_collections.ConfigDict()
-    c.asct.states_per_episode = 2   # visited states searched per episode
-    c.asct.centring = "logpi"       # logpi | policy_mean | none
+    c.asct.variant = "paper"        # paper | earlier (the blog-summary variant below)
+    c.asct.trials = 12              # B terminal trials per searched state
+    c.asct.states_per_episode = 0   # 0: every visited state; k: k chosen turns per episode
+    c.asct.continuation = "rule"    # rule (uniform / cost-weighted) | actor (ActorRollout)
+    c.asct.cache = True             # execution cache of workflow prefixes (method state)
+    c.asct.c_exp = 1.4
+    c.asct.c_tok = 1e-4
+    c.asct.centring = "policy_weighted"   # policy_weighted | earlier: logpi | policy_mean | none
+    # The earlier variant's fields (asct.variant = "earlier", the rag_workflow pages).
     c.asct.alpha = 1.0
     c.asct.beta_start = 1.0         # AgentUCT cost weight schedule: beta_start -> search.beta
     c.asct.beta_steps = 1
@@ -99,7 +109,8 @@ def get_config():
     c.gigpo.mode = "mean_norm"
     c.gigpo.episode_stats = "steps"  # steps (theirs: one sample per turn) | episodes
     c.vineppo = ml_collections.ConfigDict()
-    c.vineppo.k = 9                 # Monte-Carlo rollouts per visited state
+    c.vineppo.k = 12                # pi_old continuations per visited state (the paper's B)
+    c.vineppo.cache = True          # the same execution cache and actor-scoring ledger
 
     # FACTOR (factor_jax/methods.py) and SERL: the authors' defaults (Super-MariOvO/FACTOR,
     # factor/training/config.py; OliverLeeXZ/SERL). Step constants are for 150-step runs
