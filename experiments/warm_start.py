@@ -94,6 +94,9 @@ def key(config) -> str:
     import hashlib
 
     fields = _depends(config)
+    # The environments' shared vocabulary too: a new environment's words shift the ids.
+    from asct_jax.envs import tokenizer
+    fields["vocabulary"] = hashlib.sha256(" ".join(tokenizer.vocabulary()).encode()).hexdigest()
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode())
     return f"{config.env.name}-{digest.hexdigest()[:8]}"
 

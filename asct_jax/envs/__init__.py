@@ -5,15 +5,17 @@
 
 `make(name, size=..., **overrides)`: `size` is one of SIZES; overrides set fields of the
 environment's settings dataclass (its Params: HouseholdParams, ShopParams, ScienceParams,
-RagWorkflowParams), whose `small()` / `hard()` presets the sizes are; for toy_tree they are
-the ToyTree constructor arguments. `params` is that settings object (toy_tree: its tables).
+RagWorkflowParams, RagSpaceParams), whose `small()` / `hard()` presets the sizes are; for
+toy_tree they are the ToyTree constructor arguments. `params` is that settings object
+(toy_tree: its tables).
 """
 from __future__ import annotations
 
 from types import ModuleType
 from typing import Any, Dict, Tuple
 
-from asct_jax.envs import _common, household, rag_workflow, science, shop, tokenizer, toy_tree
+from asct_jax.envs import (_common, household, rag_workflow, ragspace, science, shop, tokenizer,
+                           toy_tree)
 from asct_jax.envs._common import SIZES
 from asct_jax.envs.base import (  # noqa: F401  (re-exports)
     BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID, Environment, TimeStep,
@@ -22,6 +24,7 @@ from asct_jax.envs.base import (  # noqa: F401  (re-exports)
 # name -> (module, class with `from_size(size, **overrides)`).
 _REGISTRY: Dict[str, Tuple[ModuleType, Any]] = {
     "rag_workflow": (rag_workflow, rag_workflow.RagWorkflow),
+    "ragspace": (ragspace, ragspace.RagSpace),
     "household": (household, household.Household),
     "shop": (shop, shop.Shop),
     "science": (science, science.Science),

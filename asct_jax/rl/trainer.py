@@ -181,12 +181,15 @@ def learner_for_policy(config, method: Method, policy: Policy, params: Any, env:
                    ref_params=ref_params, key=jax.device_put(key, replicated))
 
 
-def build_env(config):
+def build_env(config, held_out: bool = False):
     """(env, env_params) of config.env: name, size and the env's own option fields; with
     a pretrained model (config.model.path) the environment is shown to it as text in its
-    tokenizer (LLMView, config.text)."""
-    env, env_params = make_env(config.env.name, size=config.env.size,
-                               **dict(config.env.get("options", {})))
+    tokenizer (LLMView, config.text). held_out: with config.env.eval_options on top (the
+    held-out evaluation's environment, e.g. ragspace's test split)."""
+    options = dict(config.env.get("options", {}))
+    if held_out:
+        options.update(dict(config.env.get("eval_options", {})))
+    env, env_params = make_env(config.env.name, size=config.env.size, **options)
     if config.model.get("path"):
         t = config.text
         env = LLMView(env, env_params, load_tokenizer(resolve_model_path(config.model.path)),
@@ -224,7 +227,9 @@ class JaxEnvSource:
         """Held-out episodes from a fixed key (config.train.eval_seed): every method and
         seed is evaluated on the same tasks."""
         tc = self.config.train
-        eval_fn = make_eval(learner.policy, self.env, self.env_params, tc.eval_episodes,
+        env, env_params = ((self.env, self.env_params) if not self.config.env.get(
+            "eval_options") else build_env(self.config, held_out=True))
+        eval_fn = make_eval(learner.policy, env, env_params, tc.eval_episodes,
                             learner.mesh, greedy=tc.eval_greedy,
                             state_sharding=learner.state_sharding)
         key = jax.device_put(jax.random.key(tc.eval_seed), learner.replicated)
@@ -429,5 +434,10 @@ def _summary(config, records, extra: Dict[str, Any], wall_clock_s: float) -> Dic
         "total/aux_tokens": total("credit/aux_tokens"),
         "total/env_calls": total("rollout/env_calls") + total("credit/env_calls"),
         "total/rollout_env_calls": total("rollout/env_calls"),
+        # The ASCT paper's ledger: T_aux = T_env + T_actor (0 for methods without them),
+        # and the mean J_search over the steps (Eq. 5).
+        "total/t_env": total("credit/t_env"),
+        "total/t_actor": total("credit/t_actor"),
+        "mean/j_search": total("credit/asct/j_search") / max(len(records), 1),
         "wall_clock_s": wall_clock_s,
     }

@@ -18,6 +18,8 @@ def get_config():
     c.env.name = "household"
     c.env.size = "small"
     c.env.options = ml_collections.ConfigDict()  # extra fields of the env's config class
+    # Fields replaced for the held-out evaluation only (e.g. ragspace: {"split": "test"}).
+    c.env.eval_options = ml_collections.ConfigDict()
 
     c.model = ml_collections.ConfigDict()
     c.model.preset = "tiny"
