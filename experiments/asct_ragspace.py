@@ -46,9 +46,10 @@ def held_out_eval(config, params, **options):
     from asct_jax.rl.trainer import JaxEnvSource, build_learner
     from experiments import registry
 
+    import ml_collections
+
     c = copy.deepcopy(config)
-    for k, v in options.items():
-        c.env.options[k] = v
+    c.env.options = ml_collections.ConfigDict(dict(c.env.options.to_dict(), **options))
     source = JaxEnvSource(c)
     evaluate = source.make_eval(build_learner(c, registry.get(c.method), source))
     return evaluate(params)

@@ -34,7 +34,8 @@ from experiments.dotted import flatten, under
 KEYS = ("env/success", "env/score", "return", "episode_len")
 
 
-def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilon: float):
+def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilon: float,
+                     teacher: str = "expert"):
     """Held-out metrics of the epsilon-noisy expert (1.0: uniform random) on the tasks of
     the trainer's evaluation (key(eval_seed), num_episodes episodes)."""
     from asct_jax.rl.rollout import episode_metrics
@@ -42,7 +43,7 @@ def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilon: float):
 
     def play(key):
         data = expert_episodes(source.env, source.env_params, key, num_episodes, epsilon,
-                               source.prompt.pad_id).rollout
+                               source.prompt.pad_id, teacher).rollout
         return episode_metrics(data)
     return {k: float(v) for k, v in jax.jit(play)(jax.random.key(eval_seed)).items()}
 
@@ -79,8 +80,10 @@ def run(config, out_dir: str = None):
         "eval_seed": tc.eval_seed, "eval_greedy": tc.eval_greedy,
         "warm_start": config_to_dict(config.warm_start), "warm_start_s": wall, **info,
         "actor": {k: actor[f"eval/{k}"] for k in KEYS},
+        # "expert": the imitated scripted policy (warm_start.teacher), noise-free.
         "expert": {k: v for k, v in scripted_metrics(
-            source, tc.eval_episodes, tc.eval_seed, 0.0).items() if k in KEYS},
+            source, tc.eval_episodes, tc.eval_seed, 0.0,
+            config.warm_start.get("teacher", "expert")).items() if k in KEYS},
         "random": {k: v for k, v in scripted_metrics(
             source, tc.eval_episodes, tc.eval_seed, 1.0).items() if k in KEYS},
     }

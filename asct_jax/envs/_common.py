@@ -172,6 +172,16 @@ class TextEnvironment(Environment):
     def expert_policy(self, state, params, key=None):
         return self._module().expert_policy(state, params, key)
 
+    def scripted_policy(self, name: str):
+        """The module's `<name>_policy(state, params, key)` (e.g. "expert", "base", "random")."""
+        fn = getattr(self._module(), f"{name}_policy", None)
+        if fn is None:
+            have = sorted(k[:-7] for k in dir(self._module()) if k.endswith("_policy")
+                          and callable(getattr(self._module(), k)))
+            raise ValueError(f"warm_start.teacher: {self.name} has no {name!r} policy; "
+                             f"allowed: {have}")
+        return fn
+
     def random_policy(self, state, params, key):
         return self.uniform_random_policy(state, params, key)
 

@@ -55,12 +55,16 @@ class ExpertBatch:
     expert: chex.Array
 
 
-def noisy_expert_chooser(env, env_params, epsilon: float):
-    """The epsilon-noisy expert's chooser; extra["expert"] [N]: the action is the expert's."""
+def noisy_expert_chooser(env, env_params, epsilon: float, teacher: str = "expert"):
+    """The epsilon-noisy expert's chooser; extra["expert"] [N]: the action is the expert's.
+    teacher: which scripted policy is the expert (env.scripted_policy; "expert" default,
+    ragspace's "base" is the paper's default workflow)."""
+    policy = env.expert_policy if teacher == "expert" else env.scripted_policy(teacher)
+
     def choose(key, states, ts, cands, legal, costs) -> Choice:
         n = legal.shape[0]
         k_coin, k_rand, k_exp = jax.random.split(key, 3)
-        expert = jax.vmap(env.expert_policy, in_axes=(0, None, 0))(
+        expert = jax.vmap(policy, in_axes=(0, None, 0))(
             states, env_params, jax.random.split(k_exp, n))
         # A scripted expert off its own path may name an illegal candidate (shop): that
         # turn is played like an epsilon turn and is not trained on.
@@ -73,14 +77,14 @@ def noisy_expert_chooser(env, env_params, epsilon: float):
 
 
 def expert_episodes(env, env_params, key: chex.PRNGKey, num_episodes: int,
-                    epsilon: float, pad_id: int = PAD_ID) -> ExpertBatch:
+                    epsilon: float, pad_id: int = PAD_ID, teacher: str = "expert") -> ExpertBatch:
     """B = num_episodes episodes of T = env.max_turns turns of the epsilon-noisy expert.
 
     The tasks are those `rollout(policy, params, env, env_params, key, B, 1)` plays (same
     reset keys), so the expert and the random policy (epsilon=1) can be evaluated on the
     held-out tasks of an eval key. Returns an ExpertBatch; jit it with num_episodes static.
     """
-    eps = play(env, env_params, noisy_expert_chooser(env, env_params, epsilon), key,
+    eps = play(env, env_params, noisy_expert_chooser(env, env_params, epsilon, teacher), key,
                num_episodes, 1, pad_id)
     data = Rollout(**eps.record, final_info=eps.final.info, group=eps.group,
                    env_calls=eps.env_calls)
@@ -173,9 +177,9 @@ def warm_start(config, source) -> Tuple[Any, Dict[str, float]]:
     key = jax.random.key(ws.seed)
     k_data, k_sft, k_roll, k_value = (jax.random.fold_in(key, i) for i in range(1, 5))
 
-    data = jax.jit(expert_episodes, static_argnums=(0, 3, 5))(
+    data = jax.jit(expert_episodes, static_argnums=(0, 3, 5, 6))(
         source.env, source.env_params, k_data, int(ws.episodes), float(ws.epsilon),
-        policy.pad_id)
+        policy.pad_id, ws.get("teacher", "expert"))
     adam = optax.adam(ws.lr)
     sft = make_update(policy, sft_loss, adam)
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,

@@ -38,6 +38,10 @@ def get_config(arg: str = "full"):
     c.env.eval_options = ml_collections.ConfigDict({"split": "test"})
     c.policy.label_score = "mean"           # the paper's label scoring (App. A.2)
     c.train.experiment = "asct_ragspace"
+    # The warm start imitates the default workflow (the paper's Base: its actor starts
+    # from a zero-shot LLM that scores like a plausible fixed configuration), not the
+    # adaptive rule: what RL has to learn is the question-dependent choice.
+    c.warm_start.teacher = "base"
     c.train.eval_greedy = True              # the paper's endpoint rule
     c.train.eval_episodes = 400
     # The paper's protocol: 3 iterations over 2000 questions in batches of 8.

@@ -180,10 +180,11 @@ def get_config():
     c.warm_start.seed = 7           # not a reporting seed (42 / 43 / 1337)
     c.warm_start.episodes = 256     # noisy-expert episodes (and value-fit episodes)
     c.warm_start.epsilon = 0.3      # probability of a uniformly random legal action
+    c.warm_start.teacher = "expert"  # the scripted policy imitated (ragspace: "base")
     # SFT steps per environment, chosen (warm_start.seed 7) for an actor with a third to
     # two thirds of the expert's held-out success (docs/results/warm_start.md).
     c.warm_start.sft_steps = ml_collections.ConfigDict(
-        {"household": 75, "shop": 100, "science": 30, "rag_workflow": 30})
+        {"household": 75, "shop": 100, "science": 30, "rag_workflow": 30, "ragspace": 30})
     c.warm_start.value_steps = 50
     c.warm_start.batch = 128        # turns per update
     c.warm_start.lr = 1e-3

@@ -1,0 +1,90 @@
+"""The ASCT paper's methods end to end on the ragspace analogue: every visited state is
+searched with B trials and full root coverage (no fallback), rule continuations cost no
+actor scoring, the execution cache is the method's state and charges a prefix once,
+VinePPO's actor scoring is charged once per prefix, and each method's normalisation."""
+import copy
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from asct_jax.rl.credit import CreditContext
+from asct_jax.rl.rollout import rollout
+from asct_jax.rl.trainer import JaxEnvSource, build_policy
+from experiments import registry
+from experiments.configs import asct_ragspace, base
+
+
+@pytest.fixture(scope="module")
+def setup():
+    c = base.use_test_model(asct_ragspace.get_config("smoke"))
+    c.rollout.num_groups, c.rollout.group_size = 2, 2
+    source = JaxEnvSource(c)
+    env, env_params = source.env, source.env_params
+    policy, params = build_policy(c, source.vocab_size, source.shape)
+    ctx = CreditContext(policy=policy, env=env, env_params=env_params, group_size=2)
+    batch = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, 2, 2))(
+        params, jax.random.key(0))
+    return c, ctx, params, batch
+
+
+def _credit(setup, method, mstate="init", **fields):
+    c, ctx, params, batch = setup
+    c = copy.deepcopy(c)
+    for k, v in fields.items():
+        section, name = k.split(".")
+        c[section][name] = v
+    m = registry.get(method)
+    cfg = m.make_config(c)
+    if mstate == "init":
+        mstate = m.init_state(cfg, ctx, params, jax.random.key(3))
+    return jax.jit(m.make_credit(cfg, ctx))(params, batch, jax.random.key(2), jnp.int32(0),
+                                            mstate)
+
+
+def test_every_visited_state_is_searched_with_full_root_coverage(setup):
+    c, ctx, params, batch = setup
+    credit = _credit(setup, "asct_agentuct")
+    m = jax.device_get(credit.metrics)
+    turns = int(np.asarray(batch.turn_mask).sum())
+    assert m["asct/searched_states"] == turns                       # every visited state
+    assert m["asct/trials"] == 12 * turns                           # B = 12 each
+    assert m["asct/fallback_frac"] == 0.0                           # B >= |A(s)|: covered
+    assert m["t_actor"] == 0.0 and m["t_env"] > 0                   # rule continuations
+    assert m["aux_tokens"] == pytest.approx(m["t_env"])
+    coef = np.asarray(credit.coef)
+    assert np.all(np.isfinite(coef)) and np.all(coef[~np.asarray(batch.token_mask)] == 0)
+    # The cache came back as the method's state, with the searched prefixes marked.
+    assert credit.state is not None and int(np.asarray(credit.state.executed).sum()) > 0
+
+
+def test_the_cache_carried_over_charges_executed_prefixes_nothing(setup):
+    first = _credit(setup, "asct_uniform")
+    again = _credit(setup, "asct_uniform", mstate=first.state)
+    t1, t2 = float(first.metrics["t_env"]), float(again.metrics["t_env"])
+    assert t2 < 0.5 * t1          # the same states: most prefixes are cached now
+    assert float(again.metrics["asct/trials"]) == float(first.metrics["asct/trials"])
+    off = _credit(setup, "asct_uniform", mstate=None, **{"asct.cache": False})
+    assert off.state is None and float(off.metrics["t_env"]) > t1
+
+
+def test_actor_rollout_and_vineppo_pay_actor_scoring_once_per_prefix(setup):
+    ar = jax.device_get(_credit(setup, "asct_actor_rollout").metrics)
+    assert ar["t_actor"] > 0 and ar["asct/fallback_frac"] == 0.0
+    vine = _credit(setup, "vineppo")
+    again = _credit(setup, "vineppo", mstate=vine.state)
+    v1, v2 = jax.device_get(vine.metrics), jax.device_get(again.metrics)
+    assert v1["t_actor"] > 0 and v1["t_env"] > 0
+    assert v2["t_actor"] < v1["t_actor"] and v2["t_env"] < v1["t_env"]
+
+
+def test_each_method_normalises_as_its_paper():
+    from asct_jax.rl.learner import Learner
+    norm = {n: registry.get(n).normalise for n in registry.names()}
+    for n in ("ppo_return", "vineppo", "asct_uniform", "asct_uct", "asct_agentuct",
+              "asct_actor_rollout"):
+        assert norm[n] == "standardise", n
+    for n in ("grpo", "gigpo", "serl", "factor"):
+        assert norm[n] == "none", n
+    assert "normalise" in Learner.__dict__   # ppo.normalise_advantages resolves "method"
