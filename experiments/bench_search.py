@@ -4,7 +4,14 @@ Not a test: a script that measures, side by side in one process, for every batch
 and simulation count N:
   * ours_puct_critic: asct_jax.search with the PUCT rule and critic leaves (what mctx does:
     one environment step + one policy/value evaluation per simulation);
-  * ours_agentuct_rollout: ASCT's configuration (AgentUCT, pi_old rollouts to the end);
+  * ours_agentuct_rollout: the earlier ASCT configuration (agentuct_shrink, pi_old
+    rollouts to the end);
+  * paper_agentuct: the ASCT paper's search (asct_jax.search.paper_config("agentuct"): cost
+    term, cost-weighted expansion and rule continuations to the end, no depth cap) with an
+    execution cache when the environment is a staged workflow (ragspace): no actor pass
+    but the root prior; paper_agentuct_actor: the same with pi_old continuations
+    (ASCT-ActorRollout's suffixes). Their ratio with --policy tiny is what rule
+    continuations save; trials/s = B * N / steady-state seconds.
   * mctx_muzero: mctx.muzero_policy;
   * mctx_gumbel: mctx.gumbel_muzero_policy (max_num_considered_actions = K);
 each mctx policy with a recurrent_fn that steps the same environment (the embedding is
@@ -44,7 +51,8 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 
 from asct_jax import search as S  # noqa: E402
 
-METHODS = ("ours_puct_critic", "ours_agentuct_rollout", "mctx_muzero", "mctx_gumbel")
+METHODS = ("ours_puct_critic", "ours_agentuct_rollout", "paper_agentuct", "paper_agentuct_actor",
+           "mctx_muzero", "mctx_gumbel")
 NEG = -1e9  # finite "illegal" logit for mctx
 
 
@@ -121,6 +129,16 @@ def _mctx_fns(env, params, policy_fn, batch, num_sims, kind):
 
 
 def _ours_fn(env, params, policy_fn, num_sims, kind, max_depth):
+    if kind.startswith("paper_"):
+        cfg = S.paper_config("agentuct", num_sims, actor_rollout=kind.endswith("_actor"))
+        selection_fn = S.make_selection("agentuct")
+        cache = S.init_cache(env, params)
+
+        def run_paper(root_states, key):
+            out = S.search(env, params, root_states, policy_fn, key, selection_fn, cfg,
+                           cache=cache)
+            return out.q, out.visits, out.aux_tokens, out.env_calls
+        return run_paper
     if kind == "ours_puct_critic":
         selection_fn = functools.partial(S.puct, c=1.25)
         cfg = S.SearchConfig(num_simulations=num_sims, max_depth=max_depth, leaf_eval="critic")
@@ -182,7 +200,7 @@ def main(argv=None):
     for b, n, m in tqdm(grid, desc="bench_search"):
         keys = jax.random.split(jax.random.PRNGKey(0), b)
         roots, _ = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
-        if m.startswith("ours"):
+        if m.startswith(("ours", "paper")):
             fn = _ours_fn(env, params, policy_fn, n, m, a.max_depth or env.max_turns)
         else:
             fn = _mctx_fns(env, params, policy_fn, b, n, m)
@@ -190,7 +208,7 @@ def main(argv=None):
         row = {"env": a.env, "method": m, "batch": b, "num_simulations": n, **timing,
                "sims_per_s": b * n / timing["step_s"],
                "sims_per_s_best": b * n / timing["step_s_min"]}
-        if m.startswith("ours"):
+        if m.startswith(("ours", "paper")):
             row["aux_tokens_mean"] = float(np.mean(out[2]))
             row["env_calls_mean"] = float(np.mean(out[3]))
         rows.append(row)
