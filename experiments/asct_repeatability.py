@@ -12,7 +12,8 @@ at each budget B. Per evaluator and B:
               has the same sign in two repeats, mean over repeat pairs and states (the
               prior is uniform here: no actor is loaded, so the centring is uniform);
   tokens      T_env of one evaluation (after reuse), mean over states;
-  utility     mean utility of the B trials; J_search = utility - 1e-4 tokens / B (Eq. 5).
+  utility     mean utility of the B trials; J_search = utility - 1e-4 tokens / B (Eq. 5);
+  visits      the root visit counts, sorted per state, averaged (how each rule allocates).
 Evaluators: root_mc (balanced root actions, uniform suffixes: the paper's root-stratified
 MC), uniform, uct, agentuct (the paper's search, asct_jax.search.paper_config). Writes
 results/asct_repeatability.{json,md} atomically. Runs on CPU in about a minute.
@@ -63,13 +64,14 @@ def run(num_questions=16, repeats=4, budgets=(12, 48), seed=0):
         fn = jax.jit(lambda st, key, cache: search(env, params, st, uniform_prior, key, sel, cfg,
                                                    cache=cache))
         t0 = time.time()
-        qs, masks, toks, utils = [], [], [], []
+        qs, masks, toks, utils, visits = [], [], [], [], []
         for r in range(repeats):
             o = fn(states, jax.random.PRNGKey(1000 * seed + r), init_cache(env, params))
             qs.append(np.asarray(o.q))
             masks.append(np.asarray(o.legal))
             toks.append(np.asarray(o.t_env))
             utils.append(np.asarray(o.search_value))
+            visits.append(-np.sort(-np.asarray(o.visits), axis=-1))   # descending per state
         q = np.stack(qs)                                      # [R, S, K]
         legal = masks[0]
         sd = q.std(axis=0, ddof=1)[legal].mean()
@@ -81,6 +83,8 @@ def run(num_questions=16, repeats=4, budgets=(12, 48), seed=0):
         out[f"{name}@{b}"] = {"q_sd": float(sd), "agreement": float(np.mean(agree)),
                               "tokens": tokens, "utility": utility,
                               "j_search": utility - BETA * tokens / b,
+                              # the root visit distribution: mean sorted visit counts
+                              "root_visits_sorted": np.mean(visits, axis=(0, 1)).round(2).tolist(),
                               "seconds": time.time() - t0}
     return {"questions": num_questions, "repeats": repeats, "budgets": list(budgets),
             "note": "ragspace is an analogue of RAGSpace / HotpotQA; uniform prior",
@@ -88,12 +92,13 @@ def run(num_questions=16, repeats=4, budgets=(12, 48), seed=0):
 
 
 def to_markdown(res) -> str:
-    lines = ["| evaluator | B | repeat Q SD | credit agreement | T_env / state | trial utility | J_search |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| evaluator | B | repeat Q SD | credit agreement | T_env / state | trial utility | J_search | root visits (sorted) |",
+             "|---|---|---|---|---|---|---|---|"]
     for key, r in res["results"].items():
         name, b = key.split("@")
         lines.append(f"| {name} | {b} | {r['q_sd']:.4f} | {100 * r['agreement']:.1f} % | "
-                     f"{r['tokens']:.0f} | {r['utility']:.4f} | {r['j_search']:.4f} |")
+                     f"{r['tokens']:.0f} | {r['utility']:.4f} | {r['j_search']:.4f} | "
+                     f"{' / '.join(f'{v:.1f}' for v in r['root_visits_sorted'])} |")
     return "\n".join(lines) + "\n"
 
 
