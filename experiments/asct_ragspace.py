@@ -90,6 +90,40 @@ def base_rows(config):
     return rows
 
 
+LIVENESS = {   # per-step metrics, mean over the steps and seeds (first step: "grad norm @1")
+    "credit/coef_abs_mean_raw": "mean |A| (raw)",
+    "credit/coef_abs_mean": "mean |A| (trained)",
+    "train/grad_norm": "grad norm",
+    "credit/asct/fallback_frac": "fallback turns",
+    "credit/asct/legal_root_actions": "legal root actions",
+    "credit/asct/root_visit_max_frac": "max root visit share",
+    "credit/asct/trial_utility": "trial utility",
+}
+
+
+def liveness(out_dir, methods, seeds):
+    """Markdown: that each comparison is live (advantage scale, the policy-gradient norm at
+    the first batch, search coverage), from each run's metrics.jsonl."""
+    from asct_jax.infra.run_logger import read_jsonl
+
+    head = ["method", "grad norm @1"] + list(LIVENESS.values())
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in methods:
+        runs = [[r for r in read_jsonl(os.path.join(out_dir, f"{m}_s{s}", "metrics.jsonl"))
+                 if "train/grad_norm" in r] for s in seeds]
+        runs = [r for r in runs if r]
+        recs = [r for run in runs for r in run]
+        if not recs:
+            continue
+        first = [run[0]["train/grad_norm"] for run in runs]      # each seed's first batch
+        cells = [m, f"{np.mean(first):.3f}" if first else "-"]
+        for k in LIVENESS:
+            v = [r[k] for r in recs if k in r]
+            cells.append(f"{np.mean(v):.3f}" if v else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(config):
     out_dir = os.path.join(config.train.results_dir, config.train.experiment)
     os.makedirs(out_dir, exist_ok=True)
@@ -114,6 +148,10 @@ def main(config):
     if config.table.probe:
         pm = {f"probe/{d}/selection": f"A selected ({d})" for d in PROBE_DESCRIPTIONS}
         print(write_table(results, pm, os.path.join(out_dir, "probe")))
+    live = liveness(out_dir, config.table.methods, seeds)
+    from asct_jax.infra.run_logger import atomic_write_text
+    atomic_write_text(os.path.join(out_dir, "liveness.md"), live)
+    print(live)
     print("untrained (test split):", base)
 
 

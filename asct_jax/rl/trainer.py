@@ -198,6 +198,14 @@ def build_env(config, held_out: bool = False):
     return env, env_params
 
 
+def held_out_env(config, source):
+    """(env, env_params) of the held-out evaluation: the source's, or with
+    config.env.eval_options applied (build_env(held_out=True))."""
+    if not config.env.get("eval_options"):
+        return source.env, source.env_params
+    return build_env(config, held_out=True)
+
+
 class JaxEnvSource:
     """A JAX-native environment: rollout, credit and update are one compiled step."""
 
@@ -227,8 +235,7 @@ class JaxEnvSource:
         """Held-out episodes from a fixed key (config.train.eval_seed): every method and
         seed is evaluated on the same tasks."""
         tc = self.config.train
-        env, env_params = ((self.env, self.env_params) if not self.config.env.get(
-            "eval_options") else build_env(self.config, held_out=True))
+        env, env_params = held_out_env(self.config, self)
         eval_fn = make_eval(learner.policy, env, env_params, tc.eval_episodes,
                             learner.mesh, greedy=tc.eval_greedy,
                             state_sharding=learner.state_sharding)
@@ -369,7 +376,8 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
     keys = jax.device_put(jax.tree.map(stack, *[l.key for l in learners]), first.replicated)
     seeds_step = make_seeds_train_step(first, source.env, source.env_params, sharding)
     tc = config.train
-    eval_fn = make_eval(first.policy, source.env, source.env_params, tc.eval_episodes,
+    eval_env, eval_params = held_out_env(config, source)
+    eval_fn = make_eval(first.policy, eval_env, eval_params, tc.eval_episodes,
                         first.mesh, greedy=tc.eval_greedy, seeds=True,
                         state_sharding=sharding)
     eval_key = jax.device_put(jax.random.key(tc.eval_seed), first.replicated)

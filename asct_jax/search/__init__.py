@@ -1,7 +1,8 @@
 """ASCT tree-search kernels: batched tree arrays, selection rules, search, execution cache,
 credit."""
 from asct_jax.search.cache import ExecutionCache, init_cache, t_hat_table
-from asct_jax.search.credit import CENTRE_MODES, asct_advantage, centre_q
+from asct_jax.search.credit import (CENTRE_MODES, asct_advantage, centre_q,
+                                    policy_weighted_advantage)
 from asct_jax.search.rollout_value import mc_return, rollout_return
 from asct_jax.search.search import (
     CONTINUATIONS,
@@ -52,7 +53,7 @@ __all__ = [
     "SearchOutput", "SearchState", "Selection", "SelectionFn", "Trace", "Tree", "agentuct",
     "agentuct_scores", "agentuct_shrink", "asct_advantage", "backward", "centre_q",
     "cost_hat", "evaluate_leaf", "expand", "init_cache", "init_tree", "linear_schedule",
-    "make_search_config", "make_search_fn", "make_selection", "mc_return", "paper_config",
+    "make_search_config", "make_search_fn", "make_selection", "mc_return", "paper_config", "policy_weighted_advantage",
     "puct", "remaining_costs", "rollout_return", "search", "simulate", "simulation_cost",
     "t_hat_table", "uct", "uct_prior", "uct_scores", "uniform", "uniform_sample",
 ]

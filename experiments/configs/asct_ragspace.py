@@ -25,6 +25,7 @@ import ml_collections
 
 from experiments.configs import base
 
+QUICK_LR = 3e-4
 METHODS = ("ppo_return", "vineppo", "asct_uniform", "asct_uct", "asct_agentuct",
            "asct_actor_rollout", "gigpo")
 
@@ -60,10 +61,16 @@ def get_config(arg: str = "full"):
     c.table.probe = True                        # the description probe (Table 6)
     c.table.warm_start = False                  # set by the "_warm" args
     if arg in ("quick", "smoke"):
+        # 30 steps of 8 questions x 2 episodes, 2 minibatches x 2 epochs. lr 3e-4 chosen
+        # on seed 7 (not a table seed) from {1e-4: the greedy actor did not move in 30
+        # steps, 3e-4, 1e-3} (docs/results/asct_ragspace.md).
         c.train.experiment = "asct_ragspace_quick"
         c.train.steps = 30
         c.train.eval_every = 30
         c.rollout.num_groups = 8
+        c.rollout.group_size = 2
+        c.ppo.minibatches = 2
+        c.ppo.lr = QUICK_LR
         if arg == "smoke":
             # `experiments.reproduce --quick`: the pipeline in a few minutes on 2 cores;
             # its numbers do not separate the methods.
@@ -71,11 +78,16 @@ def get_config(arg: str = "full"):
             c.train.steps = c.train.eval_every = 8
             c.train.eval_episodes = 128
             c.rollout.num_groups = 2
+            c.rollout.group_size = 4
+            c.ppo.minibatches = 1
             c.table.seeds = (42, 43)
             c.table.methods = ("ppo_return", "vineppo", "asct_agentuct")
             c.table.transfer = ()
             c.table.probe = False
-    return base.use_warm_start(c, warm)
+    c = base.use_warm_start(c, warm)
+    if arg in ("quick", "smoke"):
+        c.ppo.lr = QUICK_LR          # use_warm_start lowers it to the warm-start rate
+    return c
 
 
 def get_constraints():
