@@ -328,7 +328,7 @@ def test_make_selection_binds_the_rules_own_hyperparameters():
     cd = ml_collections.ConfigDict(dict(num_simulations=4, max_depth=2, c=0.5, beta=2.0,
                                         leaf_eval="critic", charge="expansion"))
     assert set(S.RULES) == {"uniform", "uct", "agentuct", "uniform_sample", "uct_prior",
-                            "agentuct_shrink", "puct"}
+                            "agentuct_shrink", "puct", "prior_sample"}
     assert S.make_search_config(cd) == S.SearchConfig(num_simulations=4, max_depth=2,
                                                       leaf_eval="critic", charge="expansion")
     assert S.make_selection("uniform", cd).keywords == {}
