@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from asct_jax.infra import config_cli
-from asct_jax.infra.run_logger import atomic_write_json
+from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import scatter_with_errorbars
 from experiments.runner import from_warm_start, run_grid, write_table
 
@@ -149,7 +149,6 @@ def main(config):
         pm = {f"probe/{d}/selection": f"A selected ({d})" for d in PROBE_DESCRIPTIONS}
         print(write_table(results, pm, os.path.join(out_dir, "probe")))
     live = liveness(out_dir, config.table.methods, seeds)
-    from asct_jax.infra.run_logger import atomic_write_text
     atomic_write_text(os.path.join(out_dir, "liveness.md"), live)
     print(live)
     print("untrained (test split):", base)

@@ -43,7 +43,7 @@ from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, from_turn_advantages,
                                 state_policy_fn, turn_states, value_targets_mc)
-from asct_jax.rl.types import Credit, Rollout
+from asct_jax.rl.types import Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search.cache import init_cache
 from asct_jax.search.credit import (CENTRE_MODES, asct_advantage, centre_q,
@@ -143,7 +143,7 @@ def paper_search_config(ac: ASCTConfig, rule: str, actor_rollout: bool = False):
     return paper_config(rule, ac.trials, actor_rollout=actor, c_tok=ac.c_tok, **extra)
 
 
-def search_metrics(out, valid_flat, q_bt, mask_bt, used_fallback, turn_mask):
+def search_metrics(out, valid_flat, used_fallback, turn_mask):
     """The paper's search metrics of one step: T_aux split into T_env and T_actor, the
     env calls, J_search = (sum of trial utilities - beta T_aux) / K, the root visits."""
     v = valid_flat
@@ -195,8 +195,7 @@ def paper_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout,
     fallback = adv.returns_to_go(batch.rewards, batch.turn_mask) - batch.values
     used_fallback = batch.turn_mask & ~has
     a = jnp.where(has, a, jnp.where(batch.turn_mask, fallback, 0.0))
-    metrics = search_metrics(out, valid.reshape(-1), q_bt, mask_bt, used_fallback,
-                             batch.turn_mask)
+    metrics = search_metrics(out, valid.reshape(-1), used_fallback, batch.turn_mask)
     return a, out.cache, metrics
 
 
@@ -222,8 +221,7 @@ def earlier_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollou
     g = adv.returns_to_go(batch.rewards, batch.turn_mask)
     a, used_fallback = asct_advantage(q_bt, mask_bt, batch.action_index, batch.values,
                                       g - batch.values, searched, batch.turn_mask)
-    metrics = search_metrics(out, valid.reshape(-1), q_bt, mask_bt, used_fallback,
-                             batch.turn_mask)
+    metrics = search_metrics(out, valid.reshape(-1), used_fallback, batch.turn_mask)
     metrics["asct/beta"] = jnp.asarray(beta, jnp.float32)
     return a, metrics
 
