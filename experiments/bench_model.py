@@ -31,6 +31,18 @@ torch's 2 threads lose whole scheduler slices at every barrier once another proc
 a core (tiny: 1.3 s a pass instead of 46 ms; 1 thread: 36 ms). XLA does not use OpenMP.
 
   OMP_WAIT_POLICY=PASSIVE python -m experiments.bench_model --train-pass --models tiny smollm2-135m
+
+--rollout times generation at a rollout's shapes instead (issue 23): SmolLM2-135M, batch 8
+and 32, ragged left-padded prompts of real text (3P/4 to P tokens, P = 256; one row full),
+64 new tokens sampled at temperature 1, ours (models.generate, jitted while_loop) vs
+transformers' `generate` (DynamicCache, do_sample, top_k 0) on the same weights, torch threads
+= the cores. Each side's prompt pass is also timed alone (ours: the jitted `generate.prefill`,
+the first part of the same program; torch: one forward with logits_to_keep=1), so the
+split prefill / decode = prefill / (whole - prefill). Compile time apart (first call minus
+the steady median), --repeats interleaved rounds. Then a greedy cross-check: ours and
+torch's greedy tokens on the first --check-rows rows (identical prefix per row).
+
+  OMP_WAIT_POLICY=PASSIVE python -m experiments.bench_model --rollout
 """
 from __future__ import annotations
 
@@ -136,6 +148,113 @@ def bench_one(name, ours, ref, batch, args):
 
     row("generate", "torch", *timed(torch_gen, args.repeats), n_gen)
     row("score", "torch", *timed(torch_score, args.repeats), n_score)
+    return rows
+
+
+def rollout_prompts(tokenizer, batch: int, prompt_len: int, seed: int = 0):
+    """[B, P] int32 ids and mask: windows of real text (the repository's docs, tokenized),
+    row lengths drawn uniformly in [3P/4, P], left-padded with 0 (mask False) to P."""
+    import glob
+    text = "\n\n".join(open(f).read() for f in sorted(glob.glob("docs/**/*.md", recursive=True)))
+    ids = np.asarray(tokenizer(text)["input_ids"], np.int32)
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3 * prompt_len // 4, prompt_len + 1, batch)
+    lengths[0] = prompt_len   # one full row
+    prompt, mask = np.zeros((batch, prompt_len), np.int32), np.zeros((batch, prompt_len), bool)
+    for r, n in enumerate(lengths):
+        start = rng.integers(0, len(ids) - n)
+        prompt[r, prompt_len - n:], mask[r, prompt_len - n:] = ids[start:start + n], True
+    return prompt, mask
+
+
+def bench_rollout(name, ours, ref, tokenizer, args):
+    """Generation at rollout shapes (see --rollout): ours vs torch's `generate`, same prompts.
+
+    Per batch size: sampling at temperature 1, top_p 1 (ours: models.generate; torch:
+    generate(do_sample=True, top_k=0), DynamicCache), and each side's prompt pass alone (ours:
+    the jitted `generate.prefill`, torch: one forward with logits_to_keep=1), so decode = whole
+    - prefill. One first call each (ours: compile + run), then --repeats interleaved rounds
+    (median). New tokens / s count batch * new_tokens over the whole call, prefill included
+    (no row stops: no stop tokens, torch with min_new_tokens). Then the greedy cross-check: both
+    sides' greedy tokens on the first --check-rows rows of the smallest batch."""
+    import importlib
+    import jax.numpy as jnp
+    from flax import nnx
+    gen_lib = importlib.import_module("asct_jax.models.generate")
+    n_new, p_len = args.new_tokens, args.prompt_len
+    graphdef, state = nnx.split(ours)
+    prefill_jit = jax.jit(lambda s, ids, m: gen_lib.prefill(nnx.merge(graphdef, s), ids, m, n_new)[1])
+    key = jax.random.key(0)
+    rows = []
+    for batch in args.batch_sizes:
+        prompt, pmask = rollout_prompts(tokenizer, batch, p_len)
+        ids_j, mask_j = jnp.asarray(prompt), jnp.asarray(pmask)
+        x, xm = torch.as_tensor(prompt, dtype=torch.long), torch.as_tensor(pmask, dtype=torch.long)
+
+        def ours_gen():
+            return models.generate(ours, ids_j, mask_j, key, max_new_tokens=n_new,
+                                   temperature=1.0).tokens.block_until_ready()
+
+        def torch_gen():
+            with torch.no_grad():
+                return ref.generate(x, attention_mask=xm, max_new_tokens=n_new, min_new_tokens=n_new,
+                                    do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                                    eos_token_id=None, pad_token_id=0)
+
+        def torch_prefill():
+            with torch.no_grad():
+                pos = (xm.cumsum(-1) - 1).clamp(min=0)
+                return ref(x, attention_mask=xm, position_ids=pos, use_cache=True, logits_to_keep=1).logits
+
+        calls = dict(jax_generate=ours_gen, jax_prefill=lambda: prefill_jit(state, ids_j, mask_j).block_until_ready(),
+                     torch_generate=torch_gen, torch_prefill=torch_prefill)
+        first, times = {}, {k: [] for k in calls}
+        for k, fn in calls.items():
+            t = time.perf_counter()
+            fn()
+            first[k] = time.perf_counter() - t
+        for _ in range(args.repeats):
+            for k, fn in calls.items():
+                t = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        r = dict(model=name, op="rollout_generate", batch=batch, prompt_len=p_len,
+                 prompt_tokens=int(pmask.sum()), new_tokens=n_new, temperature=1.0,
+                 times_s=times, first_s=first, steady_s=med, load_1min=os.getloadavg()[0])
+        for impl in ("jax", "torch"):
+            whole, pre = med[f"{impl}_generate"], med[f"{impl}_prefill"]
+            r[f"{impl}_tokens_per_s"] = batch * n_new / whole
+            r[f"{impl}_decode_tokens_per_s"] = batch * n_new / max(whole - pre, 1e-9)
+            r[f"{impl}_prefill_share"] = pre / whole
+        r["speed_vs_torch"] = statistics.median(t / o for o, t in zip(times["jax_generate"], times["torch_generate"]))
+        r["jax_compile_s"] = max(first["jax_generate"] - med["jax_generate"], 0.0)
+        r["jax_prefill_compile_s"] = max(first["jax_prefill"] - med["jax_prefill"], 0.0)
+        rows.append(r)
+        print(f"{name} B={batch} P={p_len} ({r['prompt_tokens']} real prompt tokens) N={n_new}: "
+              f"ours {r['jax_tokens_per_s']:.1f} tok/s ({med['jax_generate']:.2f} s, prefill "
+              f"{med['jax_prefill']:.2f} s = {r['jax_prefill_share']:.0%}, decode {r['jax_decode_tokens_per_s']:.1f} "
+              f"tok/s, compile {r['jax_compile_s']:.1f} s + prefill-only {r['jax_prefill_compile_s']:.1f} s) | "
+              f"torch {r['torch_tokens_per_s']:.1f} tok/s ({med['torch_generate']:.2f} s, prefill "
+              f"{med['torch_prefill']:.2f} s = {r['torch_prefill_share']:.0%}, decode "
+              f"{r['torch_decode_tokens_per_s']:.1f} tok/s) | ours / torch {r['speed_vs_torch']:.2f}x "
+              f"(of the medians {med['torch_generate'] / med['jax_generate']:.2f}x)  load {r['load_1min']:.2f}",
+              flush=True)
+
+    # Greedy cross-check on the first rows of the smallest batch (ragged, left-padded).
+    prompt, pmask = rollout_prompts(tokenizer, min(args.batch_sizes), p_len)
+    prompt, pmask = prompt[:args.check_rows], pmask[:args.check_rows]
+    ours_tok = np.asarray(models.generate(ours, prompt, pmask, key, max_new_tokens=n_new, greedy=True).tokens)
+    with torch.no_grad():
+        x = torch.as_tensor(prompt, dtype=torch.long)
+        ref_tok = ref.generate(x, attention_mask=torch.as_tensor(pmask, dtype=torch.long), max_new_tokens=n_new,
+                               min_new_tokens=n_new, do_sample=False, eos_token_id=None,
+                               pad_token_id=0)[:, p_len:].numpy()
+    agree = [int(np.argmin(o == t)) if (o != t).any() else n_new for o, t in zip(ours_tok, ref_tok)]
+    print(f"{name} greedy cross-check, {len(agree)} rows x {n_new} new tokens: identical prefix per row {agree}"
+          f"; row 0: {tokenizer.decode(ours_tok[0][:agree[0]])!r}", flush=True)
+    rows.append(dict(model=name, op="rollout_greedy_check", rows=len(agree), new_tokens=n_new,
+                     identical_prefix=agree, all_identical=bool(all(a == n_new for a in agree))))
     return rows
 
 
@@ -355,11 +474,24 @@ def main():
                         metavar=("N", "O", "A", "K"), help="policy scoring training pass (with --train-pass)")
     parser.add_argument("--out", default=None,
                         help="default results/bench/model.json (model_train.json with --train-pass)")
+    parser.add_argument("--rollout", action="store_true",
+                        help="generation at rollout shapes instead of generate / score: ragged left-padded "
+                             "text prompts, sampling at T=1, prefill vs decode split, greedy cross-check; "
+                             "defaults --models smollm2-135m --batch-sizes 8 32 --prompt-len 256 "
+                             "--new-tokens 64 --repeats 2, torch threads = the cores")
+    parser.add_argument("--check-rows", type=int, default=4, help="rows of the greedy cross-check (--rollout)")
     args = parser.parse_args()
-    args.out = args.out or f"results/bench/model{'_train' if args.train_pass else ''}.json"
+    if args.rollout:   # the rollout mode's own defaults for what was not given
+        given = {a.split("=")[0] for a in __import__("sys").argv[1:]}
+        for flag, value in (("--models", ["smollm2-135m"]), ("--batch-sizes", [8, 32]), ("--prompt-len", 256),
+                            ("--new-tokens", 64), ("--repeats", 2)):
+            if flag not in given:
+                setattr(args, flag[2:].replace("-", "_"), value)
+    args.out = args.out or (f"results/bench/model{'_train' if args.train_pass else ''}"
+                            f"{'_rollout' if args.rollout else ''}.json")
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
-    elif args.train_pass:
+    elif args.train_pass or args.rollout:
         torch.set_num_threads(len(os.sched_getaffinity(0)))
 
     env = dict(jax=jax.__version__, torch=torch.__version__, backend=jax.default_backend(),
@@ -372,6 +504,12 @@ def main():
         ours, ref, ours_bf16 = load_pair(name, bf16=args.train_pass)
         if args.train_pass:
             rows += bench_train_pass(name, ours, ref, ours_bf16, args)
+        elif args.rollout:
+            path = models.smollm2_gguf_path() if name == "smollm2-135m" else None
+            if path is None:
+                raise SystemExit("--rollout needs a model with a tokenizer: --models smollm2-135m")
+            from asct_jax.models.loading import load_tokenizer
+            rows += bench_rollout(name, ours, ref, load_tokenizer(path), args)
         else:
             for batch in args.batch_sizes:
                 rows += bench_one(name, ours, ref, batch, args)
