@@ -21,6 +21,15 @@ for every method. Compile time (lower + compile) is reported apart from steady-s
 (median of repeated calls after one warm-up, each blocked until ready); throughput is
 simulations per second = B * N / steady-state seconds.
 
+--step_method (an ASCT method of the paper, e.g. asct_agentuct; on ragspace with the tiny
+decoder, experiments/configs/asct_ragspace.py's quick config at --step_batch episodes):
+the share of one compiled training step spent in the search. It times the whole step
+(rollout -> credit -> PPO update, as trainer.train runs it, the method's cache carried
+from step to step), then, at the same batch, the rollout alone and the credit's search
+alone (every visited state of a rollout batch, B = asct.trials trials each, the cache the
+steps left), each compile (lower + compile) apart from steady state (median of repeated
+calls after one warm-up).
+
 The policy: on toy_tree a fixed random logits table; on other environments pi_old is
 uniform over the legal candidates with value 0 (the benchmark measures the search, not a
 network), or with --policy tiny the tiny decoder: the ratio of the two runs' times is the
@@ -29,7 +38,7 @@ share of the search spent outside the policy's forward passes.
 Usage:
   python experiments/bench_search.py [--env toy_tree] [--batch_sizes 256,1024]
       [--num_simulations 16,64] [--methods ours_puct_critic,...] [--min_time 0.5]
-      [--out results/bench/search.json]
+      [--step_method asct_agentuct] [--step_batch 8x2] [--out results/bench/search.json]
 """
 from __future__ import annotations
 
@@ -168,6 +177,79 @@ def time_fn(fn: Callable, args, min_time: float, min_reps: int = 3) -> Dict[str,
             "reps": len(times)}, out
 
 
+# The paper's ASCT methods: (selection rule, ActorRollout) as asct_jax.search.methods builds them.
+STEP_METHODS = {"asct_uniform": ("uniform", False), "asct_uct": ("uct", False),
+                "asct_agentuct": ("agentuct", False), "asct_actor_rollout": ("uniform", True)}
+
+
+def step_share(method: str, num_groups: int, group_size: int, min_time: float,
+               min_reps: int = 3) -> Dict[str, float]:
+    """Compile and steady-state seconds of a whole training step of `method` on ragspace
+    (the quick config of experiments/configs/asct_ragspace.py at num_groups x group_size
+    episodes, the tiny decoder) and, at the same batch, of its rollout alone and of its
+    credit's search alone (the module docstring)."""
+    from asct_jax.rl.credit import state_policy_fn
+    from asct_jax.rl.rollout import rollout
+    from asct_jax.rl.train_step import make_train_step, policy_params
+    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from asct_jax.search.methods import paper_search_config
+    from experiments import registry
+    from experiments.configs import asct_ragspace
+
+    if method not in STEP_METHODS:
+        raise ValueError(f"--step_method: {method!r} is not one of {sorted(STEP_METHODS)}")
+    c = asct_ragspace.get_config("quick")
+    c.method = method
+    c.rollout.num_groups, c.rollout.group_size = num_groups, group_size
+    c.ppo.minibatches = 2 if (num_groups * group_size) % 2 == 0 else 1
+    m, _ = registry.check(c)
+    source = JaxEnvSource(c)
+    learner = build_learner(c, m, source)
+    env, env_params, ctx = source.env, source.env_params, learner.ctx
+    key = learner.key
+
+    # The whole step, its state (the method's cache included) carried as training does.
+    t0 = time.perf_counter()
+    step = make_train_step(learner, env, env_params).lower(learner.init_state, key).compile()
+    step_compile = time.perf_counter() - t0
+    state, _ = jax.block_until_ready(step(learner.init_state, key))   # warm-up
+    times: List[float] = []
+    start = time.perf_counter()
+    while len(times) < min_reps or time.perf_counter() - start < min_time:
+        t = time.perf_counter()
+        state, _ = jax.block_until_ready(step(state, key))
+        times.append(time.perf_counter() - t)
+    out = {"step_compile_s": step_compile, "step_s": statistics.median(times),
+           "step_reps": len(times)}
+
+    # The rollout alone and the search alone, from the state the steps reached.
+    params = policy_params(state)
+    roll = functools.partial(rollout, learner.policy, env=env, env_params=env_params,
+                             num_groups=num_groups, group_size=group_size)
+    timing, batch = time_fn(lambda p, k: roll(p, key=k), (params, jax.random.key(5)),
+                            min_time, min_reps)
+    out.update(rollout_compile_s=timing["compile_s"], rollout_s=timing["step_s"])
+    rule, actor_rollout = STEP_METHODS[method]
+    ac = learner.method_config
+    scfg = paper_search_config(ac, rule, actor_rollout)
+    sel = S.make_selection(rule, {"c_exp": ac.c_exp, "c_tok": ac.c_tok})
+    roots = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch.states)  # B * T
+
+    def search_alone(params, roots, key, cache):
+        o = S.search(env, env_params, roots, state_policy_fn(ctx, params), key, sel, scfg,
+                     cache=cache)
+        return o.q, o.visits, o.cache
+    timing, _ = time_fn(search_alone, (params, roots, jax.random.key(6), state.method_state),
+                        min_time, min_reps)
+    out.update(search_compile_s=timing["compile_s"], search_s=timing["step_s"],
+               roots=int(np.prod(batch.turn_mask.shape)), trials=int(ac.trials),
+               visited=float(np.mean(np.sum(np.asarray(batch.turn_mask), 1))),
+               episodes=num_groups * group_size, method=method)
+    out["search_share"] = out["search_s"] / out["step_s"]
+    out["search_compile_share"] = out["search_compile_s"] / out["step_compile_s"]
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--env", default="toy_tree")
@@ -179,6 +261,11 @@ def main(argv=None):
     ap.add_argument("--num_simulations", default="16,64")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--min_time", type=float, default=0.5)
+    ap.add_argument("--step_method", default="",
+                    help="also the search's share of a training step of this ASCT method "
+                         f"on ragspace ({', '.join(STEP_METHODS)}; empty: skip)")
+    ap.add_argument("--step_batch", default="8x2",
+                    help="num_groups x group_size episodes of that training step")
     ap.add_argument("--out", default="results/bench/search.json")
     a = ap.parse_args(argv)
     methods = [m for m in a.methods.split(",") if m]
@@ -231,6 +318,10 @@ def main(argv=None):
         "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
         "platform": platform.platform(), "rows": rows, "ratios": ratios,
     }
+    share = None
+    if a.step_method:
+        g, k = (int(x) for x in a.step_batch.lower().split("x"))
+        share = result["step_share"] = step_share(a.step_method, g, k, a.min_time)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(result, f, indent=2)
@@ -246,6 +337,16 @@ def main(argv=None):
     for r in ratios:
         print(f"B={r['batch']} N={r['num_simulations']}: {r['ours']} / {r['ref']} = "
               f"{r['speed_ratio']:.2f}x (median), {r['speed_ratio_best']:.2f}x (min)")
+    if share is not None:
+        sh = share
+        print(f"{sh['method']} on ragspace, {sh['episodes']} episodes ({sh['roots']} searched "
+              f"roots, {sh['visited']:.1f} visited per episode, {sh['trials']} trials each):")
+        print(f"  steady: search {1e3 * sh['search_s']:.1f} ms / step {1e3 * sh['step_s']:.1f} ms"
+              f" = {100 * sh['search_share']:.0f}% of the step (rollout "
+              f"{1e3 * sh['rollout_s']:.1f} ms = {100 * sh['rollout_s'] / sh['step_s']:.0f}%)")
+        print(f"  compile: search {sh['search_compile_s']:.1f} s / step "
+              f"{sh['step_compile_s']:.1f} s = {100 * sh['search_compile_share']:.0f}% (rollout "
+              f"{sh['rollout_compile_s']:.1f} s)")
     print(f"wrote {a.out}")
     return result
 

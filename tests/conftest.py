@@ -35,3 +35,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(skip)
+
+
+def _credit_setup(config, num_groups: int = 2, group_size: int = 2):
+    """(config, CreditContext, params, rollout batch) of `config` (rollout.num_groups and
+    group_size set to the given ones): the fresh policy of its environment and one batch
+    it played from key 0, what the credit-method tests feed the methods."""
+    import jax
+
+    from asct_jax.rl.credit import CreditContext
+    from asct_jax.rl.rollout import rollout
+    from asct_jax.rl.trainer import JaxEnvSource, build_policy
+
+    config.rollout.num_groups, config.rollout.group_size = num_groups, group_size
+    source = JaxEnvSource(config)
+    env, env_params = source.env, source.env_params
+    policy, params = build_policy(config, source.vocab_size, source.shape)
+    ctx = CreditContext(policy=policy, env=env, env_params=env_params, group_size=group_size)
+    batch = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, num_groups,
+                                         group_size))(params, jax.random.key(0))
+    return config, ctx, params, batch
+
+
+@pytest.fixture(scope="session")
+def credit_setup():
+    """The builder of a credit-method test's setup: credit_setup(config) -> (config, ctx,
+    params, batch) (_credit_setup); a module's fixture calls it with its own config."""
+    return _credit_setup

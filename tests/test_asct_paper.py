@@ -9,24 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from asct_jax.rl.credit import CreditContext
-from asct_jax.rl.rollout import rollout
-from asct_jax.rl.trainer import JaxEnvSource, build_policy
 from experiments import registry
 from experiments.configs import asct_ragspace, base
 
 
 @pytest.fixture(scope="module")
-def setup():
-    c = base.use_test_model(asct_ragspace.get_config("smoke"))
-    c.rollout.num_groups, c.rollout.group_size = 2, 2
-    source = JaxEnvSource(c)
-    env, env_params = source.env, source.env_params
-    policy, params = build_policy(c, source.vocab_size, source.shape)
-    ctx = CreditContext(policy=policy, env=env, env_params=env_params, group_size=2)
-    batch = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, 2, 2))(
-        params, jax.random.key(0))
-    return c, ctx, params, batch
+def setup(credit_setup):
+    # conftest: 2 x 2 episodes of the fresh policy (test_credit_methods.py's, on ragspace)
+    return credit_setup(base.use_test_model(asct_ragspace.get_config("smoke")))
 
 
 def _credit(setup, method, mstate="init", **fields):

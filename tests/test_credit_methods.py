@@ -5,9 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from asct_jax.rl.credit import CreditContext, state_policy_fn
-from asct_jax.rl.rollout import rollout
-from asct_jax.rl.trainer import JaxEnvSource, build_policy
+from asct_jax.rl.credit import state_policy_fn
 from asct_jax.search.methods import live_state_values
 from asct_jax.search.rollout_value import mc_return
 from experiments import registry
@@ -15,19 +13,12 @@ from experiments.configs import base
 
 
 @pytest.fixture(scope="module")
-def setup():
+def setup(credit_setup):
     c = base.use_test_model(base.get_config())
     c.env.name = "rag_workflow"
-    c.rollout.num_groups, c.rollout.group_size = 2, 2
     c.asct.search.num_simulations = 4
     c.vineppo.k = 2
-    source = JaxEnvSource(c)
-    env, env_params = source.env, source.env_params
-    policy, params = build_policy(c, source.vocab_size, source.shape)
-    ctx = CreditContext(policy=policy, env=env, env_params=env_params, group_size=2)
-    batch = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, 2, 2))(
-        params, jax.random.key(0))
-    return c, ctx, params, batch
+    return credit_setup(c)      # conftest: 2 x 2 episodes of the fresh policy
 
 
 def test_registry_names_each_method_once_and_rejects_unknown_names():

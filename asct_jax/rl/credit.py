@@ -136,6 +136,13 @@ class Method:
         return self.init_state is not None
 
 
+def installs_credit_state(cfg: Any, ctx: CreditContext, mstate: Any,
+                          inputs: StateInputs) -> Tuple[Any, Dict[str, Any]]:
+    """update_state of a method whose credit already made the state's update (returned
+    it as Credit.state: the execution cache its searches left, FACTOR's critic)."""
+    return inputs.credit.state, {}
+
+
 def zero_cost_metrics() -> Dict[str, Any]:
     return {"aux_tokens": jnp.float32(0.0), "env_calls": jnp.float32(0.0)}
 

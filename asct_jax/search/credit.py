@@ -25,7 +25,8 @@ def policy_weighted_advantage(
     log_pi_old: chex.Array,
     taken: chex.Array,
     turn_mask: chex.Array,
-) -> chex.Array:
+    return_has: bool = False,
+):
     """The ASCT paper's actor-centred credit (Eqs. 3-4), no critic:
 
       V_hat(s) = sum_a p_a Q_hat(s, a),   p_a = pi_old(a | s),
@@ -42,9 +43,11 @@ def policy_weighted_advantage(
       log_pi_old: [B, T, K] f32, log pi_old(a | s_t) (-inf allowed where illegal).
       taken: [B, T] int32, the index of the actor's sampled action a_t (-1: none).
       turn_mask: [B, T] bool, the real turns.
+      return_has: also return the real turns whose taken action has an estimate.
 
     Returns:
-      [B, T] f32 A(s_t, a_t).
+      [B, T] f32 A(s_t, a_t); with return_has, (A, has [B, T] bool): q_mask at a_t,
+      taken >= 0 and turn_mask (where has is False a caller may put a fallback credit).
     """
     chex.assert_rank([q_hat, q_mask, log_pi_old], 3)
     chex.assert_equal_shape([q_hat, q_mask, log_pi_old])
@@ -57,8 +60,9 @@ def policy_weighted_advantage(
     v_hat = jnp.sum(p * q, axis=-1) / jnp.where(z > 0, z, 1.0)      # V_hat = sum_a p_a Q_hat
     idx = jnp.clip(taken, 0, k - 1)[..., None]
     q_taken = jnp.take_along_axis(q, idx, axis=-1)[..., 0]
-    has = jnp.take_along_axis(mask, idx, axis=-1)[..., 0] & (taken >= 0) & turn_mask & (z > 0)
-    return jnp.where(has, q_taken - v_hat, 0.0).astype(jnp.float32)  # A = Q_hat(a_t) - V_hat
+    has = jnp.take_along_axis(mask, idx, axis=-1)[..., 0] & (taken >= 0) & turn_mask
+    a = jnp.where(has & (z > 0), q_taken - v_hat, 0.0).astype(jnp.float32)  # Q_hat(a_t) - V_hat
+    return (a, has) if return_has else a
 
 
 def centre_q(

@@ -42,7 +42,8 @@ from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, from_turn_advantages,
-                                state_policy_fn, turn_states, value_targets_mc)
+                                installs_credit_state, state_policy_fn, turn_states,
+                                value_targets_mc)
 from asct_jax.rl.types import Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search.cache import init_cache
@@ -188,10 +189,8 @@ def paper_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout,
     mask_bt = _scatter(idx, valid, out.q_mask.reshape(b, s, kk), t) > 0
     logp_bt = jnp.where(mask_bt, _scatter(idx, valid, jnp.where(
         out.q_mask, out.prior_logp, 0.0).reshape(b, s, kk), t), -jnp.inf)
-    a = policy_weighted_advantage(q_bt, mask_bt, logp_bt, batch.action_index, batch.turn_mask)
-    idx_c = jnp.clip(batch.action_index, 0, kk - 1)[..., None]
-    has = (jnp.take_along_axis(mask_bt, idx_c, -1)[..., 0] & (batch.action_index >= 0)
-           & batch.turn_mask)
+    a, has = policy_weighted_advantage(q_bt, mask_bt, logp_bt, batch.action_index,
+                                       batch.turn_mask, return_has=True)
     fallback = adv.returns_to_go(batch.rewards, batch.turn_mask) - batch.values
     used_fallback = batch.turn_mask & ~has
     a = jnp.where(has, a, jnp.where(batch.turn_mask, fallback, 0.0))
@@ -256,11 +255,6 @@ def _asct_factory(rule: str, actor_rollout: bool = False):
 
 def _cache_init(cfg, ctx: CreditContext, params, key):
     return _cache_state(cfg.cache and getattr(cfg, "variant", "paper") == "paper", ctx)
-
-
-def _installs_credit_state(cfg, ctx, mstate, inputs):
-    """The cache after the step is the one the credit's searches left."""
-    return inputs.credit.state, {}
 
 
 def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollouts: int,
@@ -342,13 +336,13 @@ def _vineppo(cfg: VinePPOConfig, ctx: CreditContext):
 
 VINEPPO = Method("vineppo", _vineppo, restores_states_in_step=True, normalise="standardise",
                  make_config=functools.partial(from_section, VinePPOConfig, section="vineppo"),
-                 init_state=_cache_init, update_state=_installs_credit_state)
+                 init_state=_cache_init, update_state=installs_credit_state)
 
 
 def _asct_method(name: str, rule: str, actor_rollout: bool = False) -> Method:
     return Method(name, _asct_factory(rule, actor_rollout), make_config=asct_config,
                   restores_states_in_step=True, normalise="standardise",
-                  init_state=_cache_init, update_state=_installs_credit_state)
+                  init_state=_cache_init, update_state=installs_credit_state)
 
 
 ASCT_UNIFORM = _asct_method("asct_uniform", "uniform")
