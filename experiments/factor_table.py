@@ -1,4 +1,5 @@
-"""The FACTOR table (docs/methods.md, FACTOR) on the household / shop / science analogues.
+"""The FACTOR table (docs/methods.md, FACTOR) on the household / shop / science analogues
+(experiments/configs/factor_generate.py: the same table with the generating actor).
 
 Every method trains with the same steps and group size. grpo_extended is GRPO given
 FACTOR's environment-call budget: its rollout.num_groups is scaled by the ratio of
@@ -18,6 +19,10 @@ from experiments.runner import from_warm_start, run_grid, write_table
 
 METRICS = {"final/env/success": "success", "final/env/score": "score",
            "total/env_calls": "env calls", "wall_clock_s": "wall clock (s)"}
+# A generating actor's (actor.chooser = "generate"), on the held-out greedy episodes:
+# the share of invalid steps and of actions written with two or more action tokens.
+GEN_METRICS = {"final/gen/invalid": "invalid rate",
+               "final/gen/multi_token_action": "actions of >= 2 tokens"}
 
 
 def _mean(runs, key):
@@ -30,6 +35,7 @@ def main(config):
     methods = list(config.table.methods)
     order = [m for m in ("grpo", "factor") if m in methods] + \
             [m for m in methods if m not in ("grpo", "factor")]
+    metrics = dict(METRICS, **(GEN_METRICS if config.actor.chooser == "generate" else {}))
     ratios = []
     for env in config.table.envs:
         results = {}
@@ -46,7 +52,7 @@ def main(config):
             results[m] = run_grid(config, [(name, overrides)], seeds,
                                   config.train.experiment)[name]
         print(f"\n## {env}\n")
-        print(write_table({m: results[m] for m in methods}, METRICS,
+        print(write_table({m: results[m] for m in methods}, metrics,
                           os.path.join(out_dir, env)))
         if {"grpo", "factor"} <= set(results):
             ratios.append({

@@ -32,6 +32,7 @@ from experiments.configs.base import WARM_START_FIELDS
 from experiments.dotted import flatten, under
 
 KEYS = ("env/success", "env/score", "return", "episode_len")
+GEN_KEYS = ("gen/invalid", "gen/multi_token_action")   # a generating actor's (actor.chooser)
 
 
 def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilon: float,
@@ -79,7 +80,7 @@ def run(config, out_dir: str = None):
         "env": config.env.name, "seed": config.warm_start.seed, "eval_episodes": tc.eval_episodes,
         "eval_seed": tc.eval_seed, "eval_greedy": tc.eval_greedy,
         "warm_start": config_to_dict(config.warm_start), "warm_start_s": wall, **info,
-        "actor": {k: actor[f"eval/{k}"] for k in KEYS},
+        "actor": {k: actor[f"eval/{k}"] for k in KEYS + GEN_KEYS if f"eval/{k}" in actor},
         # "expert": the imitated scripted policy (warm_start.teacher), noise-free.
         "expert": {k: v for k, v in scripted_metrics(
             source, tc.eval_episodes, tc.eval_seed, 0.0,
@@ -107,8 +108,15 @@ def key(config) -> str:
 def _depends(config) -> dict:
     from asct_jax.infra.config_cli import config_to_dict
 
-    return {k: v for k, v in flatten(config_to_dict(config)).items()
-            if under(k, WARM_START_FIELDS)}
+    return depends_on(flatten(config_to_dict(config)))
+
+
+def depends_on(flat: dict) -> dict:
+    """The WARM_START_FIELDS of a flat config; the actor section only for a generating
+    actor (the candidate-scoring actor's warm start does not read it)."""
+    generate = flat.get("actor.chooser", "candidates") != "candidates"
+    return {k: v for k, v in flat.items() if under(k, WARM_START_FIELDS)
+            and (generate or not under(k, ("actor",)))}
 
 
 def shared(config) -> str:
@@ -133,8 +141,7 @@ def shared(config) -> str:
                   f"{s['random']['env/success']:.3f}); {s['warm_start_s']:.0f} s", flush=True)
             return out_dir
     with open(os.path.join(out_dir, "config.json")) as f:
-        stored = {k: v for k, v in flatten(json.load(f)).items()
-                  if under(k, WARM_START_FIELDS)}
+        stored = depends_on(flatten(json.load(f)))
     if json.loads(json.dumps(stored)) != json.loads(json.dumps(_depends(config))):
         raise ValueError(f"{out_dir}: its config.json does not match its name; delete it")
     return out_dir

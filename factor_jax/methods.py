@@ -44,10 +44,10 @@ import factor_jax as fj
 from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
-from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, state_policy_fn,
-                                value_targets_mc)
+from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, installs_credit_state,
+                                state_policy_fn, value_targets_mc)
 from asct_jax.rl.methods import GRPO
-from asct_jax.rl.types import Credit, Rollout
+from asct_jax.rl.types import Credit, Rollout, action_tokens, nonaction_tokens, policy_inputs
 from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search.methods import ASCTConfig, asct_config, searched_advantages
 from factor_jax import critic as tac_critic
@@ -178,10 +178,11 @@ def terminal_rewards(terminal, turn_mask):
 
 def allocation_mask(alloc_tokens: str, batch: Rollout):
     """[B, T, A] bool, the tokens HTA + APM spread an action's credit over: every real
-    action token ("all", the authors'), or ("choice") those where constrained decoding
+    action token ("all", the authors'; a generating actor's tokens inside the action
+    tags), or ("choice") those where constrained decoding
     left the actor a choice (fj.choice_tokens; a forced token has no gradient)."""
     if alloc_tokens == "all":
-        return batch.token_mask
+        return action_tokens(batch)
     return fj.choice_tokens(batch.actions, batch.cand_tokens, batch.cand_mask,
                             batch.token_mask)
 
@@ -191,7 +192,7 @@ def teacher_outputs(ctx: CreditContext, params, batch: Rollout):
     constrained distributions dist_logp, support [B, T, K, A])."""
     b, t = batch.turn_mask.shape
     logp, dist, support = ctx.policy.teacher_outputs(
-        params, _flat(batch.obs), _flat(batch.feedback), _flat(batch.actions),
+        params, _flat(policy_inputs(batch)), _flat(batch.feedback), _flat(batch.actions),
         _flat(batch.cand_tokens), _flat(batch.cand_mask))
     shape = lambda x: x.reshape((b, t) + x.shape[1:])
     return jnp.where(batch.token_mask, shape(logp), 0.0), shape(dist), shape(support)
@@ -200,7 +201,8 @@ def teacher_outputs(ctx: CreditContext, params, batch: Rollout):
 def teacher_log_probs(ctx: CreditContext, params, batch: Rollout):
     """Hindsight teacher log-probs [B, T, A] (0 on padding)."""
     b, t = batch.turn_mask.shape
-    logp = ctx.policy.teacher_log_probs(params, _flat(batch.obs), _flat(batch.feedback),
+    logp = ctx.policy.teacher_log_probs(params, _flat(policy_inputs(batch)),
+                                        _flat(batch.feedback),
                                         _flat(batch.actions), _flat(batch.cand_tokens),
                                         _flat(batch.cand_mask))
     return jnp.where(batch.token_mask, logp.reshape(b, t, -1), 0.0)
@@ -209,7 +211,7 @@ def teacher_log_probs(ctx: CreditContext, params, batch: Rollout):
 def batch_features(ctx: CreditContext, params, batch: Rollout):
     """[B, T, H] stop-gradient boundary features of every x_t."""
     b, t = batch.turn_mask.shape
-    f = ctx.policy.features(params, _flat(batch.obs))
+    f = ctx.policy.features(params, _flat(policy_inputs(batch)))
     return f.reshape(b, t, -1)
 
 
@@ -383,20 +385,15 @@ def _factor_factory(action_credit: ActionCredit = tac_action_credit,
     return factory
 
 
-def _installs_credit_state(cfg, ctx, mstate, inputs):
-    """update_state of a method whose credit already made the state's update."""
-    return inputs.credit.state, {}
-
-
 def _factor_policy_loss(fc: FactorConfig, ctx: CreditContext):
-    """L_act + L_nonact (factor_jax.factor_policy_loss). The candidate-scoring actor
-    writes action tokens only, so L_nonact has no token to average (it is 0)."""
+    """L_act + L_nonact (factor_jax.factor_policy_loss) over the action tokens and the
+    other response tokens. The candidate-scoring actor writes action tokens only, so
+    there L_nonact has no token to average (it is 0)."""
 
     def loss(out, mb: Rollout, credit: Credit, ppo):
-        nonaction = jnp.zeros_like(mb.token_mask)
         terms = fj.factor_policy_loss(out.logp, mb.logp_old, credit.coef,
-                                      credit.loss_inputs["a_seq"], mb.token_mask,
-                                      nonaction, ppo.clip_eps)
+                                      credit.loss_inputs["a_seq"], action_tokens(mb),
+                                      nonaction_tokens(mb), ppo.clip_eps)
         m = {k: v for k, v in terms.items() if k not in ("act", "nonact")}
         m.update(loss_act=terms["act"], loss_nonact=terms["nonact"])
         return terms["act"] + terms["nonact"], m
@@ -412,7 +409,7 @@ def _factor_kl_loss(fc: FactorConfig, ctx: CreditContext):
     def aux_loss(out, mb: Rollout, credit: Credit):
         li = credit.loss_inputs
         kl = fj.forward_kl(li["teacher_dist"], out.dist_logp, li["teacher_support"])
-        kl = fj.kl_token_mean(kl, mb.token_mask)
+        kl = fj.kl_token_mean(kl, action_tokens(mb))
         return li["kl_weight"][0] * kl, {"teacher_kl": kl}
     return aux_loss
 
@@ -433,7 +430,7 @@ def _serl(sc: SerlConfig, ctx: CreditContext):
         teacher = jax.lax.cond(run, lambda: teacher_log_probs(ctx, teacher_params, batch),
                                lambda: batch.logp_old)
         delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
-        coef = fj.serl_coefficients(a, delta, batch.token_mask, batch.token_mask, lam,
+        coef = fj.serl_coefficients(a, delta, action_tokens(batch), batch.token_mask, lam,
                                     sc.clip)
         return Credit(coef=coef, value_targets=value_targets_mc(batch),
                       metrics={"aux_tokens": jnp.float32(0.0), "env_calls": jnp.float32(0.0),
@@ -488,7 +485,7 @@ def _asct_factor(cfg: AsctFactorConfig, ctx: CreditContext):
 def _factor_method(name: str, factory) -> Method:
     return Method(name, factory, make_config=factor_config,
                   make_policy_loss=_factor_policy_loss, make_aux_loss=_factor_kl_loss,
-                  init_state=init_critic_state, update_state=_installs_credit_state,
+                  init_state=init_critic_state, update_state=installs_credit_state,
                   host_prepare=continue_on_host)
 
 

@@ -86,8 +86,9 @@ def test_shapes_match_jax_rollout_conventions(setup):
                 "logp_old": (b, T, A), "values": (b, T), "rewards": (b, T), "dones": (b, T),
                 "cand_tokens": (b, T, K, A), "cand_mask": (b, T, K),
                 "cand_costs": (b, T, K), "group": (b,), "env_calls": ()}
-    assert set(expected) | {"states", "final_info", "extras"} == \
-        set(Rollout.__dataclass_fields__)
+    # (prompts / action_mask / turn_info: a generating actor's, None here)
+    optional = {"states", "final_info", "extras", "prompts", "action_mask", "turn_info"}
+    assert set(expected) | optional == set(Rollout.__dataclass_fields__)
     for name, shape in expected.items():
         got, want = getattr(batch, name), getattr(ref, name)
         assert got.shape == shape, name

@@ -40,7 +40,10 @@ class Choice:
     logp: [N, A] float32 or None (zeros), log-probs of the action tokens; value: [N]
     float32 or None (zeros), the chooser's value of x_t; extra: dict of [N, ...] arrays,
     stacked to [B, T, ...] as they are (Episodes.extra); scored: [N, A] bool or None (every
-    non-PAD token), the tokens that carry the log-prob and the loss (token_mask).
+    non-PAD token), the tokens that carry the log-prob and the loss (token_mask);
+    env_actions: [N, A_env] int32 or None (= actions), what the environment receives when
+    `actions` are a generated response (its projection); penalty: [N] float32 or None,
+    subtracted from the step's reward (an invalid generated action's).
     """
 
     actions: chex.Array
@@ -49,9 +52,15 @@ class Choice:
     value: Any = None
     scored: Any = None
     extra: Dict[str, chex.Array] = dataclasses.field(default_factory=dict)
+    env_actions: Any = None
+    penalty: Any = None
 
 
-Chooser = Callable[..., Choice]   # (key, states, ts, cands, legal, costs) -> Choice
+# (key, states, ts, cands, legal, costs) -> Choice; or a stateful chooser, an object with
+# init(batch, obs_len, action_len) -> carry and
+# __call__(key, states, ts, cands, legal, costs, carry) -> (Choice, carry)
+# (asct_jax.rl.generation.GenerationChooser: its carry is the prompt's history).
+Chooser = Callable[..., Choice]
 
 
 @chex.dataclass(frozen=True)
@@ -112,30 +121,37 @@ def play_keys(env: Environment, env_params: Any, chooser: Chooser, reset_keys: c
     slice is the chooser's key; pad_id: the action token that is not one (token_mask)."""
     states, ts = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, env_params)
     batch = reset_keys.shape[0]
+    stateful = hasattr(chooser, "init")
+    memory = chooser.init(batch, env.obs_len, env.action_len) if stateful else ()
 
     def turn(carry, key_t):
-        states, ts, done, ret = carry
+        states, ts, done, ret, memory = carry
         cands, legal = jax.vmap(env.legal_actions, in_axes=(0, None))(states, env_params)
         costs = jax.vmap(env.action_costs, in_axes=(0, None))(states, env_params)
-        c = chooser(key_t, states, ts, cands, legal, costs)
+        if stateful:
+            c, memory = chooser(key_t, states, ts, cands, legal, costs, memory)
+        else:
+            c = chooser(key_t, states, ts, cands, legal, costs)
         logp = jnp.zeros(c.actions.shape, jnp.float32) if c.logp is None else c.logp
         value = jnp.zeros((batch,), jnp.float32) if c.value is None else c.value
+        env_actions = c.actions if c.env_actions is None else c.env_actions
         new_states, new_ts = jax.vmap(env.step, in_axes=(0, 0, None))(
-            states, c.actions, env_params)
+            states, env_actions, env_params)
         live = ~done
         scored = (c.actions != pad_id) if c.scored is None else c.scored
         token_mask = scored & live[:, None]
-        rewards = jnp.where(live, new_ts.reward, 0.0)
+        reward = new_ts.reward if c.penalty is None else new_ts.reward - c.penalty
+        rewards = jnp.where(live, reward, 0.0)
         out = dict(
             obs=ts.observation, feedback=new_ts.feedback, actions=c.actions,
             action_index=jnp.where(live, c.index, -1), token_mask=token_mask, turn_mask=live,
             logp_old=jnp.where(token_mask, logp, 0.0), values=value, rewards=rewards,
             dones=new_ts.done & live, cand_tokens=cands, cand_mask=legal, cand_costs=costs,
             states=states)
-        return (new_states, new_ts, done | new_ts.done, ret + rewards), (out, c.extra)
+        return (new_states, new_ts, done | new_ts.done, ret + rewards, memory), (out, c.extra)
 
-    init = (states, ts, jnp.zeros((batch,), bool), jnp.zeros((batch,), jnp.float32))
-    (_, final, _, returns), traj = jax.lax.scan(turn, init, turn_keys)
+    init = (states, ts, jnp.zeros((batch,), bool), jnp.zeros((batch,), jnp.float32), memory)
+    (_, final, _, returns, _), traj = jax.lax.scan(turn, init, turn_keys)
     record, extra = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)   # [T, B] -> [B, T]
     return Episodes(record=record, extra=extra, final=final, returns=returns,
                     group=jnp.arange(batch) // group_size,

@@ -2,8 +2,9 @@
 
 The loop is asct_jax.envs.play (one lax.scan over turns, grouped reset keys: a group
 shares its initial state and the environment's randomness); the policy plays it through
-`candidate_chooser`: each turn, score every legal candidate with pi_old (one batched
-decoder pass, see policy.py) and sample one. Everything the credit methods need is kept,
+`candidate_chooser` (each turn, score every legal candidate with pi_old in one batched
+decoder pass, see policy.py, and sample one) or, for a GenerationPolicy, through the
+generating chooser (asct_jax.rl.generation: write a response, project it). Everything the credit methods need is kept,
 including the environment state at every turn (recoverable).
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ import jax
 import jax.numpy as jnp
 
 from asct_jax.envs.base import Environment
-from asct_jax.envs.play import Choice, Chooser, play, take_candidates
+from asct_jax.envs.play import Choice, Chooser, Episodes, play, take_candidates
+from asct_jax.rl.generation import GenerationChooser, GenerationPolicy, model_writer
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.types import Rollout
 
@@ -39,6 +41,27 @@ def candidate_chooser(policy: Policy, params: Any, greedy: bool = False) -> Choo
     return choose
 
 
+def policy_chooser(policy: Policy, params: Any, greedy: bool = False) -> Chooser:
+    """The actor's chooser: candidate scoring, or generation (GenerationPolicy)."""
+    if isinstance(policy, GenerationPolicy):
+        return GenerationChooser(policy.spec, model_writer(policy, params, greedy),
+                                 policy.pad_id)
+    return candidate_chooser(policy, params, greedy)
+
+
+def episodes_to_rollout(eps: Episodes) -> Rollout:
+    """The Rollout of `play`'s Episodes (a generating chooser's prompts, action-token
+    mask and per-turn statistics included)."""
+    extra = dict(eps.extra)
+    prompts, action_mask = extra.pop("prompts", None), extra.pop("action_mask", None)
+    turn_info = {k: v for k, v in extra.items() if k.startswith("gen/")}
+    return Rollout(**eps.record, final_info=eps.final.info, group=eps.group,
+                   env_calls=eps.env_calls, prompts=prompts,
+                   action_mask=None if action_mask is None
+                   else action_mask & eps.record["token_mask"],
+                   turn_info=turn_info or None)
+
+
 def rollout(policy: Policy, params: Any, env: Environment, env_params: Any,
             key: chex.PRNGKey, num_groups: int, group_size: int,
             greedy: bool = False) -> Rollout:
@@ -46,15 +69,18 @@ def rollout(policy: Policy, params: Any, env: Environment, env_params: Any,
 
     Returns a Rollout with [B, T, ...] arrays (see types.Rollout).
     """
-    eps = play(env, env_params, candidate_chooser(policy, params, greedy), key, num_groups,
+    eps = play(env, env_params, policy_chooser(policy, params, greedy), key, num_groups,
                group_size, policy.pad_id)
-    return Rollout(**eps.record, final_info=eps.final.info, group=eps.group,
-                   env_calls=eps.env_calls)
+    return episodes_to_rollout(eps)
 
 
 def episode_metrics(batch: Rollout) -> dict:
-    """Means over episodes of the return, the length and the final info."""
+    """Means over episodes of the return, the length and the final info; a generating
+    actor's per-turn statistics averaged over real turns (gen/invalid: the invalid rate)."""
     out = {f"env/{k}": jnp.mean(v) for k, v in batch.final_info.items()}
     out["return"] = jnp.mean(jnp.sum(batch.rewards, axis=1))
     out["episode_len"] = jnp.mean(jnp.sum(batch.turn_mask, axis=1).astype(jnp.float32))
+    turns = jnp.maximum(jnp.sum(batch.turn_mask), 1)
+    for k, v in (batch.turn_info or {}).items():
+        out[k] = jnp.sum(jnp.where(batch.turn_mask, v, 0.0)) / turns
     return out

@@ -42,7 +42,7 @@ from asct_jax.rl.credit import StateInputs
 from asct_jax.rl.learner import Learner
 from asct_jax.rl.ppo_config import PPOConfig
 from asct_jax.rl.rollout import episode_metrics, rollout
-from asct_jax.rl.types import Credit, Rollout
+from asct_jax.rl.types import Credit, Rollout, policy_inputs
 from asct_jax.rl.types import merge_batch_turns as _flat
 
 DATA_AXIS = "data"
@@ -168,7 +168,7 @@ def _learn_fn(learner: Learner) -> Callable:
     def loss_fn(params, frozen, mb: Rollout, credit: Credit):
         b, t = mb.turn_mask.shape
         out = policy.action_outputs(
-            join_params(params, frozen), _flat(mb.obs), _flat(mb.actions),
+            join_params(params, frozen), _flat(policy_inputs(mb)), _flat(mb.actions),
             _flat(mb.cand_tokens), _flat(mb.cand_mask))
         out = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]), out)
         logp, ent, value = out.logp, out.entropy, out.value
@@ -184,7 +184,7 @@ def _learn_fn(learner: Learner) -> Callable:
         if ppo.kl_coef > 0.0:
             # With LoRA the reference is the initial adapters (B = 0) on the frozen base.
             ref_logp, _, _ = policy.action_log_probs(
-                join_params(ref_params, frozen), _flat(mb.obs), _flat(mb.actions),
+                join_params(ref_params, frozen), _flat(policy_inputs(mb)), _flat(mb.actions),
                 _flat(mb.cand_tokens), _flat(mb.cand_mask))
             kl = losses.kl_penalty(logp, jax.lax.stop_gradient(ref_logp.reshape(b, t, -1)),
                                    mb.token_mask, ppo.aggregation)
@@ -242,7 +242,8 @@ def _learn_fn(learner: Learner) -> Callable:
             credit = credit.replace(coef=adv.standardise_coefficients(
                 credit.coef, data.turn_mask, data.token_mask))
         # The update needs the per-episode arrays only: drop states, scalars and infos.
-        shuffled = data.replace(states=None, final_info={}, env_calls=None, extras=None)
+        shuffled = data.replace(states=None, final_info={}, env_calls=None, extras=None,
+                                turn_info=None)
         (params, opt_state), m = update(state.params, state.opt_state, state.frozen,
                                         shuffled, credit.replace(metrics={}, state=None),
                                         k_update)

@@ -27,15 +27,19 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from asct_jax.envs import make as make_env
+from asct_jax.envs.projection import Tags
 from asct_jax.envs.prompt import PromptTokens
 from asct_jax.envs.text_interface import LLMView
+from asct_jax.envs.tokenizer import TAG_TOKENS, tag_ids
 from asct_jax.infra import compile_cache
+from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.checkpoint import Checkpointer, check_finite, start_or_resume
 from asct_jax.infra.config_cli import config_to_dict
 from asct_jax.infra.run_logger import RunLogger
 from asct_jax.models import Decoder, get_preset
 from asct_jax.models.loading import load_pretrained, load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import CreditContext, Method
+from asct_jax.rl.generation import GenerationPolicy, GenerationSpec
 from asct_jax.rl.learner import Learner
 from asct_jax.rl.params_io import load_params
 from asct_jax.rl.policy import Policy
@@ -57,11 +61,32 @@ EvalFn = Callable[[Any], Dict[str, float]]
 
 @dataclasses.dataclass(frozen=True)
 class TextShape:
-    """Token lengths the policy reads and writes: observation O, action A, feedback F."""
+    """Token lengths the policy reads and writes: observation O, action A, feedback F;
+    K candidate actions and the word vocabulary before any tag token (what a generating
+    actor's prompt and tags are built from; 0 where unknown)."""
 
     obs_len: int
     action_len: int
     feedback_len: int
+    num_actions: int = 0
+    base_vocab_size: int = 0
+
+
+def generation_spec(config, shape: TextShape):
+    """The GenerationSpec of config.actor for the tiny actor over the environment's words
+    (tags appended after them), or None for the candidate-scoring actor."""
+    actor = config.get("actor", {})
+    if actor.get("chooser", "candidates") == "candidates":
+        return None
+    if config.model.get("path"):
+        raise ConfigError("actor.chooser", "'generate' is built for the tiny actor over "
+                          "the environment's words; a pretrained model (model.path) "
+                          "generates through the host games only for now", "candidates")
+    ids = tag_ids(shape.base_vocab_size)
+    return GenerationSpec(tags=Tags(*((i,) for i in ids)),
+                          response_len=int(actor.response_len), history=int(actor.history),
+                          temperature=float(actor.temperature), top_p=float(actor.top_p),
+                          invalid_penalty=float(actor.invalid_penalty))
 
 
 class RolloutSource(Protocol):
@@ -96,6 +121,9 @@ def build_policy(config, vocab_size: int, shape: TextShape,
     Returns (policy, params): params is an nnx.State, or with LoRA (model.lora_rank > 0)
     a tuple (trainable, frozen): the adapters and the new value head, then the base.
     """
+    spec = generation_spec(config, shape)
+    if spec is not None:   # the tag tokens follow the environment's words
+        vocab_size = shape.base_vocab_size + len(TAG_TOKENS)
     training = {f: config.model[f] for f in TRAINING_FIELDS if f in config.model}
     if "lora_targets" in training:
         training["lora_targets"] = tuple(training["lora_targets"])
@@ -106,6 +134,9 @@ def build_policy(config, vocab_size: int, shape: TextShape,
     else:
         overrides = {f: config.model[f] for f in MODEL_FIELDS if config.model.get(f)}
         seq = shape.obs_len + shape.feedback_len + shape.action_len + 2
+        if spec is not None:
+            seq = (spec.prompt_len(shape.obs_len, shape.num_actions, shape.action_len)
+                   + shape.feedback_len + spec.response_len + 2)
         if "dtype" in training:
             training["param_dtype"] = training["dtype"]
         mcfg = get_preset(config.model.preset, vocab_size=vocab_size,
@@ -117,6 +148,10 @@ def build_policy(config, vocab_size: int, shape: TextShape,
         params = (params, frozen)
     else:
         graphdef, params = nnx.split(model)
+    if spec is not None:
+        return GenerationPolicy(graphdef, model.config.vocab_size, spec, shape.obs_len,
+                                shape.action_len, shape.num_actions, shape.feedback_len,
+                                prompt), params
     policy = Policy(graphdef, model.config.vocab_size, shape.obs_len, shape.action_len,
                     shape.feedback_len, prompt,
                     label_score=config.get("policy", {}).get("label_score", "sum"))
@@ -213,7 +248,8 @@ class JaxEnvSource:
         self.config = config
         self.env, self.env_params = build_env(config)
         self.vocab_size = len(self.env.tokenizer)
-        self.shape = TextShape(self.env.obs_len, self.env.action_len, self.env.feedback_len)
+        self.shape = TextShape(self.env.obs_len, self.env.action_len, self.env.feedback_len,
+                               self.env.num_actions, self.vocab_size)
         self.prompt = (self.env.prompt_tokens() if isinstance(self.env, LLMView)
                        else PromptTokens())
 

@@ -37,6 +37,14 @@ class Rollout:
       env_calls: [] int32, environment steps taken to collect this batch.
       extras: None, or the pytree one method adds to the batch outside the jitted step
         (its `Method.host_prepare`, on host games); its type is the method's own.
+      prompts: None (the candidate-scoring actor reads obs), or [B, T, P] int32, the prompt
+        the generating actor read (asct_jax.rl.generation); then `actions` are its
+        responses [B, T, R] and A = R above.
+      action_mask: None (every action token is an action token), or [B, T, R] bool, the
+        response's action tokens (inside the action tags); the other token_mask tokens
+        are non-action tokens (reasoning, tags, end of turn).
+      turn_info: dict of [B, T] float32 per-turn statistics of the chooser ("gen/invalid",
+        ...), averaged over real turns by rollout.episode_metrics.
     """
 
     obs: chex.Array
@@ -57,6 +65,24 @@ class Rollout:
     group: chex.Array
     env_calls: chex.Array
     extras: Optional[Any] = None
+    prompts: Optional[chex.Array] = None
+    action_mask: Optional[chex.Array] = None
+    turn_info: Optional[Dict[str, chex.Array]] = None
+
+
+def policy_inputs(batch: Rollout) -> chex.Array:
+    """What the policy read at each turn: the prompts of a generating actor, else obs."""
+    return batch.obs if batch.prompts is None else batch.prompts
+
+
+def action_tokens(batch: Rollout) -> chex.Array:
+    """[B, T, A] bool: the action tokens among token_mask (all of them for candidates)."""
+    return batch.token_mask if batch.action_mask is None else batch.token_mask & batch.action_mask
+
+
+def nonaction_tokens(batch: Rollout) -> chex.Array:
+    """[B, T, A] bool: the response tokens outside the action tags (none for candidates)."""
+    return batch.token_mask & ~action_tokens(batch)
 
 
 @chex.dataclass(frozen=True)

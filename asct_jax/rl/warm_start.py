@@ -24,7 +24,7 @@ compiled once per phase.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import chex
 import jax
@@ -36,10 +36,11 @@ from asct_jax.envs.play import Choice, play, take_candidates, uniform_index
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl.advantages import returns_to_go
 from asct_jax.rl.losses import value_loss
-from asct_jax.rl.rollout import rollout
+from asct_jax.rl.generation import GenerationChooser, GenerationSpec, scripted_writer
+from asct_jax.rl.rollout import episodes_to_rollout, rollout
 from asct_jax.rl.train_step import join_params, split_params
 from asct_jax.rl.trainer import build_policy
-from asct_jax.rl.types import Rollout, merge_batch_turns
+from asct_jax.rl.types import Rollout, merge_batch_turns, policy_inputs
 
 
 @chex.dataclass(frozen=True)
@@ -55,13 +56,14 @@ class ExpertBatch:
     expert: chex.Array
 
 
-def noisy_expert_chooser(env, env_params, epsilon: float, teacher: str = "expert"):
-    """The epsilon-noisy expert's chooser; extra["expert"] [N]: the action is the expert's.
-    teacher: which scripted policy is the expert (env.scripted_policy; "expert" default,
-    ragspace's "base" is the paper's default workflow)."""
+def noisy_expert_index(env, env_params, epsilon: float, teacher: str = "expert"):
+    """(key, states, cands, legal) -> (index [N], expert [N] bool): the epsilon-noisy
+    expert's candidate and whether it is the expert's own pick. teacher: which scripted
+    policy is the expert (env.scripted_policy; "expert" default, ragspace's "base" is the
+    paper's default workflow)."""
     policy = env.expert_policy if teacher == "expert" else env.scripted_policy(teacher)
 
-    def choose(key, states, ts, cands, legal, costs) -> Choice:
+    def pick(key, states, cands, legal):
         n = legal.shape[0]
         k_coin, k_rand, k_exp = jax.random.split(key, 3)
         expert = jax.vmap(policy, in_axes=(0, None, 0))(
@@ -71,23 +73,41 @@ def noisy_expert_chooser(env, env_params, epsilon: float, teacher: str = "expert
         legal_pick = jnp.take_along_axis(legal, expert[:, None], axis=1)[:, 0]
         noisy = jax.random.bernoulli(k_coin, epsilon, (n,)) | ~legal_pick
         index = jnp.where(noisy, uniform_index(k_rand, legal), expert).astype(jnp.int32)
+        return index, ~noisy
+    return pick
+
+
+def noisy_expert_chooser(env, env_params, epsilon: float, teacher: str = "expert",
+                         spec: Optional[GenerationSpec] = None, pad_id: int = PAD_ID):
+    """The epsilon-noisy expert's chooser; extra["expert"] [N]: the action is the expert's.
+    spec: a generating actor's (asct_jax.rl.generation): the expert then writes its pick in
+    the canonical form "<think> </think> <action> c </action> EOS" after the actor's prompt,
+    which is what SFT teaches (the format, and the action inside it)."""
+    pick = noisy_expert_index(env, env_params, epsilon, teacher)
+    if spec is not None:
+        return GenerationChooser(spec, scripted_writer(spec, pick, pad_id), pad_id)
+
+    def choose(key, states, ts, cands, legal, costs) -> Choice:
+        index, expert = pick(key, states, cands, legal)
         return Choice(actions=take_candidates(cands, index), index=index,
-                      extra={"expert": ~noisy})
+                      extra={"expert": expert})
     return choose
 
 
 def expert_episodes(env, env_params, key: chex.PRNGKey, num_episodes: int,
-                    epsilon: float, pad_id: int = PAD_ID, teacher: str = "expert") -> ExpertBatch:
-    """B = num_episodes episodes of T = env.max_turns turns of the epsilon-noisy expert.
+                    epsilon: float, pad_id: int = PAD_ID, teacher: str = "expert",
+                    spec: Optional[GenerationSpec] = None) -> ExpertBatch:
+    """B = num_episodes episodes of T = env.max_turns turns of the epsilon-noisy expert
+    (writing its turns in the generating actor's format if `spec` is given).
 
     The tasks are those `rollout(policy, params, env, env_params, key, B, 1)` plays (same
     reset keys), so the expert and the random policy (epsilon=1) can be evaluated on the
     held-out tasks of an eval key. Returns an ExpertBatch; jit it with num_episodes static.
     """
-    eps = play(env, env_params, noisy_expert_chooser(env, env_params, epsilon, teacher), key,
+    eps = play(env, env_params,
+               noisy_expert_chooser(env, env_params, epsilon, teacher, spec, pad_id), key,
                num_episodes, 1, pad_id)
-    data = Rollout(**eps.record, final_info=eps.final.info, group=eps.group,
-                   env_calls=eps.env_calls)
+    data = episodes_to_rollout(eps)
     return ExpertBatch(rollout=data, expert=eps.extra["expert"] & data.turn_mask)
 
 
@@ -96,13 +116,14 @@ def sample_turns(key: chex.PRNGKey, data: Rollout, weight: chex.Array, batch: in
     """`batch` turns drawn with replacement among those with weight [B, T] > 0.
 
     Returns {obs [N, O], actions [N, A], cands [N, K, A], legal [N, K], token_mask [N, A],
-    targets [N]} with N = batch (targets: [B, T] value targets, zeros if None).
+    targets [N]} with N = batch (targets: [B, T] value targets, zeros if None); a
+    generating actor's batch gives its prompts as obs and its responses as actions.
     """
     w = merge_batch_turns(weight).astype(jnp.float32)
     idx = jax.random.choice(key, w.shape[0], (batch,), p=w / jnp.maximum(jnp.sum(w), 1e-9))
     targets = jnp.zeros(weight.shape, jnp.float32) if targets is None else targets
     pick = lambda x: merge_batch_turns(x)[idx]  # noqa: E731
-    return dict(obs=pick(data.obs), actions=pick(data.actions), cands=pick(data.cand_tokens),
+    return dict(obs=pick(policy_inputs(data)), actions=pick(data.actions), cands=pick(data.cand_tokens),
                 legal=pick(data.cand_mask), token_mask=pick(data.token_mask),
                 targets=pick(targets))
 
@@ -177,9 +198,9 @@ def warm_start(config, source) -> Tuple[Any, Dict[str, float]]:
     key = jax.random.key(ws.seed)
     k_data, k_sft, k_roll, k_value = (jax.random.fold_in(key, i) for i in range(1, 5))
 
-    data = jax.jit(expert_episodes, static_argnums=(0, 3, 5, 6))(
+    data = jax.jit(expert_episodes, static_argnums=(0, 3, 5, 6, 7))(
         source.env, source.env_params, k_data, int(ws.episodes), float(ws.epsilon),
-        policy.pad_id, ws.get("teacher", "expert"))
+        policy.pad_id, ws.get("teacher", "expert"), getattr(policy, "spec", None))
     adam = optax.adam(ws.lr)
     sft = make_update(policy, sft_loss, adam)
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,

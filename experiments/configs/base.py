@@ -52,6 +52,18 @@ def get_config():
     c.rollout.num_groups = 8
     c.rollout.group_size = 8
 
+    # How the actor acts (asct_jax.rl.generation): "candidates" scores the environment's
+    # legal labels (ASCT's interface, today's default); "generate" writes
+    # "<think>...</think><action>...</action>" (verl-agent's, FACTOR's and SERL's), the
+    # action projected onto the admissible set, an invalid one penalised.
+    c.actor = ml_collections.ConfigDict()
+    c.actor.chooser = "candidates"
+    c.actor.response_len = 24       # R: most tokens of a response (stop at end of turn)
+    c.actor.history = 2             # k past steps in the prompt (verl-agent: 2)
+    c.actor.temperature = 1.0
+    c.actor.top_p = 1.0
+    c.actor.invalid_penalty = 0.1   # subtracted from an invalid step's reward
+
     c.policy = ml_collections.ConfigDict()
     # How pi(a | s) scores a legal label: "sum" = the constrained product (token-level
     # decoding, FACTOR's / SERL's setting); "mean" = softmax over the labels' mean token
@@ -197,9 +209,11 @@ def get_config():
 BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.results_dir",
                       "train.progress", "train.compilation_cache", "warm_start")
 # - added after runs were stored, with the value a config.json without them meant;
-ADDED_DEFAULTS = {"train.init_from": ""}
+ADDED_DEFAULTS = {"train.init_from": "", "actor.chooser": "candidates",
+                  "actor.response_len": 24, "actor.history": 2, "actor.temperature": 1.0,
+                  "actor.top_p": 1.0, "actor.invalid_penalty": 0.1}
 # - a warm start's parameters depend on them (its directory name hashes them).
-WARM_START_FIELDS = ("env", "model", "text", "warm_start", "ppo.gamma")
+WARM_START_FIELDS = ("env", "model", "text", "actor", "warm_start", "ppo.gamma")
 
 
 # ppo.lr of runs from a warm start. At the from-scratch rate (1e-3) RL undoes the warm start
@@ -245,6 +259,7 @@ def get_constraints():
     from asct_jax.infra.typed_config import constraints
     from asct_jax.models.config import PRESETS
     from asct_jax.rl.methods import GAEConfig, GiGPOConfig, ReturnConfig
+    from asct_jax.rl.generation import CHOOSERS
     from asct_jax.rl.policy import LABEL_SCORES
     from asct_jax.rl.ppo_config import PPOConfig
     from asct_jax.search.methods import ASCTConfig, SearchFields, VinePPOConfig
@@ -262,6 +277,12 @@ def get_constraints():
         **constraints(SerlConfig, "serl"),
         "model.preset": tuple(PRESETS),
         "policy.label_score": LABEL_SCORES,
+        "actor.chooser": CHOOSERS,
+        "actor.response_len": Range(6, None, integer=True),
+        "actor.history": Range(0, None, integer=True),
+        "actor.temperature": Range(0.0, None, lo_open=True),
+        "actor.top_p": Range(0.0, 1.0, lo_open=True),
+        "actor.invalid_penalty": Range(0.0, None),
         "model.dtype": ("float32", "bfloat16"),
         "model.lora_targets": LORA_TARGETS,
         "model.lora_rank": Range(0, None, integer=True),

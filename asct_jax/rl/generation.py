@@ -1,0 +1,286 @@
+"""The generating actor: it writes "<think>...</think><action>...</action>" and the
+environment receives the projected action (METHODS.md section 4; verl-agent's interface,
+FACTOR's and SERL's setting). `actor.chooser = "generate"` selects it; "candidates" (the
+default, ASCT's setting) is asct_jax.rl.policy.Policy's constrained scoring.
+
+Prompt (`build_prompt`, in the environment's own words with tag tokens for the tiny actor):
+
+    [x_{t-k} <action> a_{t-k} </action>] ... [x_{t-1} <action> a_{t-1} </action>]
+    x_t SEP c_1 SEP c_2 SEP ... c_K SEP
+
+verl-agent's prompt holds the task, the current observation, the admissible actions and the
+last k = 2 steps; here x_t (which already names the task) is the observation, c_k the legal
+candidates (EOS dropped), and each past step its observation and its projected action
+(PAD-only for an invalid one). Pieces are compacted (PAD removed) and the policy
+left-aligns the prompt as it does an observation.
+
+Response: up to R tokens sampled with a KV cache at temperature / top-p, stopping after the
+end-of-turn token (EOS for the tiny actor). Every generated token's log-prob is the
+model's full-vocabulary log-softmax at temperature 1 (what the update's ratio compares).
+`asct_jax.envs.projection.project_tokens` maps the response to a legal candidate or to an
+invalid step (all-PAD action: "Nothing happens."), and an invalid step's reward is reduced
+by `invalid_penalty` (0.1). Token classes: action tokens (strictly inside the action tags)
+and non-action response tokens (think, tags, EOS); the prompt gets no loss.
+
+`GenerationPolicy` reads the prompt where `Policy` reads the observation and a response
+where it reads an action: its log-probs, entropies and distributions are over the full
+vocabulary (TokenOutputs.dist_logp is [N, V, R]: the support is every token).
+`candidate_log_probs` is what search, VinePPO and FACTOR's continuations consume at
+restored states: the actor's probability of writing each legal candidate in the canonical
+form "<think> </think> <action> c </action> EOS" under a history-free prompt, normalised
+over the legal set (an approximation of its generation: it ignores the think text and the
+invalid responses).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Tuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from asct_jax.envs.base import EOS_ID, SEP_ID
+from asct_jax.envs.play import Choice
+from asct_jax.envs.projection import Tags, project_tokens
+from asct_jax.models.generate import generate
+from asct_jax.rl.policy import Policy, TokenOutputs, _pads_to_right, left_align
+
+CHOOSERS = ("candidates", "generate")
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationSpec:
+    """Static settings of the generating actor (config section `actor`).
+
+    tags: the tag token ids; stop_id: the end-of-turn token; sep_id: the separator of the
+    prompt's pieces; response_len: R, the most tokens a response has; history: k past
+    steps in the prompt; temperature, top_p: sampling; invalid_penalty: subtracted from an
+    invalid step's reward.
+    """
+
+    tags: Tags
+    stop_id: int = EOS_ID
+    sep_id: int = SEP_ID
+    response_len: int = 24
+    history: int = 2
+    temperature: float = 1.0
+    top_p: float = 1.0
+    invalid_penalty: float = 0.1
+
+    def prompt_len(self, obs_len: int, num_actions: int, action_len: int) -> int:
+        """P: the longest prompt build_prompt can make."""
+        step = obs_len + action_len + len(self.tags.action_open) + len(self.tags.action_close)
+        return self.history * step + obs_len + 1 + num_actions * (action_len + 1)
+
+
+def _ids(ids: Tuple[int, ...], n: int) -> chex.Array:
+    return jnp.broadcast_to(jnp.asarray(ids, jnp.int32), (n, len(ids)))
+
+
+def _strip_eos(tokens: chex.Array, pad_id: int) -> chex.Array:
+    return jnp.where(tokens == EOS_ID, pad_id, tokens)
+
+
+def wrap_action(action: chex.Array, live: chex.Array, spec: GenerationSpec,
+                pad_id: int) -> chex.Array:
+    """[N, A] action (EOS dropped) -> [N, A + tags] "<action> a </action>", all PAD where
+    ~live [N]."""
+    n = action.shape[0]
+    out = jnp.concatenate([_ids(spec.tags.action_open, n), _strip_eos(action, pad_id),
+                           _ids(spec.tags.action_close, n)], axis=1)
+    return jnp.where(live[:, None], out, pad_id)
+
+
+def build_prompt(obs: chex.Array, cands: chex.Array, legal: chex.Array,
+                 hist_obs: chex.Array, hist_act: chex.Array, hist_live: chex.Array,
+                 spec: GenerationSpec, pad_id: int) -> chex.Array:
+    """The prompt of the module docstring, compacted to the left (right-padded).
+
+    Args: obs [N, O]; cands [N, K, A], legal [N, K]; hist_obs [N, k, O], hist_act [N, k, A],
+      hist_live [N, k] bool (oldest first).
+    Returns: [N, P] int32, P = spec.prompt_len(O, K, A).
+    """
+    chex.assert_rank([obs, cands, legal, hist_obs, hist_act, hist_live], [2, 3, 2, 3, 3, 2])
+    n, k_hist = obs.shape[0], hist_obs.shape[1]
+    past = [jnp.concatenate([jnp.where(hist_live[:, i, None], hist_obs[:, i], pad_id),
+                             wrap_action(hist_act[:, i], hist_live[:, i], spec, pad_id)], 1)
+            for i in range(k_hist)]                                 # static k (2)
+    listed = jnp.concatenate([_strip_eos(cands, pad_id),
+                              jnp.full(cands.shape[:2] + (1,), spec.sep_id, jnp.int32)], -1)
+    listed = jnp.where(legal[..., None], listed, pad_id).reshape(n, -1)   # c_k SEP
+    sep = jnp.full((n, 1), spec.sep_id, jnp.int32)
+    prompt = jnp.concatenate(past + [obs.astype(jnp.int32), sep, listed], axis=1)
+    return _pads_to_right(prompt, pad_id)
+
+
+def canonical_response(cands: chex.Array, spec: GenerationSpec, pad_id: int) -> chex.Array:
+    """[..., K, A] -> [..., K, A + 5 tag ids]: "<think> </think> <action> c </action> EOS"
+    (what the warm start teaches and candidate_log_probs scores), right-padded."""
+    lead = cands.shape[:-1]
+    t = spec.tags
+    head = jnp.broadcast_to(jnp.asarray(t.think_open + t.think_close + t.action_open,
+                                        jnp.int32), lead + (len(t.think_open + t.think_close
+                                                                + t.action_open),))
+    tail = jnp.broadcast_to(jnp.asarray(t.action_close + (spec.stop_id,), jnp.int32),
+                            lead + (len(t.action_close) + 1,))
+    body = _strip_eos(cands, pad_id)
+    out = jnp.concatenate([head, body, tail], axis=-1)
+    return _pads_to_right(out.reshape(-1, out.shape[-1]), pad_id).reshape(out.shape)
+
+
+class GenerationPolicy(Policy):
+    """A Policy whose actor writes its turn (module docstring). `obs_len` is the prompt
+    length P, `action_len` the response length R; `env_obs_len` / `env_action_len` /
+    `num_actions` the environment's O, A and K (for the history-free prompt)."""
+
+    chooser = "generate"
+
+    def __init__(self, graphdef, vocab_size: int, spec: GenerationSpec, env_obs_len: int,
+                 env_action_len: int, num_actions: int, feedback_len: int, prompt=None):
+        kwargs = {} if prompt is None else {"prompt": prompt}
+        super().__init__(graphdef, vocab_size,
+                         spec.prompt_len(env_obs_len, num_actions, env_action_len),
+                         spec.response_len, feedback_len, label_score="sum", **kwargs)
+        self.spec = spec
+        self.env_obs_len, self.env_action_len = env_obs_len, env_action_len
+        self.num_actions = num_actions
+
+    # -- the update's passes: prompt [N, P], response [N, R] ------------------------
+    def _full(self, model, prefix, response):
+        """(log_softmax [N, R, V], value [N]) of the response after the prefix."""
+        hidden, value, _ = self._hidden(model, prefix, response)
+        return jax.nn.log_softmax(model.logits(hidden).astype(jnp.float32), -1), value
+
+    @staticmethod
+    def _token_stats(logp_all, response):
+        logp = jnp.take_along_axis(logp_all, response[..., None], axis=-1)[..., 0]
+        entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+        return logp, entropy
+
+    def action_log_probs(self, params, prompt, response, cands=None, legal=None):
+        """Full-vocabulary log pi(y_j | prompt, y_<j) [N, R], entropy [N, R], value [N]."""
+        logp_all, value = self._full(self.merge(params), prompt, response)
+        logp, ent = self._token_stats(logp_all, response)
+        return logp, ent, value
+
+    def action_outputs(self, params, prompt, response, cands=None, legal=None) -> TokenOutputs:
+        """As Policy.action_outputs over the full vocabulary: dist_logp [N, V, R], support
+        all True."""
+        logp_all, value = self._full(self.merge(params), prompt, response)
+        logp, ent = self._token_stats(logp_all, response)
+        dist = jnp.swapaxes(logp_all, -1, -2)
+        return TokenOutputs(logp=logp, entropy=ent, value=value, dist_logp=dist,
+                            support=jnp.ones(dist.shape, bool))
+
+    def scored_tokens(self, response: chex.Array) -> chex.Array:
+        return response != self.pad_id
+
+    def teacher_log_probs(self, params, prompt, feedback, response, cands=None, legal=None):
+        """The hindsight teacher [prompt | header feedback footer | response] -> [N, R]."""
+        logp_all, _ = self._full(self.merge(params), self._teacher_prefix(prompt, feedback),
+                                 response)
+        return self._token_stats(logp_all, response)[0]
+
+    def teacher_outputs(self, params, prompt, feedback, response, cands=None, legal=None):
+        logp_all, _ = self._full(self.merge(params), self._teacher_prefix(prompt, feedback),
+                                 response)
+        dist = jnp.swapaxes(logp_all, -1, -2)
+        return (self._token_stats(logp_all, response)[0], dist,
+                jnp.ones(dist.shape, bool))
+
+    # -- at restored states: the environment's observation [N, O] ---------------------
+    def candidate_log_probs(self, params, obs, cands, legal):
+        """pi(a_k | s) over the legal candidates: softmax_k of the full-vocabulary log-prob
+        of writing canonical_response(c_k) after the history-free prompt (module
+        docstring). Returns cand_logp [N, K], token_logp [N, K, A + 5], value [N]."""
+        n, k, _ = cands.shape
+        none = jnp.zeros((n, self.spec.history), bool)
+        prompt = build_prompt(obs, cands, legal,
+                              jnp.zeros((n, self.spec.history, obs.shape[1]), jnp.int32),
+                              jnp.zeros((n, self.spec.history, cands.shape[2]), jnp.int32),
+                              none, self.spec, self.pad_id)
+        resp = canonical_response(cands, self.spec, self.pad_id)            # [N, K, R']
+        flat = resp.reshape(n * k, -1)
+        logp, _, value = self.action_log_probs(params, jnp.repeat(prompt, k, axis=0), flat)
+        token_logp = jnp.where(flat != self.pad_id, logp, 0.0).reshape(n, k, -1)
+        score = jnp.where(legal, jnp.sum(token_logp, -1), -1e9)
+        cand_logp = jnp.where(legal, jax.nn.log_softmax(score, axis=-1), -1e9)
+        return cand_logp, token_logp, value.reshape(n, k)[:, 0]
+
+
+# -- the rollout's chooser ------------------------------------------------------------
+# (key, prompt [N, P], cands, legal, states) -> (response [N, R], logp [N, R], mask [N, R],
+# value [N], extra: dict of [N, ...] for Choice.extra)
+Writer = Callable[..., Tuple[Any, ...]]
+
+
+def model_writer(policy: GenerationPolicy, params: Any, greedy: bool) -> Writer:
+    """The actor samples its response with a KV cache (a Writer)."""
+    spec = policy.spec
+
+    def write(key, prompt, cands, legal, states):
+        model = policy.merge(params)
+        ids = policy._with_action_header(left_align(prompt, policy.pad_id))
+        out = generate(model, ids, ids != policy.pad_id, key,
+                       max_new_tokens=spec.response_len, temperature=spec.temperature,
+                       top_p=spec.top_p, greedy=greedy, stop_tokens=(spec.stop_id,))
+        tokens = jnp.where(out.mask, out.tokens, policy.pad_id)
+        value = policy.value(params, prompt)
+        return tokens, out.logp, out.mask, value, {}
+    return write
+
+
+class GenerationChooser:
+    """A stateful chooser (asct_jax.envs.play): its carry is the last k steps
+    (obs [N, k, O], projected action [N, k, A], live [N, k]) the prompt shows."""
+
+    def __init__(self, spec: GenerationSpec, writer: Writer, pad_id: int):
+        self.spec, self.writer, self.pad_id = spec, writer, pad_id
+
+    def init(self, batch: int, obs_len: int, action_len: int):
+        k = self.spec.history
+        return (jnp.full((batch, k, obs_len), self.pad_id, jnp.int32),
+                jnp.full((batch, k, action_len), self.pad_id, jnp.int32),
+                jnp.zeros((batch, k), bool))
+
+    def __call__(self, key, states, ts, cands, legal, costs, carry):
+        hist_obs, hist_act, hist_live = carry
+        obs = ts.observation
+        prompt = build_prompt(obs, cands, legal, hist_obs, hist_act, hist_live, self.spec,
+                              self.pad_id)
+        response, logp, mask, value, written = self.writer(key, prompt, cands, legal, states)
+        proj = project_tokens(response, mask, cands, legal, self.spec.tags, self.pad_id,
+                              EOS_ID)
+        penalty = jnp.where(proj.valid, 0.0, self.spec.invalid_penalty)
+        n_act = jnp.sum(proj.action_mask, -1)
+        think = jnp.sum(mask, -1) - n_act
+        extra = {"prompts": prompt, "action_mask": proj.action_mask & mask,
+                 "gen/invalid": (~proj.valid).astype(jnp.float32),
+                 "gen/action_tokens": n_act.astype(jnp.float32),
+                 "gen/nonaction_tokens": think.astype(jnp.float32),
+                 "gen/multi_token_action": (n_act >= 2).astype(jnp.float32), **written}
+        shift = lambda h, x: jnp.concatenate([h[:, 1:], x[:, None]], axis=1)  # noqa: E731
+        carry = (shift(hist_obs, obs), shift(hist_act, proj.action),
+                 shift(hist_live, jnp.ones(obs.shape[:1], bool)))
+        choice = Choice(actions=response, index=proj.index, logp=logp, value=value,
+                        scored=mask, env_actions=proj.action, penalty=penalty, extra=extra)
+        return choice, carry
+
+
+def scripted_writer(spec: GenerationSpec, pick: Callable, pad_id: int) -> Writer:
+    """A writer that answers pick(key, states, cands, legal) -> (index [N], expert [N]) in
+    the canonical form (the warm start's teacher); logp and value are 0, extra["expert"]
+    the pick's flag."""
+
+    def write(key, prompt, cands, legal, states):
+        index, expert = pick(key, states, cands, legal)
+        resp = jnp.take_along_axis(canonical_response(cands, spec, pad_id),
+                                   index[:, None, None], axis=1)[:, 0]
+        r = spec.response_len
+        resp = jnp.pad(resp, ((0, 0), (0, max(r - resp.shape[1], 0))),
+                       constant_values=pad_id)[:, :r]
+        mask = resp != pad_id
+        return (resp, jnp.zeros(resp.shape, jnp.float32), mask, jnp.zeros(resp.shape[:1]),
+                {"expert": expert})
+    return write

@@ -1,0 +1,31 @@
+"""The FACTOR table with the generating actor (issue 23): the actor writes
+"<think>...</think><action>...</action>", the action is projected onto the admissible set
+(asct_jax.rl.generation), an invalid step is penalised. factor_table.py's scales and
+driver; its own experiment folders and the methods of the paper's comparison.
+
+    python -m experiments.factor_table --config experiments/configs/factor_generate.py:quick_warm
+    python -m experiments.factor_table --config experiments/configs/factor_generate.py:smoke_warm
+
+Only the warm scales are meaningful: from scratch the tiny actor writes no valid action
+(invalid rate 1.0 at random init), so every reward is the penalty.
+"""
+from experiments.configs import base, factor_table
+
+METHODS = ("grpo", "serl", "grpo_extended", "factor", "factor_no_hta", "factor_no_apm",
+           "gigpo")
+
+
+def get_config(arg: str = "quick_warm"):
+    c = factor_table.get_config(arg)
+    c.actor.chooser = "generate"
+    c.train.experiment = c.train.experiment.replace("factor_table", "factor_generate")
+    c.table.methods = METHODS
+    c.table.seeds = (42, 43, 1337)
+    return c
+
+
+def get_constraints():
+    return factor_table.get_constraints()
+
+
+__all__ = ["get_config", "get_constraints", "base"]
