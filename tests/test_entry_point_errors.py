@@ -56,6 +56,8 @@ def test_typed_configs_name_the_field(field, value):
     ({"rollout.num_groups": 0}, "rollout.num_groups"),
     ({"rollout.num_groups": "two"}, "rollout.num_groups"),
     ({"factor.no_such_field": 1}, "factor.no_such_field"),
+    ({"actor.chooser": "sample"}, "actor.chooser"),
+    ({"actor.top_p": 1.5}, "actor.top_p"),
 ])
 def test_run_grid_checks_every_variant_before_training(tmp_path, overrides, field):
     c = base.get_config()
@@ -83,3 +85,12 @@ def test_reproduce_rejects_a_bad_argument_with_exit_2():
     p = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--only", "nothing"],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert p.returncode == 2 and "--only" in p.stderr
+
+
+def test_the_generating_actor_on_a_pretrained_model_is_a_config_error():
+    from asct_jax.rl.trainer import TextShape, generation_spec
+    c = base.get_config()
+    c.actor.chooser = "generate"
+    c.model.path = "some/model"
+    with pytest.raises(ConfigError, match=r"^actor.chooser: "):
+        generation_spec(c, TextShape(8, 4, 4, 3, 100))
