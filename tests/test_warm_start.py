@@ -181,3 +181,26 @@ def test_table_config_args_with_warm():
     assert f.fig5.warm_start and f.fig5.name == "fig5_smoke_warm" and f.train.steps == 10
     with pytest.raises(ValueError, match="'medium_warm'.*got 'tiny_warm'"):
         asct_table.get_config("tiny_warm")
+
+
+def test_shared_warm_start_name_depends_on_what_its_environment_reads():
+    """experiments.warm_start.key: the candidate-scoring actor's warm start ignores the
+    actor section and the other environments' SFT steps; a generating actor's does not."""
+    from experiments import warm_start as shared_ws
+    from experiments.configs import base
+
+    c = base.get_config()
+    c.env.name = "shop"
+    name = shared_ws.key(c)
+    c.warm_start.sft_steps.household += 1
+    c.actor.response_len += 1
+    assert shared_ws.key(c) == name
+    c.warm_start.sft_steps.shop += 1
+    assert shared_ws.key(c) != name
+    c.actor.chooser = "generate"
+    gen = shared_ws.key(c)
+    c.actor.chooser = "candidates"
+    assert shared_ws.key(c) != gen
+    c.actor.chooser = "generate"
+    c.actor.response_len += 1
+    assert shared_ws.key(c) != gen
