@@ -24,7 +24,7 @@ import numpy as np
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import scatter_with_errorbars
-from experiments.runner import from_warm_start, run_grid, write_table
+from experiments.runner import from_warm_start, liveness_table, run_grid, write_table
 
 BETA = 1e-4
 DEPLOY_USES = (100_000, 500_000, 1_000_000)
@@ -163,24 +163,7 @@ LIVENESS = {   # per-step metrics, mean over the steps and seeds (first step: "g
 def liveness(out_dir, methods, seeds):
     """Markdown: that each comparison is live (advantage scale, the policy-gradient norm at
     the first batch, search coverage), from each run's metrics.jsonl."""
-    from asct_jax.infra.run_logger import read_jsonl
-
-    head = ["method", "grad norm @1"] + list(LIVENESS.values())
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for m in methods:
-        runs = [[r for r in read_jsonl(os.path.join(out_dir, f"{m}_s{s}", "metrics.jsonl"))
-                 if "train/grad_norm" in r] for s in seeds]
-        runs = [r for r in runs if r]
-        recs = [r for run in runs for r in run]
-        if not recs:
-            continue
-        first = [run[0]["train/grad_norm"] for run in runs]      # each seed's first batch
-        cells = [m, f"{np.mean(first):.3f}" if first else "-"]
-        for k in LIVENESS:
-            v = [r[k] for r in recs if k in r]
-            cells.append(f"{np.mean(v):.3f}" if v else "-")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return liveness_table(out_dir, methods, seeds, LIVENESS)
 
 
 def main(config):

@@ -15,7 +15,7 @@ import numpy as np
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table
-from experiments.runner import from_warm_start, run_grid, write_table
+from experiments.runner import from_warm_start, liveness_table, run_grid, write_table
 
 METRICS = {"final/env/success": "success", "final/env/score": "score",
            "total/env_calls": "env calls", "wall_clock_s": "wall clock (s)"}
@@ -23,6 +23,20 @@ METRICS = {"final/env/success": "success", "final/env/score": "score",
 # the share of invalid steps and of actions written with two or more action tokens.
 GEN_METRICS = {"final/gen/invalid": "invalid rate",
                "final/gen/multi_token_action": "actions of >= 2 tokens"}
+
+
+# Per-step metrics beside the table (liveness.md, experiments.runner.liveness_table):
+# the advantage scale each method trains with, its budget, and a generating actor's
+# format (invalid rate, share of actions written with >= 2 tokens) during training.
+LIVENESS = {
+    "credit/coef_abs_mean": "mean |C|",
+    "train/grad_norm": "grad norm",
+    "credit/env_calls": "credit env calls / step",
+    "rollout/gen/invalid": "invalid (rollout)",
+    "rollout/gen/multi_token_action": ">= 2 action tokens (rollout)",
+    "train/loss_nonact": "L_nonact",
+    "train/teacher_kl": "teacher KL",
+}
 
 
 def _mean(runs, key):
@@ -54,6 +68,9 @@ def main(config):
         print(f"\n## {env}\n")
         print(write_table({m: results[m] for m in methods}, metrics,
                           os.path.join(out_dir, env)))
+        live = liveness_table(out_dir, [f"{env}_{m}" for m in methods], seeds, LIVENESS)
+        atomic_write_text(os.path.join(out_dir, f"{env}_liveness.md"), live)
+        print(live)
         if {"grpo", "factor"} <= set(results):
             ratios.append({
                 "env": env,

@@ -154,3 +154,31 @@ def write_table(results: Dict[str, List[Dict[str, Any]]], metrics: Mapping[str, 
     atomic_write_text(path_stem + ".md", table + "\n")
     atomic_write_json(path_stem + ".json", per_metric)
     return table
+
+
+def liveness_table(out_dir: str, names: Sequence[str], seeds: Sequence[int],
+                   metrics: Mapping[str, str]) -> str:
+    """Markdown: that a comparison is live. Per run name (results/<out_dir>/<name>_s<seed>/
+    metrics.jsonl): the policy-gradient norm at the first batch (mean over seeds), then
+    each of `metrics` (key -> column) averaged over the steps and seeds ("-" if absent)."""
+    import numpy as np
+
+    from asct_jax.infra.run_logger import read_jsonl
+
+    head = ["method", "grad norm @1"] + list(metrics.values())
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in names:
+        paths = [os.path.join(out_dir, f"{m}_s{s}", "metrics.jsonl") for s in seeds]
+        runs = [[r for r in read_jsonl(p) if "train/grad_norm" in r]
+                for p in paths if os.path.exists(p)]
+        runs = [r for r in runs if r]
+        recs = [r for run in runs for r in run]
+        if not recs:
+            continue
+        first = [run[0]["train/grad_norm"] for run in runs]      # each seed's first batch
+        cells = [m, f"{np.mean(first):.3f}"]
+        for k in metrics:
+            v = [r[k] for r in recs if k in r]
+            cells.append(f"{np.mean(v):.3f}" if v else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
