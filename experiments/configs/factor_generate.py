@@ -9,7 +9,7 @@ driver; its own experiment folders and the methods of the paper's comparison.
 Only the warm scales are meaningful: from scratch the tiny actor writes no valid action
 (invalid rate 1.0 at random init), so every reward is the penalty.
 """
-from experiments.configs import base, factor_table
+from experiments.configs import factor_table
 
 METHODS = ("grpo", "serl", "grpo_extended", "factor", "factor_no_hta", "factor_no_apm",
            "gigpo")
@@ -34,5 +34,3 @@ def get_config(arg: str = "quick_warm"):
 def get_constraints():
     return factor_table.get_constraints()
 
-
-__all__ = ["get_config", "get_constraints", "base"]
