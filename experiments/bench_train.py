@@ -62,9 +62,10 @@ def matmul_flops_per_s(m=1024, k=576, n=1536, repeats=10):
     return 2.0 * m * k * n / s
 
 
-def bench_method(method, env_name, repeats, num_groups, group_size):
+def bench_method(method, env_name, repeats, num_groups, group_size, chooser="candidates"):
     c = base.get_config()
     c.method, c.env.name = method, env_name
+    c.actor.chooser = chooser
     c.rollout.num_groups, c.rollout.group_size = num_groups, group_size
     source = JaxEnvSource(c)
     exp = build_learner(c, registry.get(method), source)
@@ -106,6 +107,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--num-groups", type=int, default=8)
     ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--chooser", default="candidates", choices=("candidates", "generate"),
+                    help="actor.chooser: candidate scoring or the generating actor")
     ap.add_argument("--out", default="results/bench/train.json")
     args = ap.parse_args(argv)
     mm = matmul_flops_per_s() / 1e9
@@ -116,7 +119,8 @@ def main(argv=None):
           f"{mlp:.1f} GFLOP/s (load {os.getloadavg()[0]:.2f})", flush=True)
     rows = []
     for m in args.methods.split(","):
-        rows.append(bench_method(m, args.env, args.repeats, args.num_groups, args.group_size))
+        rows.append(bench_method(m, args.env, args.repeats, args.num_groups, args.group_size,
+                                 args.chooser))
         r = rows[-1]
         print(f"{m}: rollout {r['rollout_s']:.3f}s credit {r['credit_s']:.3f}s update "
               f"{r['update_s']:.3f}s step {r['train_step_s']:.3f}s "
@@ -137,7 +141,8 @@ def main(argv=None):
                            for k in cols} for r in rows], cols))
     print(f"matmul f32: {mm:.1f} GFLOP/s ([1024,576]x[576,1536]), {mlp:.1f} GFLOP/s "
           f"(policy MLP shape)")
-    atomic_write_json(args.out, {"env": args.env, "batch": args.num_groups * args.group_size,
+    atomic_write_json(args.out, {"env": args.env, "chooser": args.chooser,
+                                 "batch": args.num_groups * args.group_size,
                                  "devices": jax.device_count(), "matmul_gflop_per_s": mm,
                                  "matmul_mlp_shape_gflop_per_s": mlp, "rows": rows})
 

@@ -183,6 +183,32 @@ def test_factor_loss_splits_action_and_nonaction_tokens_by_hand(credit_setup):
     np.testing.assert_allclose(loss, -np.mean(act_means) - np.mean(non), rtol=1e-5)
 
 
+def test_prefix_cached_candidate_scores_equal_the_full_pass(credit_setup):
+    """candidate_log_probs shares the prompt's KV cache between the K responses; the
+    scores equal the uncached pass over [prompt | response] for every candidate."""
+    c, ctx, params, _ = credit_setup(_generate_config("grpo"))
+    pol = ctx.policy
+    states, ts = jax.vmap(ctx.env.reset, in_axes=(0, None))(
+        jax.random.split(jax.random.key(5), 3), ctx.env_params)
+    cands, legal = jax.vmap(ctx.env.legal_actions, in_axes=(0, None))(states, ctx.env_params)
+    cand_logp, token_logp, value = jax.jit(pol.candidate_log_probs)(
+        params, ts.observation, cands, legal)
+    n, k, _ = cands.shape
+    none = jnp.zeros((n, pol.spec.history), bool)
+    prompt = build_prompt(ts.observation, cands, legal,
+                          jnp.zeros((n, pol.spec.history, ts.observation.shape[1]), jnp.int32),
+                          jnp.zeros((n, pol.spec.history, cands.shape[2]), jnp.int32),
+                          none, pol.spec, PAD_ID)
+    flat = canonical_response(cands, pol.spec, PAD_ID).reshape(n * k, -1)
+    logp, _, v = pol.action_log_probs(params, jnp.repeat(prompt, k, 0), flat)
+    want = jnp.where(flat != PAD_ID, logp, 0.0).reshape(n, k, -1)
+    np.testing.assert_allclose(token_logp, want, atol=2e-5)
+    np.testing.assert_allclose(value, v.reshape(n, k)[:, 0], atol=2e-5)
+    assert bool(jnp.all(jnp.where(legal, cand_logp, 0.0) <= 0.0))
+    np.testing.assert_allclose(jnp.sum(jnp.where(legal, jnp.exp(cand_logp), 0.0), -1), 1.0,
+                               rtol=1e-5)
+
+
 FAST = ("grpo", "factor")
 
 

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 from asct_jax.envs.base import EOS_ID, SEP_ID
 from asct_jax.envs.play import Choice
 from asct_jax.envs.projection import Tags, project_tokens
+from asct_jax.models import cache as cache_lib
 from asct_jax.models.generate import generate
 from asct_jax.rl.policy import Policy, TokenOutputs, _pads_to_right, left_align
 
@@ -193,7 +194,9 @@ class GenerationPolicy(Policy):
     def candidate_log_probs(self, params, obs, cands, legal):
         """pi(a_k | s) over the legal candidates: softmax_k of the full-vocabulary log-prob
         of writing canonical_response(c_k) after the history-free prompt (module
-        docstring). Returns cand_logp [N, K], token_logp [N, K, A + 5], value [N]."""
+        docstring). The prompt is run once per state and its KV cache shared by the K
+        responses (prefix caching: N P + N K R' tokens instead of N K (P + R')).
+        Returns cand_logp [N, K], token_logp [N, K, A + 5], value [N]."""
         n, k, _ = cands.shape
         none = jnp.zeros((n, self.spec.history), bool)
         prompt = build_prompt(obs, cands, legal,
@@ -202,11 +205,29 @@ class GenerationPolicy(Policy):
                               none, self.spec, self.pad_id)
         resp = canonical_response(cands, self.spec, self.pad_id)            # [N, K, R']
         flat = resp.reshape(n * k, -1)
-        logp, _, value = self.action_log_probs(params, jnp.repeat(prompt, k, axis=0), flat)
+        logp_all, value = self._cached_full(self.merge(params), prompt, flat, k)
+        logp, _ = self._token_stats(logp_all, flat)
         token_logp = jnp.where(flat != self.pad_id, logp, 0.0).reshape(n, k, -1)
         score = jnp.where(legal, jnp.sum(token_logp, -1), -1e9)
         cand_logp = jnp.where(legal, jax.nn.log_softmax(score, axis=-1), -1e9)
-        return cand_logp, token_logp, value.reshape(n, k)[:, 0]
+        return cand_logp, token_logp, value
+
+    def _cached_full(self, model, prompt, responses, k: int):
+        """prompt [N, P] right-padded, responses [N k, R'] (row i k + j continues prompt i)
+        -> (log_softmax [N k, R', V], value [N]); equal to _full on the repeated prompt."""
+        prefix = self._with_action_header(left_align(prompt, self.pad_id))    # [N, P']
+        n, p = prefix.shape
+        cache = cache_lib.init_cache(model.config, n, p)
+        hidden, cache = model.hidden_states(prefix, prefix != self.pad_id, cache=cache)
+        value = model.value(hidden[:, -1:])[:, 0].astype(jnp.float32)
+        cache = cache_lib.grow(cache, responses.shape[1], model.config.max_seq_len)
+        cache = jax.tree.map(lambda x: jnp.repeat(x, k, axis=0) if x.ndim else x, cache)
+        resp_hidden, _ = model.hidden_states(responses, jnp.ones(responses.shape, bool),
+                                             cache=cache)
+        # token j is predicted from the prompt's last slot (j = 0) or response token j - 1
+        first = jnp.repeat(hidden[:, -1:], k, axis=0)
+        pred = jnp.concatenate([first, resp_hidden[:, :-1]], axis=1)         # [N k, R', H]
+        return jax.nn.log_softmax(model.logits(pred).astype(jnp.float32), -1), value
 
 
 # -- the rollout's chooser ------------------------------------------------------------
