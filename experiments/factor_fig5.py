@@ -326,8 +326,14 @@ def run_diagnostics(config, pieces, early_params, late_params,
             }
             arrays["cons_apm"], arrays["cons_softmax"] = ca, cs
             t0 = time.time()
-            res["perturbation"] = diag.perturbation(params, batch, pieces, k["perturb"],
-                                                    seed=int(config.seed) + int(config.fig5.seed))
+            if config.get("actor", {}).get("chooser", "candidates") == "generate":
+                # (c) swaps a token for another legal candidate's: not defined for a
+                # response written over the full vocabulary.
+                res["perturbation"] = {"skipped": "not defined for a generating actor"}
+            else:
+                res["perturbation"] = diag.perturbation(
+                    params, batch, pieces, k["perturb"],
+                    seed=int(config.seed) + int(config.fig5.seed))
             res["timing_s"]["perturbation"] = time.time() - t0
     res["_arrays"] = arrays
     return res
@@ -393,7 +399,7 @@ def plot(res: Dict[str, Any], path: str, title: str = "") -> str:
                      fontsize=10)
         ax.legend(fontsize=8)
     else:
-        ax.text(0.5, 0.5, "no eligible actions", ha="center")
+        ax.text(0.5, 0.5, p.get("skipped", "no eligible actions"), ha="center")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -473,7 +479,10 @@ def format_summary(res: Dict[str, Any]) -> str:
                      f"{f['pearson_r']:.3f} over {f['tokens']} tokens, |Delta| "
                      f"{f['abs_delta_mean']:.3f} vs {f['abs_delta_no_feedback_mean']:.3f}")
     p = res["perturbation"]
-    lines.append(f"(c) perturbation: {p['n_pos']} positive, {p['n_neg']} negative actions")
+    if "skipped" in p:
+        lines.append(f"(c) perturbation: skipped ({p['skipped']})")
+    else:
+        lines.append(f"(c) perturbation: {p['n_pos']} positive, {p['n_neg']} negative actions")
     for key, row in p.get("table", {}).items():
         lines.append(f"    {key:18s} {row['mean']:+.4f} ± {row['se']:.4f}  "
                      f"(n {row['n']}, changed {row['changed_frac']:.2f}, "

@@ -87,7 +87,7 @@ def test_reproduce_rejects_a_bad_argument_with_exit_2():
     assert p.returncode == 2 and "--only" in p.stderr
 
 
-def test_the_generating_actor_on_a_pretrained_model_is_a_config_error():
+def test_the_generating_pretrained_actor_without_a_chat_view_is_a_config_error():
     from asct_jax.rl.trainer import TextShape, generation_spec
     c = base.get_config()
     c.actor.chooser = "generate"

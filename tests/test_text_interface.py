@@ -117,3 +117,69 @@ def test_an_unknown_action_is_nothing_happens_and_truncation_is_counted(tokenize
     _, ts_env = env.step(state, jnp.zeros((env.action_len,), jnp.int32), params)
     np.testing.assert_array_equal(np.asarray(ts_view.reward), np.asarray(ts_env.reward))
     assert render_text(view.env_words(np.asarray(ts_env.feedback))) == "nothing happens"
+
+
+# -- the generating actor through the chat view (issue 23) ---------------------------
+def _generation_setup(tokenizer):
+    from asct_jax.rl.generation import GenerationSpec, build_prompt
+    view, params = _view("household", tokenizer)
+    pieces = view.prompt_tokens().generation
+    spec = GenerationSpec(tags=pieces.tags, stop_id=pieces.stop_id, pieces=pieces)
+    states, ts = vmap_reset(view, jax.random.split(jax.random.key(4), 3), params)
+    cands, legal = jax.vmap(view.legal_actions, in_axes=(0, None))(states, params)
+    n, k = 3, spec.history
+    prompt = build_prompt(ts.observation, cands, legal,
+                          jnp.zeros((n, k, ts.observation.shape[1]), jnp.int32),
+                          jnp.zeros((n, k, cands.shape[2]), jnp.int32), jnp.zeros((n, k), bool),
+                          spec, view.pad_id)
+    return view, spec, ts, cands, legal, prompt
+
+
+def test_generation_prompt_is_one_user_message_with_the_observation_and_actions(tokenizer):
+    view, spec, ts, cands, legal, prompt = _generation_setup(tokenizer)
+    assert prompt.shape[1] == spec.prompt_len(view.obs_len, view.num_actions, view.action_len)
+    text = tokenizer.decode([int(t) for t in prompt[0] if t != view.pad_id])
+    obs_text = tokenizer.decode([int(t) for t in ts.observation[0] if t != view.pad_id])
+    head, tail = view.pieces.user_text
+    assert text.startswith(head) and text.endswith(tail) and text.count("<|im_start|>") == 2
+    assert obs_text[len(head):-len(tail)] in text          # the observation without template
+    for c, ok in zip(cands[0], legal[0]):
+        words = tokenizer.decode([int(t) for t in c if t not in (view.pad_id,
+                                                                 spec.stop_id)])
+        assert (("\n" + words + "\n") in text) == bool(ok)  # one line per admissible action
+    assert "<action> </action> tags" in text
+
+
+def test_text_projection_decodes_the_response_and_marks_the_action_tokens(tokenizer):
+    from asct_jax.envs.projection import project_text_host
+    view, spec, _, cands, legal, _ = _generation_setup(tokenizer)
+    live = [k for k in range(cands.shape[1]) if legal[0, k]]
+    words = tokenizer.decode([int(t) for t in cands[0, live[-1]]
+                              if t not in (view.pad_id, spec.stop_id)])
+    cases = [(f"<think>I should act.</think>\n<action>{words.upper()} </action>", live[-1]),
+             (f"<action>{words}</action>", -1),                         # no think
+             ("<think>x</think><action>fly to the moon</action>", -1),    # inadmissible
+             (f"<think>x</think> {words}", -1)]                           # no action tags
+    r = 48
+    rows = [tokenizer.encode(t, add_special_tokens=False) for t, _ in cases]
+    resp = np.zeros((len(rows), r), np.int32)
+    mask = np.zeros((len(rows), r), bool)
+    for i, ids in enumerate(rows):
+        resp[i, :len(ids)], mask[i, :len(ids)] = ids, True
+    n = len(rows)
+    index, valid, amask, has_think, has_action = project_text_host(
+        resp, mask, np.repeat(np.asarray(cands[:1]), n, 0), np.repeat(np.asarray(legal[:1]), n, 0),
+        tokenizer, view.pad_id, spec.stop_id)
+    np.testing.assert_array_equal(index, [k for _, k in cases])
+    np.testing.assert_array_equal(valid, [k >= 0 for _, k in cases])
+    np.testing.assert_array_equal(has_think, [True, False, True, True])
+    np.testing.assert_array_equal(has_action, [True, True, True, False])
+    inside = tokenizer.decode(resp[0][amask[0]])
+    assert words.upper() in inside and "think" not in inside and not amask[3].any()
+    # In jit, through the host callback: the same answer, the action row of the view.
+    spec_out = jax.jit(lambda *a: spec.project(*a, view.pad_id))(
+        jnp.asarray(resp), jnp.asarray(mask), jnp.repeat(cands[:1], n, 0),
+        jnp.repeat(legal[:1], n, 0))
+    np.testing.assert_array_equal(spec_out.index, index)
+    np.testing.assert_array_equal(spec_out.action[0], cands[0, live[-1]])
+    assert bool(jnp.all(spec_out.action[1:] == view.pad_id))

@@ -17,7 +17,10 @@ an inadmissible action as invalid, and has no CJK rule.
 
 Two implementations of the same rule:
 
-* `project` on host strings (the external, text-driven environments);
+* `project` on host strings (the external, text-driven environments), and
+  `project_text_tokens`, the same inside jit through a host callback that decodes with a
+  pretrained tokenizer (the pretrained actor on the JAX-native analogues: its tags are
+  several tokens that merge with their neighbours differently in each context);
 * `project_tokens` in jit on token ids (the JAX-native environments, the tiny word-level
   actor, and a pretrained tokenizer where a tag is several tokens). Tags are fixed id
   sequences (`Tags`); "strip and lower-case" is implicit in comparing ids (the span's tokens
@@ -34,7 +37,9 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence, Tuple
 
 import chex
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ACTION_OPEN, ACTION_CLOSE = "<action>", "</action>"
@@ -150,3 +155,74 @@ def project_tokens(response: chex.Array, response_mask: chex.Array, cands: chex.
     action = jnp.where(valid[..., None], chosen[..., 0, :], pad_id).astype(jnp.int32)
     return ProjectedAction(index=index, valid=valid, action=action, action_mask=action_mask,
                            has_think=has_think, has_action=has_action)
+
+
+def _content(ids, stop_ids) -> list:
+    """The tokens of a row before its first stop / PAD id."""
+    out = []
+    for i in ids:
+        if int(i) in stop_ids:
+            break
+        out.append(int(i))
+    return out
+
+
+def project_text_host(response, response_mask, cands, legal, tokenizer, pad_id: int,
+                      stop_id: int):
+    """`project` on decoded text, for a pretrained tokenizer (numpy in and out).
+
+    Args: response [N, R], response_mask [N, R], cands [N, K, A], legal [N, K] (numpy);
+      tokenizer: its `decode`; a candidate's text is its tokens before stop_id / PAD.
+    Returns: index [N] int32 (-1 invalid), valid [N], action_mask [N, R] (the tokens whose
+      decoded characters overlap the text between the first <action> and </action>),
+      has_think [N], has_action [N].
+    """
+    response, response_mask = np.asarray(response), np.asarray(response_mask)
+    cands, legal = np.asarray(cands), np.asarray(legal)
+    n, r = response.shape
+    index = np.full((n,), -1, np.int32)
+    valid, has_think, has_action = (np.zeros((n,), bool) for _ in range(3))
+    action_mask = np.zeros((n, r), bool)
+    dec = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    for i in range(n):
+        ids = [int(t) for t, m in zip(response[i], response_mask[i]) if m]
+        text = dec(ids)
+        texts = [dec(_content(c, {stop_id, pad_id})).strip().lower() for c in cands[i]]
+        admissible = [t for t, ok in zip(texts, legal[i]) if ok]
+        action, ok = project(text, admissible)
+        s = text.lower()
+        start, end = s.find(ACTION_OPEN), s.find(ACTION_CLOSE)
+        has_action[i] = start != -1 and end != -1
+        has_think[i] = THINK_OPEN in text and THINK_CLOSE in text
+        if ok:
+            valid[i] = True
+            index[i] = next(k for k, (t, live) in enumerate(zip(texts, legal[i]))
+                            if live and t == action)
+        if has_action[i] and end > start + len(ACTION_OPEN):
+            lo, hi = start + len(ACTION_OPEN), end
+            ends = [len(dec(ids[:j + 1])) for j in range(len(ids))]   # token j: [e_{j-1}, e_j)
+            starts = [0] + ends[:-1]
+            cols = np.flatnonzero(response_mask[i])
+            for j, (a, b) in enumerate(zip(starts, ends)):
+                action_mask[i, cols[j]] = a < hi and b > lo
+    return index, valid, action_mask, has_think, has_action
+
+
+def project_text_tokens(response: chex.Array, response_mask: chex.Array, cands: chex.Array,
+                        legal: chex.Array, tokenizer, pad_id: int, stop_id: int
+                        ) -> ProjectedAction:
+    """`project_tokens`'s contract by the text rule: the response and the candidates are
+    decoded with `tokenizer` on the host (jax.pure_callback) and `project` decides
+    (project_text_host). Shapes as project_tokens, with [N] leading dims."""
+    n, r = response.shape
+    out_types = (jax.ShapeDtypeStruct((n,), jnp.int32), jax.ShapeDtypeStruct((n,), bool),
+                 jax.ShapeDtypeStruct((n, r), bool), jax.ShapeDtypeStruct((n,), bool),
+                 jax.ShapeDtypeStruct((n,), bool))
+    host = lambda *a: project_text_host(*a, tokenizer, pad_id, stop_id)  # noqa: E731
+    index, valid, action_mask, has_think, has_action = jax.pure_callback(
+        host, out_types, response, response_mask, cands, legal, vmap_method="sequential")
+    chosen = jnp.take_along_axis(cands, jnp.maximum(index, 0)[:, None, None], axis=1)[:, 0]
+    action = jnp.where(valid[:, None], chosen, pad_id).astype(jnp.int32)
+    return ProjectedAction(index=index, valid=valid, action=action,
+                           action_mask=action_mask & response_mask, has_think=has_think,
+                           has_action=has_action)

@@ -35,6 +35,7 @@ every observation, feedback and candidate action as text and gives the model the
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any, Dict, Sequence, Tuple
@@ -46,7 +47,9 @@ import numpy as np
 
 from asct_jax.envs.base import EOS_ID, PAD_ID, SEP_ID, Environment, TimeStep, match_action
 from asct_jax.envs.play import play_keys, uniform_chooser
-from asct_jax.envs.prompt import PromptTokens
+from asct_jax.envs.projection import (ACTION_CLOSE, ACTION_OPEN, THINK_CLOSE, THINK_OPEN,
+                                       Tags)
+from asct_jax.envs.prompt import GenerationPieces, PromptTokens
 
 SYSTEM_PROMPTS = {
     "rag_workflow": "You answer a multi-hop question by calling tools. Retrieve the evidence "
@@ -60,6 +63,16 @@ SYSTEM_PROMPTS = {
 DEFAULT_SYSTEM_PROMPT = ("You are an agent in a text environment. Read the observation and "
                          "reply with the next action.")
 FEEDBACK_INTRO = "The result of your next action will be:\n"
+# A generating actor's prompt (verl-agent's, in this project's words): the last k steps,
+# the current observation, the admissible actions, then the format instruction.
+GENERATION_TEXT = {
+    "obs_label": "\nObservation:\n", "act_label": "\nYour action: ",
+    "cur_label": "\nCurrent observation:\n", "list_header": "\nYour admissible actions:\n",
+    "item_sep": "\n",
+    "tail": "\nNow it's your turn to take an action. First reason step by step about the "
+            "current situation, enclosed within <think> </think> tags. Then choose one "
+            "admissible action and present it within <action> </action> tags.",
+}
 _MARK = "\u2063MARK\u2063"           # a placeholder no template or word contains
 _PUNCT = re.compile(r"^[^\w\s]+$")
 _SAMPLE_EPISODES, _MARGIN, _ROUND = 64, 1.25, 8
@@ -113,6 +126,21 @@ class ChatPieces:
         return PromptTokens(pad_id=pad_id, action_header=tuple(self.action_header),
                             feedback_header=tuple(self.feedback_header),
                             feedback_footer=tuple(self.feedback_footer))
+
+    def generation_pieces(self, tokenizer):
+        """A generating actor's prompt in this template (asct_jax.envs.prompt
+        .GenerationPieces): one user message, GENERATION_TEXT around the observations'
+        text (their template head and tail stripped), tags as the tokenizer writes them
+        alone, the template's end-of-turn token as the stop; projected on decoded text."""
+        enc = lambda text: tuple(tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+        g = {k: enc(v) for k, v in GENERATION_TEXT.items()}
+        return GenerationPieces(
+            head=tuple(self.obs_head), obs_label=g["obs_label"], act_label=g["act_label"],
+            cur_label=g["cur_label"], list_header=g["list_header"], item_sep=g["item_sep"],
+            tail=g["tail"] + tuple(self.obs_tail), strip_head=len(self.obs_head),
+            strip_tail=len(self.obs_tail),
+            tags=Tags(*(enc(t) for t in (THINK_OPEN, THINK_CLOSE, ACTION_OPEN, ACTION_CLOSE))),
+            stop_id=self.end_of_turn, tokenizer=tokenizer)
 
     def ids(self):
         return set(self.obs_head + self.obs_tail + self.action_header + self.feedback_header
@@ -312,8 +340,10 @@ class LLMView(Environment):
         return self._tokenizer
 
     def prompt_tokens(self):
-        """The policy's static pieces (asct_jax.envs.prompt.PromptTokens) for this view."""
-        return self.pieces.prompt_tokens(self.pad_id)
+        """The policy's static pieces (asct_jax.envs.prompt.PromptTokens) for this view,
+        a generating actor's prompt layout included."""
+        return dataclasses.replace(self.pieces.prompt_tokens(self.pad_id),
+                                   generation=self.pieces.generation_pieces(self._tokenizer))
 
     # ------------------------------------------------------------------ host reference
     def observation_text(self, env_obs: np.ndarray) -> str:

@@ -40,9 +40,11 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from asct_jax.envs.base import EOS_ID, SEP_ID
+from asct_jax.envs.base import EOS_ID
 from asct_jax.envs.play import Choice
-from asct_jax.envs.projection import Tags, project_tokens
+from asct_jax.envs.projection import (ProjectedAction, Tags, project_text_tokens,
+                                       project_tokens)
+from asct_jax.envs.prompt import GenerationPieces
 from asct_jax.models import cache as cache_lib
 from asct_jax.models.generate import generate
 from asct_jax.rl.policy import Policy, TokenOutputs, _pads_to_right, left_align
@@ -54,15 +56,16 @@ CHOOSERS = ("candidates", "generate")
 class GenerationSpec:
     """Static settings of the generating actor (config section `actor`).
 
-    tags: the tag token ids; stop_id: the end-of-turn token; sep_id: the separator of the
-    prompt's pieces; response_len: R, the most tokens a response has; history: k past
-    steps in the prompt; temperature, top_p: sampling; invalid_penalty: subtracted from an
-    invalid step's reward.
+    tags: the tag token ids; stop_id: the end-of-turn token (it also ends every
+    candidate); pieces: the prompt's layout (GenerationPieces: the tiny actor's by
+    default, a chat view's for a pretrained model); response_len: R, the most tokens a
+    response has; history: k past steps in the prompt; temperature, top_p: sampling;
+    invalid_penalty: subtracted from an invalid step's reward.
     """
 
     tags: Tags
     stop_id: int = EOS_ID
-    sep_id: int = SEP_ID
+    pieces: GenerationPieces = GenerationPieces()
     response_len: int = 24
     history: int = 2
     temperature: float = 1.0
@@ -72,23 +75,43 @@ class GenerationSpec:
     def prompt_len(self, obs_len: int, num_actions: int, action_len: int) -> int:
         """P: the longest prompt build_prompt can make."""
         step = obs_len + action_len + len(self.tags.action_open) + len(self.tags.action_close)
-        return self.history * step + obs_len + 1 + num_actions * (action_len + 1)
+        return (self.pieces.fixed_len(self.history) + self.history * step + obs_len
+                + num_actions * (action_len + len(self.pieces.item_sep)))
+
+    def project(self, response, mask, cands, legal, pad_id: int) -> ProjectedAction:
+        """The projection rule (asct_jax.envs.projection): on token ids, or on the text a
+        pretrained tokenizer decodes (pieces.tokenizer)."""
+        if self.pieces.tokenizer is not None:
+            return project_text_tokens(response, mask, cands, legal, self.pieces.tokenizer,
+                                       pad_id, self.stop_id)
+        return project_tokens(response, mask, cands, legal, self.tags, pad_id, self.stop_id)
 
 
 def _ids(ids: Tuple[int, ...], n: int) -> chex.Array:
     return jnp.broadcast_to(jnp.asarray(ids, jnp.int32), (n, len(ids)))
 
 
-def _strip_eos(tokens: chex.Array, pad_id: int) -> chex.Array:
-    return jnp.where(tokens == EOS_ID, pad_id, tokens)
+def _strip_stop(tokens: chex.Array, stop_id: int, pad_id: int) -> chex.Array:
+    return jnp.where(tokens == stop_id, pad_id, tokens)
+
+
+def _strip_template(obs: chex.Array, pieces: GenerationPieces, pad_id: int) -> chex.Array:
+    """obs [..., O] (template head, text, template tail, then PAD) -> the text alone."""
+    if not (pieces.strip_head or pieces.strip_tail):
+        return obs
+    pos = jnp.arange(obs.shape[-1])
+    n_real = jnp.sum(obs != pad_id, -1, keepdims=True)
+    keep = (pos >= pieces.strip_head) & (pos < n_real - pieces.strip_tail)
+    return jnp.where(keep, obs, pad_id)
 
 
 def wrap_action(action: chex.Array, live: chex.Array, spec: GenerationSpec,
                 pad_id: int) -> chex.Array:
-    """[N, A] action (EOS dropped) -> [N, A + tags] "<action> a </action>", all PAD where
-    ~live [N]."""
+    """[N, A] action (stop token dropped) -> [N, A + tags] "<action> a </action>", all PAD
+    where ~live [N]."""
     n = action.shape[0]
-    out = jnp.concatenate([_ids(spec.tags.action_open, n), _strip_eos(action, pad_id),
+    out = jnp.concatenate([_ids(spec.tags.action_open, n),
+                           _strip_stop(action, spec.stop_id, pad_id),
                            _ids(spec.tags.action_close, n)], axis=1)
     return jnp.where(live[:, None], out, pad_id)
 
@@ -96,7 +119,8 @@ def wrap_action(action: chex.Array, live: chex.Array, spec: GenerationSpec,
 def build_prompt(obs: chex.Array, cands: chex.Array, legal: chex.Array,
                  hist_obs: chex.Array, hist_act: chex.Array, hist_live: chex.Array,
                  spec: GenerationSpec, pad_id: int) -> chex.Array:
-    """The prompt of the module docstring, compacted to the left (right-padded).
+    """The prompt of the module docstring (in spec.pieces' layout), compacted to the
+    left (right-padded).
 
     Args: obs [N, O]; cands [N, K, A], legal [N, K]; hist_obs [N, k, O], hist_act [N, k, A],
       hist_live [N, k] bool (oldest first).
@@ -104,14 +128,22 @@ def build_prompt(obs: chex.Array, cands: chex.Array, legal: chex.Array,
     """
     chex.assert_rank([obs, cands, legal, hist_obs, hist_act, hist_live], [2, 3, 2, 3, 3, 2])
     n, k_hist = obs.shape[0], hist_obs.shape[1]
-    past = [jnp.concatenate([jnp.where(hist_live[:, i, None], hist_obs[:, i], pad_id),
-                             wrap_action(hist_act[:, i], hist_live[:, i], spec, pad_id)], 1)
-            for i in range(k_hist)]                                 # static k (2)
-    listed = jnp.concatenate([_strip_eos(cands, pad_id),
-                              jnp.full(cands.shape[:2] + (1,), spec.sep_id, jnp.int32)], -1)
-    listed = jnp.where(legal[..., None], listed, pad_id).reshape(n, -1)   # c_k SEP
-    sep = jnp.full((n, 1), spec.sep_id, jnp.int32)
-    prompt = jnp.concatenate(past + [obs.astype(jnp.int32), sep, listed], axis=1)
+    pc = spec.pieces
+    ids = lambda t: _ids(t, n)                                            # noqa: E731
+    text = lambda x: _strip_template(x.astype(jnp.int32), pc, pad_id)    # noqa: E731
+    past = []
+    for i in range(k_hist):                                              # static k (2)
+        live = hist_live[:, i, None]
+        step = jnp.concatenate([ids(pc.obs_label), text(hist_obs[:, i]), ids(pc.act_label)], 1)
+        past += [jnp.where(live, step, pad_id),
+                 wrap_action(hist_act[:, i], hist_live[:, i], spec, pad_id)]
+    sep = jnp.broadcast_to(jnp.asarray(pc.item_sep, jnp.int32),
+                           cands.shape[:2] + (len(pc.item_sep),))
+    listed = jnp.concatenate([_strip_stop(cands, spec.stop_id, pad_id), sep], -1)
+    listed = jnp.where(legal[..., None], listed, pad_id).reshape(n, -1)   # c_k item_sep
+    prompt = jnp.concatenate([ids(pc.head)] + past + [ids(pc.cur_label), text(obs),
+                                                      ids(pc.list_header), listed,
+                                                      ids(pc.tail)], axis=1)
     return _pads_to_right(prompt, pad_id)
 
 
@@ -125,7 +157,7 @@ def canonical_response(cands: chex.Array, spec: GenerationSpec, pad_id: int) -> 
                                                                 + t.action_open),))
     tail = jnp.broadcast_to(jnp.asarray(t.action_close + (spec.stop_id,), jnp.int32),
                             lead + (len(t.action_close) + 1,))
-    body = _strip_eos(cands, pad_id)
+    body = _strip_stop(cands, spec.stop_id, pad_id)
     out = jnp.concatenate([head, body, tail], axis=-1)
     return _pads_to_right(out.reshape(-1, out.shape[-1]), pad_id).reshape(out.shape)
 
@@ -271,8 +303,7 @@ class GenerationChooser:
         prompt = build_prompt(obs, cands, legal, hist_obs, hist_act, hist_live, self.spec,
                               self.pad_id)
         response, logp, mask, value, written = self.writer(key, prompt, cands, legal, states)
-        proj = project_tokens(response, mask, cands, legal, self.spec.tags, self.pad_id,
-                              EOS_ID)
+        proj = self.spec.project(response, mask, cands, legal, self.pad_id)
         penalty = jnp.where(proj.valid, 0.0, self.spec.invalid_penalty)
         n_act = jnp.sum(proj.action_mask, -1)
         think = jnp.sum(mask, -1) - n_act

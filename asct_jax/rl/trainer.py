@@ -72,21 +72,27 @@ class TextShape:
     base_vocab_size: int = 0
 
 
-def generation_spec(config, shape: TextShape):
-    """The GenerationSpec of config.actor for the tiny actor over the environment's words
-    (tags appended after them), or None for the candidate-scoring actor."""
+def generation_spec(config, shape: TextShape, prompt: PromptTokens = PromptTokens()):
+    """The GenerationSpec of config.actor, or None for the candidate-scoring actor: for the
+    tiny actor over the environment's words (tags appended after them), for a pretrained
+    model in the layout of its chat view (prompt.generation)."""
     actor = config.get("actor", {})
     if actor.get("chooser", "candidates") == "candidates":
         return None
-    if config.model.get("path"):
-        raise ConfigError("actor.chooser", "'generate' is built for the tiny actor over "
-                          "the environment's words; a pretrained model (model.path) "
-                          "generates through the host games only for now", "candidates")
-    ids = tag_ids(shape.base_vocab_size)
-    return GenerationSpec(tags=Tags(*((i,) for i in ids)),
-                          response_len=int(actor.response_len), history=int(actor.history),
-                          temperature=float(actor.temperature), top_p=float(actor.top_p),
-                          invalid_penalty=float(actor.invalid_penalty))
+    pieces = prompt.generation
+    if config.model.get("path") and pieces is None:
+        raise ConfigError("actor.chooser", "'generate' with a pretrained model (model.path) "
+                          "needs a text view that gives its prompt layout; this source has "
+                          "none", "candidates")
+    if pieces is None:
+        tags, stop, pieces = Tags(*((i,) for i in tag_ids(shape.base_vocab_size))), None, None
+    else:
+        tags, stop = pieces.tags, pieces.stop_id
+    extra = {k: v for k, v in (("stop_id", stop), ("pieces", pieces)) if v is not None}
+    return GenerationSpec(tags=tags, response_len=int(actor.response_len),
+                          history=int(actor.history), temperature=float(actor.temperature),
+                          top_p=float(actor.top_p),
+                          invalid_penalty=float(actor.invalid_penalty), **extra)
 
 
 class RolloutSource(Protocol):
@@ -121,8 +127,8 @@ def build_policy(config, vocab_size: int, shape: TextShape,
     Returns (policy, params): params is an nnx.State, or with LoRA (model.lora_rank > 0)
     a tuple (trainable, frozen): the adapters and the new value head, then the base.
     """
-    spec = generation_spec(config, shape)
-    if spec is not None:   # the tag tokens follow the environment's words
+    spec = generation_spec(config, shape, prompt)
+    if spec is not None and not config.model.get("path"):   # tags after the env's words
         vocab_size = shape.base_vocab_size + len(TAG_TOKENS)
     training = {f: config.model[f] for f in TRAINING_FIELDS if f in config.model}
     if "lora_targets" in training:
