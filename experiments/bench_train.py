@@ -54,12 +54,55 @@ def _flops(jitted, *args):
     return float((ca or {}).get("flops", float("nan")))
 
 
-def matmul_flops_per_s(m=1024, k=576, n=1536, repeats=10):
-    """Measured f32 matmul FLOP/s of a jitted jnp.dot [m, k] x [k, n] (median)."""
-    x = jnp.ones((m, k), jnp.float32)
-    w = jnp.ones((k, n), jnp.float32)
+def matmul_flops_per_s(m=1024, k=576, n=1536, repeats=10, dtype=jnp.float32):
+    """Measured matmul FLOP/s of a jitted jnp.dot [m, k] x [k, n] in `dtype` (median)."""
+    x = jnp.ones((m, k), dtype)
+    w = jnp.ones((k, n), dtype)
     _, _, s = timed(jax.jit(jnp.dot), x, w, repeats=repeats)
     return 2.0 * m * k * n / s
+
+
+def compiled_memory(compiled):
+    """XLA's memory analysis of a compiled program, in bytes: arguments, outputs, temporaries
+    and their sum less the donated (aliased) bytes, the program's peak; {} if unavailable."""
+    ma = compiled.memory_analysis()
+    if ma is None:
+        return {}
+    out = {k: int(getattr(ma, f"{k}_size_in_bytes")) for k in ("argument", "output", "temp",
+                                                              "alias")}
+    out["peak"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
+    return out
+
+
+def lower_train_step(learner, source):
+    """The compiled train step of a learner, lowered for its initial state (not compiled)."""
+    step_fn = make_train_step(learner, source.env, source.env_params)
+    return step_fn.lower(learner.init_state, learner.key)
+
+
+def timed_compile(lowered):
+    """(compiled program, compile seconds) of a lowered one."""
+    t = time.perf_counter()
+    compiled = lowered.compile()
+    return compiled, time.perf_counter() - t
+
+
+def time_compiled_step(compiled, learner, repeats):
+    """((state, metrics), steady s, compiled_memory) of a compiled train step on the
+    learner's initial state (a copy each call: the step donates its state)."""
+    step = lambda s, k: compiled(jax.tree.map(jnp.copy, s), k)  # noqa: E731 (donation)
+    out, _, steady_s = timed(step, learner.init_state, learner.key, repeats=repeats)
+    return out, steady_s, compiled_memory(compiled)
+
+
+def time_train_step(learner, source, repeats):
+    """((state, metrics), lower + compile s, steady s, compiled_memory) of the compiled
+    train step on the learner's initial state."""
+    t = time.perf_counter()
+    compiled, _ = timed_compile(lower_train_step(learner, source))
+    compile_s = time.perf_counter() - t
+    out, steady_s, memory = time_compiled_step(compiled, learner, repeats)
+    return out, compile_s, steady_s, memory
 
 
 def bench_method(method, env_name, repeats, num_groups, group_size, chooser="candidates"):
@@ -79,9 +122,7 @@ def bench_method(method, env_name, repeats, num_groups, group_size, chooser="can
                               repeats=repeats)
     learn = make_learn_step(exp)
     _, learn_c, learn_s = timed(learn, state, batch, key, repeats=repeats)
-    step_fn = make_train_step(exp, source.env, source.env_params)
-    step = lambda s, k: step_fn(jax.tree.map(jnp.copy, s), k)  # noqa: E731 (donation)
-    (_, m), step_c, step_s = timed(step, state, key, repeats=repeats)
+    (_, m), step_c, step_s, _ = time_train_step(exp, source, repeats)
     # Environment calls of one step: the rollout's plus the credit's own (search,
     # continuations, VinePPO rollouts).
     env_calls = float(m["rollout/env_calls"]) + float(m["credit/env_calls"])

@@ -15,6 +15,8 @@ import json
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from asct_jax.infra.checks import ConfigError
+from asct_jax.infra.distributed import is_primary
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import seed_table
 from experiments.configs.base import ADDED_DEFAULTS, BOOKKEEPING_FIELDS
@@ -34,13 +36,26 @@ def config_differences(stored: Mapping[str, Any], config) -> List[str]:
     return sorted(k for k in keys if a.get(k) != b.get(k))
 
 
+def start_processes(config, source=None) -> None:
+    """Joins the processes of config.train.distributed (asct_jax.infra.distributed), before
+    anything is built. Host-side games (`source`) run in one process only."""
+    from asct_jax.infra import distributed
+
+    if distributed.initialize(config) and source is not None:
+        raise ConfigError(f"{distributed.FIELD}.enabled", "host-side games play in one "
+                          "process; several processes run the JAX-native environments",
+                          "False")
+
+
 def train_run(config, return_params: bool = False, source=None, return_state: bool = False):
     """trainer.train with the method config.method names in the registry (its config
-    checked first: experiments.registry.check)."""
+    checked first: experiments.registry.check), in every process of
+    config.train.distributed."""
     from asct_jax.rl import trainer
     from experiments import registry
 
     method, _ = registry.check(config)
+    start_processes(config, source)
     return trainer.train(config, method, source=source, return_params=return_params,
                          return_state=return_state)
 
@@ -50,6 +65,7 @@ def train_seeds_run(configs, return_params: bool = False):
     from asct_jax.rl import trainer
     from experiments import registry
 
+    start_processes(configs[0])
     return trainer.train_seeds(configs, registry.get(configs[0].method),
                                return_params=return_params)
 
@@ -115,7 +131,8 @@ def run_grid(base, variants: Sequence[Variant], seeds: Sequence[int], experiment
         for c, (summary, params) in zip(todo, trained):
             if after_run is not None:
                 summary.update(after_run(c, summary, params))
-            atomic_write_json(_run_path(c, "summary.json"), summary)
+            if is_primary():
+                atomic_write_json(_run_path(c, "summary.json"), summary)
         new = iter(summary for summary, _ in trained)
         out[name] = [done[i] if done[i] is not None else next(new) for i in range(len(configs))]
     return out

@@ -3,6 +3,9 @@
     python -m experiments.train --config experiments/configs/base.py \
         --config.method=grpo --config.env.name=household --config.train.run=grpo_s42
 
+Several processes (one per host, config.train.distributed; docs/multihost.md) run the same
+command; experiments.launch_local starts them on one machine. Process 0 prints and writes.
+
 Exit status 2 (one line on stderr) for a config error or when --config.train.resume=True
 finds checkpoints of which none reads back (nothing is deleted); 1 for a non-finite loss
 or a run directory that already holds checkpoints without resume.
@@ -12,6 +15,7 @@ import sys
 
 from asct_jax.infra import config_cli
 from asct_jax.infra.checkpoint import NonFiniteLossError, NoReadableCheckpointError
+from asct_jax.infra.distributed import is_primary
 
 
 def main(config):
@@ -26,7 +30,8 @@ def main(config):
     except (NonFiniteLossError, FileExistsError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
-    print({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()})
+    if is_primary():
+        print({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()})
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ data-loader position, RNG seeds, the logger's step, anything small).
 Added here: saves never overwrite or interleave with existing steps (`discard_after(step)`
 rolls back explicitly), a structure / shape / dtype mismatch with the target is a loud
 CheckpointError, and `restore_latest_readable` resumes from the newest checkpoint that
-reads back, moving unreadable newer ones aside (never deleting them):
+reads back, moving unreadable newer ones aside (never deleting them). Every process of a
+multi-process run (asct_jax.infra.distributed) calls the same methods; orbax writes each
+array once and restores onto the target's shardings, whatever the mesh that wrote it:
 
     ckpt = Checkpointer(run_dir / "checkpoints", save_every=cfg.ckpt_every, keep=3)
     restored = restore_latest_readable(ckpt, state)   # None: nothing to resume
@@ -33,6 +35,8 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from asct_jax.infra import distributed
 
 STATE, EXTRA = "state", "extra"
 
@@ -217,11 +221,14 @@ class Checkpointer:
 
     def set_aside(self, step: int) -> str:
         """Moves step `step` out of the manager's directory (kept, not deleted); returns
-        where it went: `<directory>.unreadable/<step>-<time>`."""
+        where it went: `<directory>.unreadable/<step>-<time>`. In a multi-process run
+        process 0 moves it and every process waits for the move."""
         self.wait()
         dest = os.path.join(self.directory + ".unreadable", f"{step}-{int(time.time())}")
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        shutil.move(os.path.join(self.directory, str(step)), dest)
+        if distributed.is_primary():
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.move(os.path.join(self.directory, str(step)), dest)
+        distributed.barrier(f"checkpoint_set_aside_{step}")
         self._manager.reload()
         return dest
 

@@ -14,6 +14,8 @@ only when asked and a writer library (tensorboardX, or torch's with tensorboard)
 importable; otherwise a warning, and JSONL stays the record.
 
 Every file write here is atomic: a temporary file in the same directory, then os.replace.
+In a run of several processes (asct_jax.infra.distributed) only process 0 writes: the
+others keep the same records in memory (their summaries are computed, not written).
 """
 from __future__ import annotations
 
@@ -165,27 +167,35 @@ class RunLogger:
       progress: True / False, or None to show the bar only on a terminal.
       progress_keys: metrics shown beside the bar.
       tensorboard: also write TensorBoard events to run_dir/tb when a writer exists.
+      write: False keeps the records in memory only (no files, no bar); None: write on
+        process 0 of a multi-process run only (asct_jax.infra.distributed.is_primary).
     """
 
     def __init__(self, results_dir: str, experiment: str, run: str, config: Any = None, *,
                  total_steps: Optional[int] = None, resume_step: Optional[int] = None,
                  progress: Optional[bool] = None,
                  progress_keys: Sequence[str] = ("loss", "return"),
-                 tensorboard: bool = False):
+                 tensorboard: bool = False, write: Optional[bool] = None):
+        if write is None:
+            from asct_jax.infra.distributed import is_primary
+            write = is_primary()
+        self.writes = bool(write)
         self.run_dir = os.path.join(os.fspath(results_dir), experiment, run)
-        os.makedirs(self.run_dir, exist_ok=True)
         self.metrics_path = os.path.join(self.run_dir, METRICS_FILE)
         self.progress_keys = tuple(progress_keys)
+        if self.writes:
+            os.makedirs(self.run_dir, exist_ok=True)
         if config is not None:
             self.write_config(config)
         self._records = self._start_metrics(resume_step)
         self._last_step = self._records[-1]["step"] if self._records else None
-        self._file = open(self.metrics_path, "a")
+        self._file = open(self.metrics_path, "a") if self.writes else None
         self._bar = tqdm(total=total_steps, initial=len({r["step"] for r in self._records if r["step"] > 0}),
-                         desc=f"{experiment}/{run}", disable=None if progress is None
-                         else not progress, dynamic_ncols=True, leave=True)
+                         desc=f"{experiment}/{run}", disable=(not self.writes) or (
+                             None if progress is None else not progress),
+                         dynamic_ncols=True, leave=True)
         self._tb = None
-        if tensorboard:
+        if tensorboard and self.writes:
             self._tb = _tensorboard_writer(os.path.join(self.run_dir, "tb"))
             if self._tb is None:
                 warnings.warn("tensorboard=True but neither tensorboardX nor torch's "
@@ -195,13 +205,17 @@ class RunLogger:
         """Keeps the records with step <= resume_step (none for a fresh run), atomically."""
         kept = [] if resume_step is None else [
             r for r in read_jsonl(self.metrics_path) if r.get("step", math.inf) <= resume_step]
-        atomic_write_text(self.metrics_path,
-                          "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
+        if self.writes:
+            atomic_write_text(self.metrics_path,
+                              "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
         return kept
 
     # -- files -----------------------------------------------------------------------
     def write_config(self, config: Any) -> str:
         """Writes config.json (a ConfigDict or a mapping) atomically."""
+        path = os.path.join(self.run_dir, CONFIG_FILE)
+        if not self.writes:
+            return path
         return atomic_write_json(os.path.join(self.run_dir, CONFIG_FILE),
                                  config_to_dict(config))
 
@@ -216,8 +230,9 @@ class RunLogger:
             raise ValueError(f"step {step} < last logged step {self._last_step}; "
                              "resume with RunLogger(..., resume_step=...)")
         record = {"step": step, **{k: to_jsonable(v) for k, v in metrics.items()}}
-        self._file.write(json.dumps(record, allow_nan=False) + "\n")
-        self._file.flush()
+        if self._file is not None:
+            self._file.write(json.dumps(record, allow_nan=False) + "\n")
+            self._file.flush()
         self._records.append(record)
         if step > 0 and (self._last_step is None or step > self._last_step):
             self._bar.update(1)  # step 0 (the initial evaluation) is not a training step
@@ -239,18 +254,21 @@ class RunLogger:
 
     def write_summary(self, summary: Mapping[str, Any]) -> str:
         """Writes summary.json atomically (non-finite numbers become null)."""
-        return atomic_write_json(os.path.join(self.run_dir, SUMMARY_FILE), dict(summary))
+        path = os.path.join(self.run_dir, SUMMARY_FILE)
+        return atomic_write_json(path, dict(summary)) if self.writes else path
 
     def plot(self, keys: Optional[Iterable[str]] = None, smooth: float = 0.0) -> List[str]:
         """Writes plots/<key>.png for each key (default: every logged metric)."""
         if keys is None:
             keys = sorted({k for r in self._records for k in r} - {"step"})
+        if not self.writes:
+            return []
         return [plot_curves(self._records, k,
                             os.path.join(self.run_dir, PLOTS_DIR, _safe_name(k) + ".png"),
                             smooth=smooth) for k in keys]
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()

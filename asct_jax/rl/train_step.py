@@ -21,8 +21,9 @@ device rolls out and differentiates its share and XLA inserts the gradient all-r
 Models that do not fit replicated (train.fsdp > 1): a 2-D Mesh (data, fsdp); every
 parameter, optimiser and frozen-base leaf is sharded over "fsdp" by `fsdp_shardings`,
 the episode axis over both axes, and XLA gathers the weights where the step needs them.
-Several hosts: call `jax.distributed.initialize()` before building the mesh; the mesh then
-spans every device of every host and the same step runs unchanged.
+Several hosts: join the processes first (`jax.distributed.initialize()`, from the config:
+asct_jax.infra.distributed); the mesh then spans every device of every host and the same
+step runs unchanged.
 """
 from __future__ import annotations
 

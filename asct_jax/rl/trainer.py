@@ -31,7 +31,7 @@ from asct_jax.envs.projection import Tags
 from asct_jax.envs.prompt import PromptTokens
 from asct_jax.envs.text_interface import LLMView
 from asct_jax.envs.tokenizer import TAG_TOKENS, tag_ids
-from asct_jax.infra import compile_cache
+from asct_jax.infra import compile_cache, distributed
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.checkpoint import Checkpointer, check_finite, start_or_resume
 from asct_jax.infra.config_cli import config_to_dict
@@ -210,7 +210,7 @@ def learner_for_policy(config, method: Method, policy: Policy, params: Any, env:
                        method_state=method_state)
     sharding = fsdp_shardings(state, mesh)
     # The KL reference: a copy (never aliased to the donated state), sharded like params.
-    ref_params = (jax.device_put(params, sharding.params, may_alias=False)
+    ref_params = (distributed.device_put(params, sharding.params, may_alias=False)
                   if ppo.kl_coef > 0 else None)
     return Learner(ppo=ppo, num_groups=config.rollout.num_groups,
                    group_size=config.rollout.group_size, policy=policy, mesh=mesh,
@@ -218,8 +218,8 @@ def learner_for_policy(config, method: Method, policy: Policy, params: Any, env:
                    credit_fn=method.make_credit(method_cfg, ctx),
                    aux_loss_fn=method.make_aux_loss(method_cfg, ctx),
                    policy_loss_fn=method.make_policy_loss(method_cfg, ctx), optimizer=optimizer,
-                   init_state=jax.device_put(state, sharding), state_sharding=sharding,
-                   ref_params=ref_params, key=jax.device_put(key, replicated))
+                   init_state=distributed.device_put(state, sharding), state_sharding=sharding,
+                   ref_params=ref_params, key=distributed.device_put(key, replicated))
 
 
 def build_env(config, held_out: bool = False):
@@ -281,7 +281,7 @@ class JaxEnvSource:
         eval_fn = make_eval(learner.policy, env, env_params, tc.eval_episodes,
                             learner.mesh, greedy=tc.eval_greedy,
                             state_sharding=learner.state_sharding)
-        key = jax.device_put(jax.random.key(tc.eval_seed), learner.replicated)
+        key = distributed.device_put(jax.random.key(tc.eval_seed), learner.replicated)
 
         def evaluate(params):
             trainable, frozen = split_params(params)
@@ -414,15 +414,16 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
     state = jax.tree.map(stack, *[st.replace(frozen=None) for st, _ in restored])
     state = state.replace(frozen=restored[0][0].frozen)
     sharding = fsdp_shardings(state, first.mesh)
-    state = jax.device_put(state, sharding)
-    keys = jax.device_put(jax.tree.map(stack, *[l.key for l in learners]), first.replicated)
+    state = distributed.device_put(state, sharding)
+    keys = distributed.device_put(jax.tree.map(stack, *[l.key for l in learners]),
+                                  first.replicated)
     seeds_step = make_seeds_train_step(first, source.env, source.env_params, sharding)
     tc = config.train
     eval_env, eval_params = held_out_env(config, source)
     eval_fn = make_eval(first.policy, eval_env, eval_params, tc.eval_episodes,
                         first.mesh, greedy=tc.eval_greedy, seeds=True,
                         state_sharding=sharding)
-    eval_key = jax.device_put(jax.random.key(tc.eval_seed), first.replicated)
+    eval_key = distributed.device_put(jax.random.key(tc.eval_seed), first.replicated)
     n = len(configs)
 
     def step_fn(state, step):

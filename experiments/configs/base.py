@@ -183,6 +183,15 @@ def get_config():
     # "": a fresh initialisation; else a warm-start directory (experiments.warm_start):
     # the run starts from its params (fresh optimiser state, step 0).
     c.train.init_from = ""
+    # Several processes, one program (asct_jax.infra.distributed; docs/multihost.md): one
+    # process per host over a mesh of every device. Empty fields are read from the
+    # cluster's environment (SLURM, Open MPI, TPU pods) by jax.distributed.initialize.
+    c.train.distributed = ml_collections.ConfigDict()
+    c.train.distributed.enabled = False
+    c.train.distributed.coordinator_address = ""   # host:port of process 0
+    c.train.distributed.num_processes = 0          # 0: from the environment
+    c.train.distributed.process_id = -1            # -1: from the environment
+    c.train.distributed.initialization_timeout = 300   # seconds for every process to join
 
     # The warm start (asct_jax/rl/warm_start.py): SFT on the epsilon-noisy expert, then
     # the value head on the warm-started actor's Monte-Carlo returns.
@@ -207,7 +216,8 @@ def get_config():
 # experiments.warm_start; dotted names, a section stands for every field below it):
 # - they do not change what a run computes (a stored run is reused across them);
 BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.results_dir",
-                      "train.progress", "train.compilation_cache", "warm_start")
+                      "train.progress", "train.compilation_cache", "train.distributed",
+                      "warm_start")
 # - added after runs were stored, with the value a config.json without them meant;
 ADDED_DEFAULTS = {"train.init_from": "", "actor.chooser": "candidates",
                   "actor.response_len": 24, "actor.history": 2, "actor.temperature": 1.0,
@@ -256,6 +266,7 @@ def get_constraints():
     and the methods declare their own fields' (asct_jax.infra.typed_config); the rest are
     the config's own."""
     from asct_jax.envs import ENVS, SIZES
+    from asct_jax.infra import distributed
     from asct_jax.infra.typed_config import constraints
     from asct_jax.models.config import PRESETS
     from asct_jax.rl.methods import GAEConfig, GiGPOConfig, ReturnConfig
@@ -297,6 +308,7 @@ def get_constraints():
         "train.checkpoint_every": Range(1, None, integer=True),
         "train.keep": Range(1, None, integer=True),
         "train.fsdp": Range(1, None, integer=True),
+        **distributed.CONSTRAINTS,
         "warm_start.seed": Range(0, None, integer=True),
         "warm_start.episodes": Range(1, None, integer=True),
         "warm_start.epsilon": Range(0.0, 1.0),

@@ -1,0 +1,139 @@
+"""Several processes, one program: JAX's own multi-process runtime from the config.
+
+    distributed.initialize(config)      # first, before any JAX computation
+    ...                                 # the same program on every process
+    if distributed.is_primary(): write the run's files
+
+One process per host (or per group of local devices). After `jax.distributed.initialize`
+`jax.devices()` lists the devices of every process, so the trainer's mesh
+(asct_jax.rl.train_step.make_mesh) spans them all and the one compiled step runs
+unchanged: each device rolls out, scores and differentiates its share of the episodes
+(the batch is sharded over the mesh), XLA all-reduces the gradients across processes,
+and the step's metrics come back fully replicated, so every process reads them. Process
+0 writes the run's files (asct_jax.infra.run_logger); orbax checkpoints are written and
+read by every process together, in whatever layout the restoring run has.
+
+config.train.distributed (all processes get the same values but process_id):
+  enabled              False: one process, nothing is initialised.
+  coordinator_address  "host:port" of process 0; "" from the cluster's environment.
+  num_processes        0: from the cluster's environment.
+  process_id           -1: from the cluster's environment.
+  initialization_timeout  seconds to wait for every process to join.
+Left to the environment, `jax.distributed.initialize` detects SLURM, Open MPI, Kubernetes
+and Cloud TPU pods itself (docs/multihost.md).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from asct_jax.infra.checks import ConfigError, Range
+
+FIELD = "train.distributed"
+CONSTRAINTS = {
+    f"{FIELD}.num_processes": Range(0, None, integer=True),
+    f"{FIELD}.process_id": Range(-1, None, integer=True),
+    f"{FIELD}.initialization_timeout": Range(1, None, integer=True),
+}
+
+
+def _fields(config: Any) -> Optional[Any]:
+    """config.train.distributed if enabled, else None (a config without it: one process)."""
+    block = config.train.get("distributed") if "train" in config else None
+    return block if block is not None and block.get("enabled", False) else None
+
+
+def initialize_kwargs(block: Any) -> dict:
+    """The arguments of jax.distributed.initialize for a train.distributed block: the
+    fields given, the rest left to jax's cluster detection. ConfigError (one line) for
+    an address without a port or a process id outside [0, num_processes)."""
+    address = str(block.get("coordinator_address", "") or "")
+    n, pid = int(block.get("num_processes", 0)), int(block.get("process_id", -1))
+    if address:
+        host, sep, port = address.rpartition(":")
+        if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigError(f"{FIELD}.coordinator_address", f"{address!r} is not host:port",
+                              "'' (from the cluster's environment) or e.g. 10.0.0.1:1234")
+    if n and pid >= n:
+        raise ConfigError(f"{FIELD}.process_id", f"{pid} with num_processes = {n}",
+                          f"-1 (from the cluster's environment) or 0 .. {n - 1}")
+    kwargs = {"initialization_timeout": int(block.get("initialization_timeout", 300))}
+    for name, value in (("coordinator_address", address or None),
+                        ("num_processes", n or None),
+                        ("process_id", None if pid < 0 else pid)):
+        if value is not None:
+            kwargs[name] = value
+    return kwargs
+
+
+def initialize(config: Any) -> bool:
+    """Joins the processes of config.train.distributed (jax.distributed.initialize) when
+    enabled; True if this process is part of a multi-process run. Calling it again in the
+    same process (a table's second run) is a no-op. ConfigError if JAX already
+    computed something in this process (it must come first) or a field is malformed."""
+    import jax
+
+    block = _fields(config)
+    if block is None:
+        return jax.distributed.is_initialized()
+    kwargs = initialize_kwargs(block)
+    if jax.distributed.is_initialized():
+        return True
+    try:
+        jax.distributed.initialize(**kwargs)
+    except RuntimeError as e:
+        if "backend" not in str(e):
+            raise
+        raise ConfigError(f"{FIELD}.enabled", "JAX computed something in this process before "
+                          "the processes joined; initialise first", "False") from None
+    except ValueError as e:   # jax could not tell the missing fields from the environment
+        raise ConfigError(FIELD, f"enabled, but {str(e).splitlines()[0].rstrip('.')} and "
+                          "no cluster environment was detected", "coordinator_address, "
+                          "num_processes and process_id, or a SLURM / MPI / TPU environment"
+                          ) from None
+    return True
+
+
+def process_index() -> int:
+    """This process's index (0 in a single-process run)."""
+    import jax
+
+    return jax.process_index()
+
+
+def is_primary() -> bool:
+    """True on the process that writes a run's files (process 0)."""
+    return process_index() == 0
+
+
+def device_put(tree: Any, shardings: Any, may_alias: Optional[bool] = None) -> Any:
+    """jax.device_put(tree, shardings), also onto a sharding over several processes, where
+    every process passes the same values: jax.device_put takes host values there but
+    neither typed PRNG keys nor arrays committed to a local device, so keys go as their
+    key data and local arrays through the host. `shardings`: one Sharding or a tree."""
+    import jax
+    import numpy as np
+
+    if jax.process_count() == 1:
+        return jax.device_put(tree, shardings, may_alias=may_alias)
+
+    def put(x, sharding):
+        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(put(jax.random.key_data(x), sharding),
+                                            impl=jax.random.key_impl(x))
+        if isinstance(x, jax.Array) and x.is_fully_addressable:
+            x = np.asarray(x)
+        return jax.device_put(x, sharding)
+
+    if isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree.map(lambda x: put(x, shardings), tree)
+    return jax.tree.map(put, tree, shardings)
+
+
+def barrier(name: str) -> None:
+    """Waits until every process reached `name` (nothing in a single-process run)."""
+    import jax
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
