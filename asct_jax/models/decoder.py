@@ -75,16 +75,11 @@ class Decoder(nnx.Module):
         cos, sin = layers.rope_tables(positions, self.config.head_dim, self.config.rope_theta)
 
         x = self.embed_tokens(input_ids)
+        if self.config.remat and cache is None:
+            return self.norm(self._remat_blocks(x, cos, sin, attn_mask)), None
         new_k, new_v = [], []
         for i, block in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            if self.config.remat and cache is None:
-                # Keep only the block's input; recompute its activations in the backward
-                # pass (jax.checkpoint of the block as a pure function of its weights).
-                graphdef, weights = nnx.split(block)
-                x, (k, v) = jax.checkpoint(
-                    lambda w, *a: nnx.merge(graphdef, w)(*a))(weights, x, cos, sin, attn_mask)
-                continue
             x, (k, v) = block(x, cos, sin, attn_mask, kv, None if cache is None else cache.index)
             new_k.append(k)
             new_v.append(v)
@@ -95,6 +90,19 @@ class Decoder(nnx.Module):
             k=tuple(new_k), v=tuple(new_v), mask=key_mask,
             lengths=cache.lengths + mask.sum(axis=1, dtype=jnp.int32), index=cache.index + s)
         return hidden, new_cache
+
+    def _remat_blocks(self, x, cos, sin, attn_mask):
+        """The blocks as a lax.scan over their stacked weights, each step under
+        jax.checkpoint: the backward pass keeps only the L block inputs and recomputes one
+        block's activations at a time. (A Python loop of checkpointed blocks did not: XLA:CPU
+        scheduled every recomputation ahead of the backward pass, and the peak grew with the
+        layers as without remat: 6.75 vs 7.14 GiB at 30 layers, batch 4 x 558 tokens.)"""
+        graphdef, _ = nnx.split(self.layers[0])
+        stacked = jax.tree.map(lambda *w: jnp.stack(w), *[nnx.split(b)[1] for b in self.layers])
+
+        def block(h, weights):
+            return nnx.merge(graphdef, weights)(h, cos, sin, attn_mask)[0], None
+        return jax.lax.scan(jax.checkpoint(block), x, stacked)[0]
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         """LM head: hidden [..., H] -> logits [..., V] float32."""
