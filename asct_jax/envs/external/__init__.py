@@ -5,6 +5,7 @@ from asct_jax.envs.external.base import (BatchedHostEnv, HostEnv, HostState, Hos
 from asct_jax.envs.external.scienceworld_env import ScienceWorldEnv
 from asct_jax.envs.external.textworld_env import TextWorldEnv
 from asct_jax.envs.external.webshop_env import WebShopEnv
+from asct_jax.envs.external.workers import ParallelHostEnv, WorkerError
 
 HOST_ENVS = {
     "textworld": TextWorldEnv,
@@ -23,4 +24,4 @@ def make_host_env(name: str, **kwargs) -> HostEnv:
 
 __all__ = ["AlfWorldEnv", "BatchedHostEnv", "HostEnv", "HostState", "HostTimeStep",
            "ScienceWorldEnv", "TextWorldEnv", "WebShopEnv", "encode", "make_host_env",
-           "HOST_ENVS"]
+           "HOST_ENVS", "ParallelHostEnv", "WorkerError"]
