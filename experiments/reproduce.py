@@ -12,8 +12,8 @@ methods; the reduced tables of docs/results are the scripts' `quick` / `quick_wa
 configs. The full reproduction runs each script's full config from scratch (`full`) and
 from the warm start (`warm`).
 
---jobs 2 (the default) runs the ASCT table and then Figure 5 in a second process beside the
-FACTOR table, its output in results/reproduce_side.log: most of a smoke run is XLA
+--jobs 2 (the default) runs the ASCT table in a second process beside the FACTOR table and
+then Figure 5, its output in results/reproduce_side.log: most of a smoke run is XLA
 compilation, which uses one core, so two processes on 2 cores take ~20 % less time than
 one. The numbers do not depend on it (Figure 5 and the FACTOR table share shop's warm
 start: whichever asks first makes it, the other waits on its lock and reuses it).
@@ -28,7 +28,7 @@ from asct_jax.infra import config_cli
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_text
 
-SIDE = ("asct", "fig5")   # the parts --jobs 2 runs in the second process, in this order
+SIDE = ("asct",)          # the parts --jobs 2 runs in the second process, in this order
 
 
 def main(argv=None):

@@ -36,12 +36,27 @@ def build_games(tw) -> Dict[str, List[str]]:
             "eval": make_games(tw.num_eval, start_seed=tw.start_seed + tw.num_train, **kw)}
 
 
+def game_set(config):
+    """The GameSet of config.textworld: training games and unseen held-out games."""
+    import functools
+
+    from asct_jax.envs.external import TextWorldEnv
+    from asct_jax.rl.host_games import GameSet
+
+    tw = config.textworld
+    files = build_games(tw)
+    return GameSet(name="textworld", section="textworld",
+                   make_train=functools.partial(TextWorldEnv, files["train"], tw.max_turns),
+                   make_eval=functools.partial(TextWorldEnv, files["eval"], tw.max_turns),
+                   num_train=len(files["train"]), num_eval=len(files["eval"]))
+
+
 def train_on_games(config, return_params: bool = False):
     """One run on the TextWorld games of config.textworld (host-side rollouts)."""
     from asct_jax.rl.host_games import HostGames
 
-    source = HostGames(config, build_games(config.textworld))
-    return train_run(config, return_params=return_params, source=source)
+    source = HostGames(config, game_set(config))
+    return train_run(config, return_params=return_params, source=source)   # closes it
 
 
 def run_all(config):

@@ -1,13 +1,16 @@
-"""Real text games driven on the host (TextWorld tw-cooking) as a rollout source.
+"""Real text games driven on the host (TextWorld, ScienceWorld) as a rollout source.
 
-    summary = trainer.train(config, method, source=HostGames(config, games))
-    # config: experiments/configs/textworld.py; games: {"train": [...], "eval": [...]}
+    summary = trainer.train(config, method, source=HostGames(config, game_set))
+    # game_set: a GameSet (experiments/textworld_run.py, experiments/scienceworld_run.py)
 
 Each step plays B = rollout.num_groups * G episodes with `host_rollout` (num_groups
 training games drawn without replacement, G episodes each) and hands the batch to the
-jitted learn step (credit + PPO update). Held-out evaluation plays
-textworld.eval_episodes episodes of every held-out game (game seeds the policy never
-trains on) with a fixed key, so every method and seed is evaluated on the same episodes.
+jitted learn step (credit + PPO update). Held-out evaluation plays eval_episodes episodes
+of every held-out game (games the policy never trains on) with a fixed key, so every
+method and seed is evaluated on the same episodes. The shapes and counts come from the
+game set's config section (config.textworld, config.scienceworld): max_turns, obs_len,
+feedback_len, action_len, max_candidates, eval_episodes, tokenizer_episodes, max_vocab,
+workers (environments in that many worker processes; 0: in this process).
 
 A method that restores environment states inside the jitted step
 (`Method.restores_states_in_step`: search, VinePPO) cannot run here. A method with a
@@ -20,14 +23,15 @@ from a NumPy generator seeded by (seed, step), so a resumed run replays the same
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional
 
 import jax
 import numpy as np
 
-from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
+from asct_jax.envs.external import BatchedHostEnv, HostEnv, ParallelHostEnv
 from asct_jax.envs.prompt import PromptTokens
 from asct_jax.models.loading import load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import Method
@@ -40,24 +44,54 @@ from asct_jax.rl.train_step import make_learn_step, policy_params, to_host
 from asct_jax.rl.trainer import EvalFn, StepFn, TextShape
 
 
-def build_tokenizer_for(config, games: Dict[str, List[str]]):
+@dataclasses.dataclass(frozen=True)
+class GameSet:
+    """A benchmark's games for HostGames.
+
+    name: the env name ("textworld", "scienceworld"); section: its config section.
+    make_train / make_eval: picklable factories of one host environment over the training
+      / held-out games (reset(seed) plays game seed % n).
+    num_train / num_eval: the number of training / held-out games (seeds 0 .. n - 1).
+    select: the candidate rule (commands, task text, game, turn) -> commands, or None
+      (CommandEncoder's own cut).
+    """
+
+    name: str
+    section: str
+    make_train: Callable[[], HostEnv]
+    make_eval: Callable[[], HostEnv]
+    num_train: int
+    num_eval: int
+    select: Optional[Callable] = None
+
+
+def build_tokenizer_for(config, games: GameSet):
     """The word-level tokenizer of the games (built once per experiment, then loaded).
 
     Its vocabulary covers the texts of every game used (walkthrough + random episodes):
     words only, no rewards, like the fixed vocabulary of a pretrained model.
     """
-    tw = config.textworld
+    sec = config[games.section]
     directory = os.path.join(config.train.results_dir, config.train.experiment, "tokenizer")
-    files = games["train"] + games["eval"]
 
     def texts():
-        env = TextWorldEnv(files, max_turns=tw.max_turns)
-        try:
-            return game_texts(env, range(len(files)), random_episodes=tw.tokenizer_episodes,
-                              max_steps=tw.max_turns)
-        finally:
-            env.close()
-    return load_or_build_tokenizer(directory, texts, max_vocab=tw.max_vocab)
+        out = []
+        for make, n in ((games.make_train, games.num_train), (games.make_eval, games.num_eval)):
+            env = make()
+            try:
+                out += game_texts(env, range(n), random_episodes=sec.tokenizer_episodes,
+                                  max_steps=sec.max_turns)
+            finally:
+                env.close()
+        return out
+    return load_or_build_tokenizer(directory, texts, max_vocab=sec.max_vocab)
+
+
+def batched(make_env: Callable[[], HostEnv], num_envs: int, workers: int):
+    """num_envs environments: in this process (workers 0) or in worker processes."""
+    if workers > 0:
+        return ParallelHostEnv(make_env, num_envs, min(int(workers), num_envs))
+    return BatchedHostEnv([make_env() for _ in range(num_envs)])
 
 
 def host_metrics(batch) -> Dict[str, float]:
@@ -75,17 +109,17 @@ SYSTEM_PROMPT = ("You are playing a text adventure game. Read the observation an
 
 
 class HostGames:
-    """TextWorld games played on the host: a `trainer.RolloutSource`."""
+    """Games played on the host (a GameSet): a `trainer.RolloutSource`."""
 
     env = env_params = None   # no JAX-native environment to restore states in
     prompt = PromptTokens()   # the games' own word vocabulary (a ChatCodec's with a model)
 
-    def __init__(self, config, games: Dict[str, List[str]]):
+    def __init__(self, config, games: GameSet):
         self.config, self.games = config, games
-        tw, rc = config.textworld, config.rollout
-        if rc.num_groups > len(games["train"]):
-            raise ValueError(f"rollout.num_groups = {rc.num_groups} > textworld.num_train = "
-                             f"{len(games['train'])} (groups use distinct games)")
+        tw, rc = config[games.section], config.rollout
+        if rc.num_groups > games.num_train:
+            raise ValueError(f"rollout.num_groups = {rc.num_groups} > the {games.num_train} "
+                             f"training games of {games.section} (groups use distinct games)")
         if config.model.get("path"):   # a pretrained model reads the games' text as is
             tokenizer = load_tokenizer(resolve_model_path(config.model.path))
             self.tokenizer = ChatCodec(tokenizer, config.text.system_prompt or SYSTEM_PROMPT)
@@ -98,10 +132,9 @@ class HostGames:
                                     feedback_len=tw.feedback_len, action_len=tw.action_len,
                                     max_candidates=tw.max_candidates)
         self.encoder = CommandEncoder(self.tokenizer, tw.action_len)
-        self.train_env = BatchedHostEnv([TextWorldEnv(games["train"], tw.max_turns)
-                                         for _ in range(rc.num_groups * rc.group_size)])
-        self.eval_env = BatchedHostEnv([TextWorldEnv(games["eval"], tw.max_turns)
-                                        for _ in range(len(games["eval"]) * tw.eval_episodes)])
+        workers = int(tw.get("workers", 0))
+        self.train_env = batched(games.make_train, rc.num_groups * rc.group_size, workers)
+        self.eval_env = batched(games.make_eval, games.num_eval * tw.eval_episodes, workers)
 
     def check(self, method: Method) -> None:
         if method.restores_states_in_step:
@@ -110,7 +143,7 @@ class HostGames:
 
     def train_seeds(self, step: int) -> List[int]:
         rng = np.random.default_rng([self.config.seed, step])
-        n = len(self.games["train"])
+        n = self.games.num_train
         return [int(s) for s in rng.choice(n, self.config.rollout.num_groups, replace=False)]
 
     def make_step(self, learner: Learner) -> StepFn:
@@ -122,7 +155,7 @@ class HostGames:
         def play_from(params):   # pi_old played on from stored states (always B of them)
             return lambda states, key: host_rollout_from(
                 policy, params, self.train_env, self.tokenizer, states, self.host_shape,
-                key=key, encoder=self.encoder)[0]
+                key=key, encoder=self.encoder, select=self.games.select)[0]
 
         def step(state, step_index):
             k_roll, k_learn, k_cal = jax.random.split(jax.random.fold_in(learner.key,
@@ -131,7 +164,8 @@ class HostGames:
             batch, host_states = host_rollout(
                 policy, policy_params(state), self.train_env, self.tokenizer,
                 self.train_seeds(step_index), self.host_shape,
-                group_size=config.rollout.group_size, key=k_roll, encoder=self.encoder)
+                group_size=config.rollout.group_size, key=k_roll, encoder=self.encoder,
+                select=self.games.select)
             t1 = time.time()
             if prepare is not None:
                 extras = prepare(learner.method_config, play_from(policy_params(state)), batch,
@@ -150,21 +184,23 @@ class HostGames:
 
     def make_eval(self, learner: Learner) -> EvalFn:
         """Held-out games, eval_episodes episodes each, fixed key (sampled or greedy)."""
-        tw, tc = self.config.textworld, self.config.train
+        tw, tc = self.config[self.games.section], self.config.train
         key = jax.random.key(tc.eval_seed)
 
         def evaluate(params):
             batch, _ = host_rollout(learner.policy, params, self.eval_env, self.tokenizer,
-                                    list(range(len(self.games["eval"]))), self.host_shape,
+                                    list(range(self.games.num_eval)), self.host_shape,
                                     group_size=tw.eval_episodes, key=key,
-                                    greedy=tc.eval_greedy, encoder=self.encoder)
+                                    greedy=tc.eval_greedy, encoder=self.encoder,
+                                    select=self.games.select)
             return {f"eval/{k}": v for k, v in host_metrics(batch).items()}
         return evaluate
 
     def summary_extra(self):
-        return {"env": "textworld", "train_games": len(self.games["train"]),
-                "eval_games": len(self.games["eval"]),
-                "candidates_dropped": dict(self.encoder.stats)}
+        return {"env": self.games.name, "train_games": self.games.num_train,
+                "eval_games": self.games.num_eval,
+                "candidates_dropped": dict(self.encoder.stats),
+                "env_stats": {"train": self.train_env.stats, "eval": self.eval_env.stats}}
 
     def close(self):
         self.train_env.close()

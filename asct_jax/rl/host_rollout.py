@@ -15,8 +15,9 @@ TAC continuations, factor_jax.host_continuations).
 
 Per turn, for every game still running:
   * x_t = its observation text, encoded with `encode` (the last O tokens are kept);
-  * its admissible commands become candidate token sequences (words, then EOS, then PAD
-    up to A). Commands longer than A - 1 tokens and duplicates of an earlier command's
+  * its admissible commands, cut to the game set's candidate rule when one is given
+    (`select(commands, task, game, turn)`, e.g. ScienceWorld's VerbQuotaRule), become
+    candidate token sequences (words, then EOS, then PAD up to A). Commands longer than A - 1 tokens and duplicates of an earlier command's
     tokens are dropped; when more than K remain, observation-only commands (examine,
     look, inventory) are dropped first, then the last ones in the game's order, so the
     choice is deterministic and keeps the commands that change the game;
@@ -33,7 +34,7 @@ import collections
 import dataclasses
 import os
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +45,8 @@ from asct_jax.envs.external.base import BatchedHostEnv, HostState, encode
 from asct_jax.rl.rollout import select_candidate
 from asct_jax.rl.types import Rollout
 
+# select(commands, task, game, turn) -> the commands kept as candidates (a candidate rule).
+Select = Callable[[List[str], str, str, int], List[str]]
 # Commands that only look at the game (dropped first when there are too many candidates).
 OBSERVE_VERBS = ("examine", "look", "inventory")
 FALLBACK_COMMAND = "look"  # sent when a running game lists no usable command
@@ -278,7 +281,7 @@ def _scorer(policy, greedy: bool):
 
 def host_rollout(policy, params: Any, host_env: BatchedHostEnv, tokenizer, seeds: Sequence[int],
                  shape: HostShape, *, group_size: int, key, greedy: bool = False,
-                 encoder: Optional[CommandEncoder] = None
+                 encoder: Optional[CommandEncoder] = None, select: Optional[Select] = None
                  ) -> Tuple[Rollout, List[List[HostState]]]:
     """Plays B = len(seeds) * group_size episodes, episode i on game seed seeds[i // G].
 
@@ -292,6 +295,7 @@ def host_rollout(policy, params: Any, host_env: BatchedHostEnv, tokenizer, seeds
       key: PRNG key of the candidate sampling (turn t uses fold_in(key, t)).
       greedy: argmax instead of sampling.
       encoder: a CommandEncoder to reuse (its cache and drop counters); built if None.
+      select: the candidate rule (commands, task, game, turn) -> commands, or None.
     Returns:
       (batch, host_states): batch a Rollout with [B, T, ...] arrays and states=None;
       host_states[i] the HostStates x_0 .. x_T of episode i (x_{t+1} = x_t once done).
@@ -304,12 +308,14 @@ def host_rollout(policy, params: Any, host_env: BatchedHostEnv, tokenizer, seeds
     ep_seeds = [int(seeds[i // group_size]) for i in range(b)]
     states, steps = host_env.reset(ep_seeds)
     return _play(policy, params, host_env, tokenizer, states, [ts.info for ts in steps],
-                 int(group_size), shape, key=key, greedy=greedy, encoder=encoder)
+                 int(group_size), shape, key=key, greedy=greedy, encoder=encoder,
+                 select=select)
 
 
 def host_rollout_from(policy, params: Any, host_env: BatchedHostEnv, tokenizer,
                       states: Sequence[HostState], shape: HostShape, *, key,
-                      greedy: bool = False, encoder: Optional[CommandEncoder] = None
+                      greedy: bool = False, encoder: Optional[CommandEncoder] = None,
+                      select: Optional[Select] = None
                       ) -> Tuple[Rollout, List[List[HostState]]]:
     """`host_rollout` continued from stored states (restored by the games): episode i
     plays on from states[i] until the game ends or its own max_turns is reached (or T
@@ -320,12 +326,23 @@ def host_rollout_from(policy, params: Any, host_env: BatchedHostEnv, tokenizer,
                          f"{len(host_env)} environments; pass one environment per state.")
     states = list(states)
     return _play(policy, params, host_env, tokenizer, states, host_env.info(states), 1,
-                 shape, key=key, greedy=greedy, encoder=encoder)
+                 shape, key=key, greedy=greedy, encoder=encoder, select=select)
+
+
+def task_text(state: HostState) -> str:
+    """The task part of a host observation (HostEnv puts it first, before a blank line)."""
+    return state.observation.split("\n\n", 1)[0]
 
 
 def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape: HostShape,
-          *, key, greedy, encoder):
-    """The turn loop of host_rollout from `states` (infos: their step infos)."""
+          *, key, greedy, encoder, select=None, force=None):
+    """The turn loop of host_rollout from `states` (infos: their step infos).
+
+    force: None, or force(states) -> a command (or None) per game: that command is played
+    instead of the policy's choice (made a candidate if the cut dropped it; its logp_old
+    is 0) and the call returns a third value, forced [B, T] bool (the expert's turns of
+    a warm start's episodes: asct_jax.rl.host_warm_start).
+    """
     b = len(states)
     obs_len, feedback_len = shape.obs_len, shape.feedback_len
     codec = as_codec(tokenizer)
@@ -355,11 +372,15 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
         "cand_mask": np.zeros((b, t_max, k_max), bool),
         "cand_costs": np.zeros((b, t_max, k_max), np.float32),
     }
+    forced = np.zeros((b, t_max), bool)
     for t in range(t_max):
         live = ~done
         if not live.any():
             break
         legal_text = host_env.legal_actions(states)  # [] for done games (no restore)
+        if select is not None:
+            legal_text = [select(c, task_text(s), s.game, s.turn) if c else c
+                          for c, s in zip(legal_text, states)]
         obs = codec.observations([s.observation for s in states], obs_len)
         cands = np.full((b, k_max, a_len), pad, np.int32)
         legal = np.zeros((b, k_max), bool)
@@ -370,9 +391,22 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
             if toks:
                 cands[i, :len(toks)] = np.asarray(toks, np.int32)
                 legal[i, :len(toks)] = True
+        forced_index = np.full(b, -1, np.int32)
+        for i, cmd in enumerate(force(states) if force is not None else []):
+            toks = encoder(cmd) if cmd is not None and live[i] else None
+            if toks is None:
+                continue
+            same = np.flatnonzero(legal[i] & np.all(cands[i] == np.asarray(toks), axis=-1))
+            j = int(same[0]) if same.size else min(len(kept[i]), k_max - 1)
+            if not same.size:
+                kept[i] = kept[i][:j] + [cmd]
+                cands[i, j], legal[i, j] = toks, True
+            kept[i][j] = cmd
+            forced_index[i], forced[i, t] = j, True
         index, logp, value, _ = jax.device_get(
             score(params, obs, cands, legal, jax.random.fold_in(key, t)))
-        index = np.asarray(index)
+        index = np.where(forced[:, t], forced_index, np.asarray(index))
+        logp = np.where(forced[:, t, None], 0.0, logp)
         has_cand = legal.any(axis=1)
         texts = [kept[i][index[i]] if live[i] and has_cand[i]
                  else (FALLBACK_COMMAND if live[i] else "") for i in range(b)]
@@ -415,4 +449,6 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
         group=jnp.arange(b, dtype=jnp.int32) // group_size,
         env_calls=jnp.asarray(int(out["turn_mask"].sum()), jnp.int32),
     )
+    if force is not None:
+        return batch, host_states, forced & out["turn_mask"]
     return batch, host_states

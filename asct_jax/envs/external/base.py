@@ -12,10 +12,16 @@ Mirror of `asct_jax.envs.base` for games that run in Python or a subprocess:
   (from the backend's native save blob when it has one, else by reset + replay).
 * An unknown command is an ordinary step (the game answers it); after `done`, `step`
   is absorbing (state unchanged, reward 0, done True).
+* The step's reward is the change in the game's score (`_reward`; an adapter may use
+  another rule, e.g. ScienceWorld's binary success).
+* `legal_actions` of a state already asked about is answered from a cache (the games are
+  deterministic in the action prefix) without restoring the live game, when the adapter
+  sets `legal_cache_size` > 0 (stats: legal_hits / legal_misses).
 """
 from __future__ import annotations
 
 import dataclasses
+import collections
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -83,11 +89,14 @@ class HostEnv:
     name: str = "host"
     max_turns: int = 50
     info_keys: Tuple[str, ...] = ("success", "score")
+    legal_cache_size: int = 0   # states whose legal actions are kept (LRU); 0: no cache
 
     def __init__(self, max_turns: int = 50):
         self.max_turns = int(max_turns)
         self._live_key = None  # HostState.key of the live game, None when unknown
-        self.stats = {"native_restores": 0, "replays": 0, "replayed_steps": 0, "restarts": 0}
+        self._legal_cache: "collections.OrderedDict" = collections.OrderedDict()
+        self.stats = {"native_restores": 0, "replays": 0, "replayed_steps": 0, "restarts": 0,
+                      "legal_hits": 0, "legal_misses": 0}
 
     # --- backend hooks --------------------------------------------------------------
     def _game_for(self, seed: int) -> str:
@@ -114,6 +123,10 @@ class HostEnv:
     def _extra_info(self) -> Dict[str, float]:
         return {}
 
+    def _reward(self, before: HostState, live: LiveStep) -> float:
+        """The reward of the step from `before` to `live`: the change in score."""
+        return float(live.score - before.score)
+
     # --- protocol -------------------------------------------------------------------
     def reset(self, seed: int) -> Tuple[HostState, HostTimeStep]:
         game = self._game_for(int(seed))
@@ -131,6 +144,7 @@ class HostEnv:
                                        self._info(state.won, state.score))
         self.restore(state)
         action = str(action).strip()
+        self._live_key = None   # unknown until the step returns (it may raise)
         live = self._advance(action)
         turn = state.turn + 1
         done = bool(live.done) or turn >= self.max_turns
@@ -141,17 +155,31 @@ class HostEnv:
                         native=live.native)
         self._live_key = new.key
         info = self._info(live.won, live.score)
-        return new, HostTimeStep(obs, live.text, float(live.score - state.score), done, info)
+        return new, HostTimeStep(obs, live.text, self._reward(state, live), done, info)
 
     def legal_actions(self, state: HostState) -> List[str]:
         if state.done:
             return []
+        if self.legal_cache_size <= 0:
+            self.restore(state)
+            return list(self._legal())
+        cache, key = self._legal_cache, (state.game, state.actions)
+        if key in cache:
+            self.stats["legal_hits"] += 1
+            cache.move_to_end(key)
+            return list(cache[key])
+        self.stats["legal_misses"] += 1
         self.restore(state)
-        return list(self._legal())
+        cache[key] = tuple(self._legal())
+        if len(cache) > self.legal_cache_size:
+            cache.popitem(last=False)
+        return list(cache[key])
 
     def info(self, state: HostState) -> Dict[str, float]:
-        """The info a step into `state` reported (the game of `state` is loaded)."""
-        self.restore(state)
+        """The info a step into `state` reported (the game of `state` is loaded when the
+        adapter reads extra info from the live game)."""
+        if type(self)._extra_info is not HostEnv._extra_info:
+            self.restore(state)
         return self._info(state.won, state.score)
 
     def restore(self, state: HostState) -> None:
@@ -201,6 +229,15 @@ class BatchedHostEnv:
     @property
     def max_turns(self) -> int:
         return max(e.max_turns for e in self.envs)
+
+    @property
+    def stats(self) -> Dict[str, int]:
+        """The environments' counters summed (restores, replays, valid-action cache)."""
+        out: Dict[str, int] = {}
+        for e in self.envs:
+            for k, v in e.stats.items():
+                out[k] = out.get(k, 0) + int(v)
+        return out
 
     def _check(self, xs, what: str):
         if len(xs) != len(self.envs):

@@ -3,16 +3,37 @@
 ScienceWorld has no state save, so recovery is reset + replay of the action prefix. When
 the Java process dies, the adapter starts a new one, replays the live prefix and retries
 the call, so no episode is lost.
+
+Games are "task:variation" over one or several tasks (`task` a name or a sequence of
+names), each task's variations of one split (train / dev / test, or `variations`, or the
+first `num_variations` of the split); reset(seed) plays games[seed % len(games)], the
+tasks interleaved (seed 0 is task 0's first variation, seed 1 task 1's first, ...).
+
+Reward (`reward`): "success" (FACTOR's ScienceWorld rule, METHODS.md section 2: binary
+success, 1 on the step that completes the task with score 100, else 0) or "score" (the
+change in the 0-100 score, divided by 100). info["score"] is the game's score, a failed
+task (negative score, e.g. a wrong "focus on") counted as 0, as the benchmark reports it.
+
+The valid-action list (`legal_actions`, 70 ms a call) is cached per (game, action
+prefix); `gold_path` is the simulator's gold action sequence of a game.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Union
 
-from asct_jax.envs.external.base import HostEnv, LiveStep
+from asct_jax.envs.external.base import HostEnv, HostState, LiveStep
 
 SPLITS = ("train", "dev", "test")
+REWARDS = ("success", "score")
+# The simulator's answer to a command it cannot parse (a generating actor's invalid step).
+UNKNOWN_COMMAND = "No known action matches that input."
+
+
+def is_unknown_command(feedback: str) -> bool:
+    """True when the simulator did not understand the command it was sent."""
+    return feedback.strip().startswith(UNKNOWN_COMMAND)
 
 
 @contextlib.contextmanager
@@ -28,28 +49,45 @@ def _quiet_py4j():
 
 
 class ScienceWorldEnv(HostEnv):
-    """Host adapter over one ScienceWorld task; reset(seed) plays variations[seed % n].
+    """Host adapter over ScienceWorld tasks (module docstring).
 
     Args:
-      task: ScienceWorld task name, e.g. "find-non-living-thing" or "boil".
-      variations: variation indices to draw from (default: all of `split`).
+      task: a ScienceWorld task name, e.g. "find-non-living-thing", or a sequence of them.
+      variations: variation indices to draw from, the same for every task (default: the
+        split's).
       split: "train", "dev" or "test" (used when `variations` is None).
+      num_variations: keep the first n variations of each task (None: all).
       simplification: ScienceWorld simplification string ("easy" = all of them).
       max_turns: episodes end after this many steps.
       max_restarts: Java restarts allowed per call before giving up.
+      reward: "success" or "score" (module docstring).
+      legal_cache_size: states whose valid-action lists are kept.
     """
 
     name = "scienceworld"
     info_keys = ("success", "score")
 
-    def __init__(self, task: str = "find-non-living-thing",
+    def __init__(self, task: Union[str, Sequence[str]] = "find-non-living-thing",
                  variations: Optional[Sequence[int]] = None, split: str = "train",
-                 simplification: str = "easy", max_turns: int = 50, max_restarts: int = 2):
+                 simplification: str = "easy", max_turns: int = 50, max_restarts: int = 2,
+                 reward: str = "success", num_variations: Optional[int] = None,
+                 legal_cache_size: int = 4096):
         super().__init__(max_turns)
         if split not in SPLITS:
             raise ValueError(f"split={split!r} is not one of {SPLITS}; pick one of them.")
-        self.task, self.split, self.simplification = task, split, simplification
+        if reward not in REWARDS:
+            raise ValueError(f"reward={reward!r} is not one of {REWARDS}; pick one of them.")
+        if num_variations is not None and int(num_variations) < 1:
+            raise ValueError(f"num_variations={num_variations!r}: must be an int >= 1 or None.")
+        self.tasks = (task,) if isinstance(task, str) else tuple(task)
+        if not self.tasks:
+            raise ValueError("task: got an empty sequence; name at least one ScienceWorld task.")
+        self.task = self.tasks[0]
+        self.split, self.simplification, self.reward = split, simplification, reward
+        self.num_variations = None if num_variations is None else int(num_variations)
+        self.legal_cache_size = int(legal_cache_size)
         self.variations = None if variations is None else [int(v) for v in variations]
+        self._games: Optional[List[str]] = None
         self.max_restarts = int(max_restarts)
         self._sw = None  # scienceworld.ScienceWorldEnv (owns the Java process)
         self._loaded = None  # (task, variation) loaded in the live simulator
@@ -69,9 +107,11 @@ class ScienceWorldEnv(HostEnv):
 
             self._sw = _SW("", envStepLimit=10**9)
             self._loaded = None
-            if self.task not in self._sw.get_task_names():
-                raise ValueError(f"Unknown ScienceWorld task {self.task!r}; use one of "
-                                 f"{sorted(self._sw.get_task_names())}.")
+            names = self._sw.get_task_names()
+            for task in self.tasks:
+                if task not in names:
+                    raise ValueError(f"Unknown ScienceWorld task {task!r}; use one of "
+                                     f"{sorted(names)}.")
         return self._sw
 
     def _kill(self) -> None:
@@ -133,25 +173,55 @@ class ScienceWorldEnv(HostEnv):
     def _raw_step(self, action: str) -> str:
         server = self._sw.server
         text = server.step(action)
-        self._score = float(int(round(100 * server.getScore())))
+        raw = float(int(round(100 * server.getScore())))
         completed = bool(server.getCompleted())
-        self._done = completed or self._score < 0
-        self._won = completed and self._score >= 100
+        self._done = completed or raw < 0
+        self._won = completed and raw >= 100
+        self._score = max(raw, 0.0)   # a failed task scores 0
         return text
 
-    def _variations(self) -> List[int]:
-        if self.variations is None:
-            getter = {"train": "get_variations_train", "dev": "get_variations_dev",
-                      "test": "get_variations_test"}[self.split]
-            self._call(lambda sw: sw.load(self.task, 0, self.simplification))
-            self._loaded = (self.task, 0)
-            self.variations = list(self._call(lambda sw: getattr(sw, getter)()))
-        return self.variations
+    def _variations(self, task: str) -> List[int]:
+        if self.variations is not None:
+            return self.variations
+        getter = {"train": "get_variations_train", "dev": "get_variations_dev",
+                  "test": "get_variations_test"}[self.split]
+        self._call(lambda sw: sw.load(task, 0, self.simplification))
+        self._loaded, self._live_key = (task, 0), None
+        found = list(self._call(lambda sw: getattr(sw, getter)()))
+        return found[:self.num_variations] if self.num_variations else found
+
+    @property
+    def games(self) -> List[str]:
+        """The games "task:variation" reset(seed) draws from, tasks interleaved."""
+        if self._games is None:
+            per_task = [[f"{t}:{v}" for v in self._variations(t)] for t in self.tasks]
+            n = max(len(g) for g in per_task)
+            self._games = [g[i] for i in range(n) for g in per_task if i < len(g)]
+        return self._games
+
+    def gold_path(self, game: str) -> List[str]:
+        """The simulator's gold action sequence of `game` ("task:variation")."""
+        task, variation = game.rsplit(":", 1)
+
+        def gold(sw):
+            sw.load(task, int(variation), self.simplification, generateGoldPath=True)
+            return [str(a) for a in sw.get_gold_action_sequence()]
+        out = self._call(gold)
+        self._loaded, self._live_key = None, None   # reload (without the gold path) next time
+        return out
+
+    def walkthrough(self, state: HostState) -> List[str]:
+        """The gold path of the state's game (asct_jax.rl.host_rollout.game_texts)."""
+        return self.gold_path(state.game)
 
     # --- backend hooks ------------------------------------------------------------------
     def _game_for(self, seed: int) -> str:
-        vs = self._variations()
-        return f"{self.task}:{vs[seed % len(vs)]}"
+        return self.games[seed % len(self.games)]
+
+    def _reward(self, before: HostState, live: LiveStep) -> float:
+        if self.reward == "success":
+            return float(live.won and not before.won)
+        return (live.score - before.score) / 100.0
 
     def _task(self) -> str:
         return self._task_desc
