@@ -30,10 +30,13 @@ METRICS = {
     "initial/env/score": "score (initial)", "final/env/score": "score (final)",
     "total/env_calls": "env calls", "wall_clock_s": "wall clock (s)",
 }
+# A generating actor's (actor.chooser = "generate"): the share of invalid steps held out.
+GEN_METRICS = {"initial/gen/invalid": "invalid (initial)", "final/gen/invalid": "invalid (final)"}
 LIVENESS = {"credit/coef_abs_mean": "mean |C|", "train/grad_norm": "grad norm",
             "credit/env_calls": "credit env calls / step", "rollout/env/success":
             "success (rollout)", "time/rollout_s": "rollout s", "time/prepare_s":
-            "continuations s", "time/learn_s": "learn s"}
+            "continuations s", "time/learn_s": "learn s", "rollout/gen/invalid":
+            "invalid (rollout)"}
 
 
 def game_set(config):
@@ -98,6 +101,9 @@ def warm_start(config, games, paths, out_dir: str) -> str:
     ws_dir = os.path.join(out_dir, "warm_start")
     if os.path.exists(os.path.join(ws_dir, "summary.json")):
         return ws_dir
+    if os.path.exists(ws_dir):   # interrupted between the checkpoint and the summary
+        import shutil
+        shutil.rmtree(ws_dir)
     source = HostGames(config, games)
     try:
         t0 = time.time()
@@ -155,7 +161,9 @@ def main(config):
     timing["runs_s"] = {f"{m}_s{s}": r.get("wall_clock_s") for m, rs in results.items()
                         for s, r in zip(config.table.seeds, rs)}
     atomic_write_json(timing_path, timing)
-    table = write_table(results, METRICS, os.path.join(out_dir, "table"))
+    generate = config.actor.get("chooser", "candidates") == "generate"
+    table = write_table(results, {**METRICS, **(GEN_METRICS if generate else {})},
+                        os.path.join(out_dir, "table"))
     live = liveness_table(out_dir, list(config.table.methods), config.table.seeds, LIVENESS)
     print(f"\n## ScienceWorld ({', '.join(sw.tasks)}; simplification {sw.simplification!r}):"
           f" {sw.num_train} train / {sw.num_eval} dev variations per task, "

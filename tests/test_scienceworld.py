@@ -152,3 +152,54 @@ def test_smoke_run_trains_each_method_and_warm_start_forces_gold(tmp_path):
     timing = json.loads((out / "timing.json").read_text())
     assert set(timing) >= {"gold_paths_s", "warm_start_s", "runs_s"}
     assert np.isfinite(list(timing["runs_s"].values())).all()
+
+
+@pytest.mark.slow
+def test_host_rollout_of_a_generating_actor(tmp_path):
+    """The actor writes its turn on the real simulator: prompts kept, action tokens inside
+    the response, invalid steps penalised and sent as written (the simulator parses them),
+    and the warm start's forced turns written in the canonical form."""
+    pytest.importorskip("scienceworld")
+    import jax
+    import jax.numpy as jnp
+
+    from asct_jax.rl.host_games import HostGames
+    from asct_jax.rl.host_warm_start import expert_rollout
+    from asct_jax.rl.trainer import build_policy
+    from asct_jax.rl.types import action_tokens, nonaction_tokens
+    from experiments import scienceworld_run
+    from experiments.configs import scienceworld as cfg
+
+    config = cfg.get_config("smoke")
+    config.train.results_dir = str(tmp_path)
+    config.actor.chooser = "generate"
+    config.scienceworld.max_turns = 3
+    games = scienceworld_run.game_set(config)
+    source = HostGames(config, games)
+    try:
+        policy, params = build_policy(config, source.vocab_size, source.shape, source.prompt)
+        assert policy.chooser == "generate"
+        from asct_jax.rl.host_rollout import host_rollout
+        batch, _ = host_rollout(policy, params, source.train_env, source.tokenizer, [0],
+                                source.host_shape, group_size=2, key=jax.random.key(0),
+                                encoder=source.encoder, select=games.select)
+        b, t, r = batch.actions.shape
+        assert r == config.actor.response_len and batch.prompts.shape[:2] == (b, t)
+        act, non = action_tokens(batch), nonaction_tokens(batch)
+        assert not jnp.any(act & non) and jnp.all((act | non) == batch.token_mask)
+        invalid = batch.turn_info["gen/invalid"]
+        assert jnp.all(jnp.where(batch.turn_mask, (invalid == 0) | (invalid == 1), True))
+        # a random actor writes no valid action: every real turn is penalised by 0.1
+        assert float(jnp.sum(invalid)) == float(jnp.sum(batch.turn_mask)) > 0
+        np.testing.assert_allclose(np.asarray(batch.rewards)[np.asarray(batch.turn_mask)],
+                                   -0.1, atol=1e-6)
+
+        paths = {0: ["go to kitchen", "look around"]}
+        data, expert = expert_rollout(policy, params, source, paths, jax.random.key(1))
+        assert np.asarray(expert)[:, :2].all() and not np.asarray(expert)[:, 2:].any()
+        assert np.all(np.asarray(data.turn_info["gen/invalid"])[:, :2] == 0.0)
+        words = [source.tokenizer.decode([int(i)]) for i in
+                 np.asarray(data.actions)[0, 0][np.asarray(action_tokens(data))[0, 0]]]
+        assert " ".join(words) == "go to kitchen"
+    finally:
+        source.close()

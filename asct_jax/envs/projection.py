@@ -43,6 +43,7 @@ import numpy as np
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ACTION_OPEN, ACTION_CLOSE = "<action>", "</action>"
+TAG_STRINGS = (THINK_OPEN, THINK_CLOSE, ACTION_OPEN, ACTION_CLOSE)   # the order of Tags
 FALLBACK_CHARS = 30  # a response without both action tags sends its last 30 characters
 
 

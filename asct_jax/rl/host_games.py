@@ -35,8 +35,8 @@ from asct_jax.envs.external import BatchedHostEnv, HostEnv, ParallelHostEnv
 from asct_jax.envs.prompt import PromptTokens
 from asct_jax.models.loading import load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import Method
-from asct_jax.rl.host_rollout import (ChatCodec, CommandEncoder, HostShape, game_texts,
-                                      host_rollout, host_rollout_from,
+from asct_jax.rl.host_rollout import (ChatCodec, CommandEncoder, HostShape, concat_rollouts,
+                                      game_texts, host_rollout, host_rollout_from,
                                       load_or_build_tokenizer)
 from asct_jax.rl.rollout import episode_metrics
 from asct_jax.rl.learner import Learner
@@ -127,14 +127,19 @@ class HostGames:
         else:
             tokenizer = self.tokenizer = build_tokenizer_for(config, games)
         self.vocab_size = len(tokenizer)
-        self.shape = TextShape(tw.obs_len, tw.action_len, tw.feedback_len)
+        self.shape = TextShape(tw.obs_len, tw.action_len, tw.feedback_len,
+                               num_actions=tw.max_candidates, base_vocab_size=self.vocab_size)
         self.host_shape = HostShape(max_turns=tw.max_turns, obs_len=tw.obs_len,
                                     feedback_len=tw.feedback_len, action_len=tw.action_len,
                                     max_candidates=tw.max_candidates)
         self.encoder = CommandEncoder(self.tokenizer, tw.action_len)
         workers = int(tw.get("workers", 0))
         self.train_env = batched(games.make_train, rc.num_groups * rc.group_size, workers)
-        self.eval_env = batched(games.make_eval, games.num_eval * tw.eval_episodes, workers)
+        # Held-out games played eval_games_at_once at a time (0: all; each game's episodes
+        # need one environment each, a ScienceWorld one a Java process).
+        at_once = int(tw.get("eval_games_at_once", 0)) or games.num_eval
+        self.eval_chunk = min(at_once, games.num_eval)
+        self.eval_env = batched(games.make_eval, self.eval_chunk * tw.eval_episodes, workers)
 
     def check(self, method: Method) -> None:
         if method.restores_states_in_step:
@@ -188,11 +193,18 @@ class HostGames:
         key = jax.random.key(tc.eval_seed)
 
         def evaluate(params):
-            batch, _ = host_rollout(learner.policy, params, self.eval_env, self.tokenizer,
-                                    list(range(self.games.num_eval)), self.host_shape,
-                                    group_size=tw.eval_episodes, key=key,
-                                    greedy=tc.eval_greedy, encoder=self.encoder,
-                                    select=self.games.select)
+            games, n = list(range(self.games.num_eval)), self.eval_chunk
+            games += games[:(-len(games)) % n]     # whole chunks; repeats are dropped below
+            parts = []
+            for c0 in range(0, len(games), n):
+                batch, _ = host_rollout(learner.policy, params, self.eval_env,
+                                        self.tokenizer, games[c0:c0 + n], self.host_shape,
+                                        group_size=tw.eval_episodes,
+                                        key=key if c0 == 0 else jax.random.fold_in(key, c0),
+                                        greedy=tc.eval_greedy, encoder=self.encoder,
+                                        select=self.games.select)
+                parts.append(batch)
+            batch = concat_rollouts(parts, self.games.num_eval * tw.eval_episodes)
             return {f"eval/{k}": v for k, v in host_metrics(batch).items()}
         return evaluate
 

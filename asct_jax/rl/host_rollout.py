@@ -207,7 +207,9 @@ class ChatCodec:
         return self._ids(text) + [self.pieces.end_of_turn]
 
     def prompt_tokens(self):
-        return self.pieces.prompt_tokens(self.pad_id)
+        """The policy's static pieces, a generating actor's prompt layout included."""
+        return dataclasses.replace(self.pieces.prompt_tokens(self.pad_id),
+                                   generation=self.pieces.generation_pieces(self.tokenizer))
 
 
 def as_codec(tokenizer_or_codec):
@@ -277,6 +279,56 @@ def _scorer(policy, greedy: bool):
     return per_policy[greedy]
 
 
+_GENERATORS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _generator(policy, greedy: bool):
+    """Jitted (params, obs, cands, legal, carry, key, forced [N]) -> (Choice, carry) of a
+    generating actor (asct_jax.rl.generation.GenerationChooser over the game's kept
+    commands); where forced >= 0 the response is that candidate's canonical one
+    (generation.scripted_writer: the warm start's expert turns, log-prob 0)."""
+    from types import SimpleNamespace
+
+    from asct_jax.rl.generation import GenerationChooser, model_writer, scripted_writer
+
+    per_policy = _GENERATORS.setdefault(policy, {})
+    if greedy not in per_policy:
+        def write(params, obs, cands, legal, carry, key, forced):
+            sample = model_writer(policy, params, greedy)
+            expert = scripted_writer(policy.spec, lambda k, s, c, l: (forced, forced >= 0),
+                                     policy.pad_id)
+
+            def writer(key, prompt, cands, legal, states):   # forced >= 0: the expert's
+                own, theirs = (sample(key, prompt, cands, legal, states),
+                               expert(key, prompt, cands, legal, states))
+                pick = lambda a, b: jnp.where(  # noqa: E731
+                    (forced >= 0).reshape((-1,) + (1,) * (a.ndim - 1)), b, a)
+                return jax.tree.map(pick, own[:4], theirs[:4]) + ({},)
+            chooser = GenerationChooser(policy.spec, writer, policy.pad_id)
+            return chooser(key, None, SimpleNamespace(observation=obs), cands, legal, None,
+                           carry)
+        per_policy[greedy] = jax.jit(write)
+    return per_policy[greedy]
+
+
+def written_command(response: np.ndarray, mask: np.ndarray, codec, spec) -> str:
+    """The command a game receives for a generated response the in-jit projection found
+    invalid: verl-agent's rule on the response's text (asct_jax.envs.projection.project:
+    the text between the action tags, or the last 30 characters), which the game parses
+    itself (ScienceWorld answers "No known action matches that input." when it cannot).
+    The tiny actor's response is its words joined by spaces, its tag ids written as tags;
+    a pretrained model's is its tokenizer's decoding."""
+    from asct_jax.envs.projection import TAG_STRINGS, project
+
+    ids = [int(t) for t in response[mask] if int(t) != spec.stop_id]
+    if isinstance(codec, ChatCodec):
+        text = codec.tokenizer.decode(ids, skip_special_tokens=True)
+    else:
+        tags = {i[0]: t for i, t in zip(spec.tags, TAG_STRINGS) if len(i) == 1}
+        text = " ".join(tags.get(i) or codec.tokenizer.decode([i]) for i in ids)
+    return project(text, ())[0]
+
+
 # ----------------------------------------------------------------------------- rollout
 
 def host_rollout(policy, params: Any, host_env: BatchedHostEnv, tokenizer, seeds: Sequence[int],
@@ -329,6 +381,26 @@ def host_rollout_from(policy, params: Any, host_env: BatchedHostEnv, tokenizer,
                  shape, key=key, greedy=greedy, encoder=encoder, select=select)
 
 
+def _initial_history(policy, batch: int, obs_len: int, action_len: int):
+    """The generating chooser's initial history (no past steps)."""
+    k = policy.spec.history
+    return (jnp.full((batch, k, obs_len), policy.pad_id, jnp.int32),
+            jnp.full((batch, k, action_len), policy.pad_id, jnp.int32),
+            jnp.zeros((batch, k), bool))
+
+
+def concat_rollouts(parts: Sequence[Rollout], keep: Optional[int] = None) -> Rollout:
+    """Rollouts [B_i, T, ...] joined along the batch (env_calls summed, each episode its own
+    group), cut to the first `keep` episodes (env_calls then counts those)."""
+    def join(*xs):
+        return jnp.concatenate(xs) if jnp.ndim(xs[0]) else sum(xs)
+    out = jax.tree.map(join, *parts)
+    if keep is not None and keep < out.turn_mask.shape[0]:
+        out = jax.tree.map(lambda x: x[:keep] if jnp.ndim(x) else x, out)
+        out = out.replace(env_calls=jnp.asarray(int(out.turn_mask.sum()), jnp.int32))
+    return out.replace(group=jnp.arange(out.turn_mask.shape[0], dtype=jnp.int32))
+
+
 def task_text(state: HostState) -> str:
     """The task part of a host observation (HostEnv puts it first, before a blank line)."""
     return state.observation.split("\n\n", 1)[0]
@@ -350,7 +422,13 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
     if encoder is None or encoder.action_len != shape.action_len:
         encoder = CommandEncoder(codec, shape.action_len)
     t_max, k_max, a_len = int(shape.max_turns), int(shape.max_candidates), int(shape.action_len)
-    score = _scorer(policy, bool(greedy))
+    generate = getattr(policy, "chooser", "candidates") == "generate"
+    if generate:
+        write, spec = _generator(policy, bool(greedy)), policy.spec
+        gen_carry = _initial_history(policy, b, obs_len, a_len)
+        r_len = int(spec.response_len)
+    else:
+        score, r_len = _scorer(policy, bool(greedy)), a_len
 
     host_states = [[s] for s in states]
     info_keys = list(infos[0])
@@ -360,11 +438,11 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
     out = {
         "obs": np.full((b, t_max, obs_len), pad, np.int32),
         "feedback": np.full((b, t_max, feedback_len), pad, np.int32),
-        "actions": np.full((b, t_max, a_len), pad, np.int32),
+        "actions": np.full((b, t_max, r_len), pad, np.int32),
         "action_index": np.full((b, t_max), -1, np.int32),
-        "token_mask": np.zeros((b, t_max, a_len), bool),
+        "token_mask": np.zeros((b, t_max, r_len), bool),
         "turn_mask": np.zeros((b, t_max), bool),
-        "logp_old": np.zeros((b, t_max, a_len), np.float32),
+        "logp_old": np.zeros((b, t_max, r_len), np.float32),
         "values": np.zeros((b, t_max), np.float32),
         "rewards": np.zeros((b, t_max), np.float32),
         "dones": np.zeros((b, t_max), bool),
@@ -373,6 +451,7 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
         "cand_costs": np.zeros((b, t_max, k_max), np.float32),
     }
     forced = np.zeros((b, t_max), bool)
+    gen_out: Dict[str, np.ndarray] = {}
     for t in range(t_max):
         live = ~done
         if not live.any():
@@ -403,19 +482,39 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
                 cands[i, j], legal[i, j] = toks, True
             kept[i][j] = cmd
             forced_index[i], forced[i, t] = j, True
-        index, logp, value, _ = jax.device_get(
-            score(params, obs, cands, legal, jax.random.fold_in(key, t)))
-        index = np.where(forced[:, t], forced_index, np.asarray(index))
-        logp = np.where(forced[:, t, None], 0.0, logp)
         has_cand = legal.any(axis=1)
-        texts = [kept[i][index[i]] if live[i] and has_cand[i]
-                 else (FALLBACK_COMMAND if live[i] else "") for i in range(b)]
+        if generate:
+            choice, gen_carry = write(params, obs, cands, legal, gen_carry,
+                                      jax.random.fold_in(key, t), forced_index)
+            choice = jax.device_get(choice)
+            index, logp, value = (np.asarray(choice.index), np.asarray(choice.logp),
+                                  np.asarray(choice.value))
+            valid = index >= 0
+            chosen = np.asarray(choice.actions)
+            scored = np.asarray(choice.scored)
+            texts = [("" if not live[i] else kept[i][index[i]] if valid[i] else
+                      written_command(chosen[i], scored[i], codec, spec)) for i in range(b)]
+            acted = live
+            token_mask = scored & acted[:, None]
+            penalty = np.where(live & ~valid, spec.invalid_penalty, 0.0)
+            for k, v in choice.extra.items():
+                if k not in gen_out:
+                    gen_out[k] = np.zeros((b, t_max) + np.shape(v)[1:], np.asarray(v).dtype)
+                gen_out[k][:, t] = v
+        else:
+            index, logp, value, _ = jax.device_get(
+                score(params, obs, cands, legal, jax.random.fold_in(key, t)))
+            index = np.where(forced[:, t], forced_index, np.asarray(index))
+            logp = np.where(forced[:, t, None], 0.0, logp)
+            texts = [kept[i][index[i]] if live[i] and has_cand[i]
+                     else (FALLBACK_COMMAND if live[i] else "") for i in range(b)]
+            chosen = np.where(has_cand[:, None],
+                              cands[np.arange(b), np.where(has_cand, index, 0)], pad)
+            acted = live & has_cand
+            token_mask = np.asarray(policy.scored_tokens(jnp.asarray(chosen))) & acted[:, None]
+            penalty = np.zeros(b)
         new_states, new_steps = host_env.step(states, texts)
 
-        chosen = np.where(has_cand[:, None], cands[np.arange(b), np.where(has_cand, index, 0)],
-                          pad)
-        acted = live & has_cand
-        token_mask = np.asarray(policy.scored_tokens(jnp.asarray(chosen))) & acted[:, None]
         out["obs"][:, t] = obs
         out["feedback"][:, t] = codec.feedback([ts.feedback if live[i] else ""
                                                 for i, ts in enumerate(new_steps)],
@@ -426,7 +525,7 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
         out["turn_mask"][:, t] = live
         out["logp_old"][:, t] = np.where(token_mask, logp, 0.0)
         out["values"][:, t] = value
-        out["rewards"][:, t] = np.where(live, [ts.reward for ts in new_steps], 0.0)
+        out["rewards"][:, t] = np.where(live, [ts.reward for ts in new_steps], 0.0) - penalty
         step_done = np.array([ts.done for ts in new_steps], bool)
         out["dones"][:, t] = step_done & live
         out["cand_tokens"][:, t] = cands
@@ -442,8 +541,16 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
     for i in range(b):  # pad to x_0 .. x_T
         host_states[i].extend([host_states[i][-1]] * (t_max + 1 - len(host_states[i])))
 
+    if generate:   # the prompts, the action tokens and the gen/ statistics (Rollout)
+        turns = out["turn_mask"]
+        gen = {"prompts": jnp.asarray(gen_out.pop("prompts")),
+               "action_mask": jnp.asarray(gen_out.pop("action_mask") & out["token_mask"]),
+               "turn_info": {k: jnp.asarray(np.where(turns, v, 0.0))
+                             for k, v in gen_out.items() if k.startswith("gen/")}}
+    else:
+        gen = {}
     batch = Rollout(
-        **{k: jnp.asarray(v) for k, v in out.items()},
+        **{k: jnp.asarray(v) for k, v in out.items()}, **gen,
         states=None,
         final_info={k: jnp.asarray(v) for k, v in final_info.items()},
         group=jnp.arange(b, dtype=jnp.int32) // group_size,

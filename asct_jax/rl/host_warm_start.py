@@ -24,20 +24,12 @@ import optax
 
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl.advantages import returns_to_go
-from asct_jax.rl.host_rollout import _play, host_rollout
+from asct_jax.rl.host_rollout import _play, concat_rollouts, host_rollout
 from asct_jax.rl.train_step import join_params, split_params
 from asct_jax.rl.trainer import build_policy
 from asct_jax.rl.types import Rollout
 from asct_jax.rl.warm_start import (_fit, make_update, sft_loss, value_fit_loss,
                                     value_head_only)
-
-
-def concat_rollouts(parts: Sequence[Rollout]) -> Rollout:
-    """Rollouts [B_i, T, ...] joined along the batch (env_calls summed, groups renumbered)."""
-    def join(*xs):
-        return jnp.concatenate(xs) if jnp.ndim(xs[0]) else sum(xs)
-    out = jax.tree.map(join, *parts)
-    return out.replace(group=jnp.arange(out.turn_mask.shape[0], dtype=jnp.int32))
 
 
 def expert_rollout(policy, params, source, paths: Dict[int, Sequence[str]], key

@@ -52,6 +52,7 @@ def get_config(arg: str = "full"):
     c.scienceworld.max_candidates = 128  # VerbQuotaRule's K
     c.scienceworld.rule_seed = 0
     c.scienceworld.eval_episodes = 2    # sampled episodes per held-out game
+    c.scienceworld.eval_games_at_once = 4   # held-out games played together (a JVM each episode)
     c.scienceworld.tokenizer_episodes = 1   # random episodes per game for the vocabulary
     c.scienceworld.max_vocab = 4096
     c.scienceworld.workers = 0          # environments in worker processes (0: in-process)
@@ -131,6 +132,7 @@ def get_constraints():
         "scienceworld.action_len": Range(2, None, integer=True),
         "scienceworld.max_candidates": Range(1, None, integer=True),
         "scienceworld.eval_episodes": Range(1, None, integer=True),
+        "scienceworld.eval_games_at_once": Range(0, None, integer=True),
         "scienceworld.tokenizer_episodes": Range(0, None, integer=True),
         "scienceworld.workers": Range(0, None, integer=True),
     })

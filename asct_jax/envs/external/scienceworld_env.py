@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import List, Optional, Sequence, Union
 
 from asct_jax.envs.external.base import HostEnv, HostState, LiveStep
@@ -62,6 +63,8 @@ class ScienceWorldEnv(HostEnv):
       max_restarts: Java restarts allowed per call before giving up.
       reward: "success" or "score" (module docstring).
       legal_cache_size: states whose valid-action lists are kept.
+      java_options: the JVM's options (its default heap, a quarter of the machine's
+        memory, grew to ~0.8 GB per simulator; 26 of them filled 24 GB).
     """
 
     name = "scienceworld"
@@ -71,7 +74,8 @@ class ScienceWorldEnv(HostEnv):
                  variations: Optional[Sequence[int]] = None, split: str = "train",
                  simplification: str = "easy", max_turns: int = 50, max_restarts: int = 2,
                  reward: str = "success", num_variations: Optional[int] = None,
-                 legal_cache_size: int = 4096):
+                 legal_cache_size: int = 4096,
+                 java_options: str = "-Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"):
         super().__init__(max_turns)
         if split not in SPLITS:
             raise ValueError(f"split={split!r} is not one of {SPLITS}; pick one of them.")
@@ -86,6 +90,7 @@ class ScienceWorldEnv(HostEnv):
         self.split, self.simplification, self.reward = split, simplification, reward
         self.num_variations = None if num_variations is None else int(num_variations)
         self.legal_cache_size = int(legal_cache_size)
+        self.java_options = str(java_options)
         self.variations = None if variations is None else [int(v) for v in variations]
         self._games: Optional[List[str]] = None
         self.max_restarts = int(max_restarts)
@@ -105,7 +110,15 @@ class ScienceWorldEnv(HostEnv):
         if self._sw is None:
             from scienceworld import ScienceWorldEnv as _SW
 
-            self._sw = _SW("", envStepLimit=10**9)
+            old = os.environ.get("JAVA_TOOL_OPTIONS")
+            os.environ["JAVA_TOOL_OPTIONS"] = self.java_options   # read by this JVM's launch
+            try:
+                self._sw = _SW("", envStepLimit=10**9)
+            finally:
+                if old is None:
+                    os.environ.pop("JAVA_TOOL_OPTIONS", None)
+                else:
+                    os.environ["JAVA_TOOL_OPTIONS"] = old
             self._loaded = None
             names = self._sw.get_task_names()
             for task in self.tasks:
