@@ -122,7 +122,7 @@ def test_encode_left_truncates_and_pads():
 @pytest.fixture(scope="module")
 def sw_reference():
     """An uninterrupted ScienceWorld run: states, steps, legal actions."""
-    env = ScienceWorldEnv(SW_TASK, variations=[0])
+    env = ScienceWorldEnv(SW_TASK, variations=[0], legal_cache_size=0)  # replay, not cache
     state0, ts0 = env.reset(0)
     states, steps, legal = _play(env, state0, SW_ACTIONS)
     yield env, state0, states, steps, legal
@@ -137,6 +137,11 @@ def test_scienceworld_replay_reaches_same_observation_and_score(sw_reference):
     k = 3
     env.restore(states[k - 1])  # reset + replay of the prefix
     assert env.stats["replays"] == 1 and env.stats["replayed_steps"] == k
+    env.restore(states[k + 1])  # from an earlier state of the episode: the 2 missing steps
+    assert env.stats["forward_replays"] == 1 and env.stats["replayed_steps"] == k + 2
+    assert env.legal_actions(states[k + 1]) == legal[k + 1]
+    env.restore(states[k - 1])  # back: reset + replay again
+    assert env.stats["replays"] == 2
     _, steps_k, legal_k = _play(env, states[k - 1], SW_ACTIONS[k:])
     assert steps_k == steps[k:] and legal_k == legal[k:]
     assert steps_k[-1].observation == steps[-1].observation

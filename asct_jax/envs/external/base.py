@@ -95,8 +95,8 @@ class HostEnv:
         self.max_turns = int(max_turns)
         self._live_key = None  # HostState.key of the live game, None when unknown
         self._legal_cache: "collections.OrderedDict" = collections.OrderedDict()
-        self.stats = {"native_restores": 0, "replays": 0, "replayed_steps": 0, "restarts": 0,
-                      "legal_hits": 0, "legal_misses": 0}
+        self.stats = {"native_restores": 0, "replays": 0, "forward_replays": 0,
+                      "replayed_steps": 0, "restarts": 0, "legal_hits": 0, "legal_misses": 0}
 
     # --- backend hooks --------------------------------------------------------------
     def _game_for(self, seed: int) -> str:
@@ -183,11 +183,21 @@ class HostEnv:
         return self._info(state.won, state.score)
 
     def restore(self, state: HostState) -> None:
-        """Put the live game into `state` (native blob when possible, else reset + replay)."""
-        if self._live_key == state.key:
+        """Put the live game into `state`: nothing when it is there; the missing steps when
+        the live game is at an earlier state of the same episode; else the native blob
+        when possible, else reset + replay."""
+        live, self._live_key = self._live_key, None
+        if live == state.key:
+            self._live_key = live
             return
-        self._live_key = None
-        if state.native is not None and self._restore_native(state):
+        n = 0 if live is None else len(live[2])
+        if (live is not None and live[:2] == state.key[:2] and n < len(state.actions)
+                and state.actions[:n] == live[2]):
+            for a in state.actions[n:]:          # the games are deterministic in the prefix
+                self._advance(a, replay=True)
+            self.stats["forward_replays"] += 1
+            self.stats["replayed_steps"] += len(state.actions) - n
+        elif state.native is not None and self._restore_native(state):
             self.stats["native_restores"] += 1
         else:
             self._replay(state)
