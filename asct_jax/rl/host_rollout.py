@@ -17,12 +17,18 @@ Per turn, for every game still running:
   * x_t = its observation text, encoded with `encode` (the last O tokens are kept);
   * its admissible commands, cut to the game set's candidate rule when one is given
     (`select(commands, task, game, turn)`, e.g. ScienceWorld's VerbQuotaRule), become
-    candidate token sequences (words, then EOS, then PAD up to A). Commands longer than A - 1 tokens and duplicates of an earlier command's
-    tokens are dropped; when more than K remain, observation-only commands (examine,
-    look, inventory) are dropped first, then the last ones in the game's order, so the
-    choice is deterministic and keeps the commands that change the game;
+    candidate token sequences (words, then EOS, then PAD up to A). Commands longer than
+    A - 1 tokens and duplicates of an earlier command's tokens are dropped; when more
+    than K remain, observation-only commands (examine, look, inventory) are dropped
+    first, then the last ones in the game's order, so the choice is deterministic and
+    keeps the commands that change the game;
   * pi_old scores all candidates (Policy.candidate_log_probs), one is sampled, and its
     text is sent to the game.
+A generating actor (policy.chooser == "generate", asct_jax.rl.generation) writes its turn
+instead: the prompt lists the kept commands and the last k steps, the response ([B, T, R]
+actions, its prompt in `prompts`, `action_mask`, the gen/ statistics) is projected onto
+them in jit; a valid one sends its command, an invalid one is penalised by
+invalid_penalty and the game receives what verl-agent would send (`written_command`).
 Games that are done are no longer stepped: their turns have turn_mask False, all-PAD
 candidates with cand_mask False, action_index -1, zero rewards and log-probs.
 `states` is None (host states are not arrays); the HostStates of every turn are returned
