@@ -99,8 +99,17 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.variations < 1:
         p.error(f"--variations {a.variations}: must be >= 1")
+    from experiments.configs.scienceworld import task_names
+
+    tasks = a.tasks.split(",")
+    unknown = [t for t in tasks if t not in task_names()]
+    if unknown:
+        p.error(f"--tasks: {', '.join(unknown)} not a ScienceWorld task; allowed: "
+                f"{', '.join(task_names())}")
     ks = [int(k) for k in a.k.split(",")]
-    res = measure(a.tasks.split(","), a.variations, a.split, ks, a.seed)
+    if min(ks) < 1:
+        p.error(f"--k {a.k}: every K must be >= 1")
+    res = measure(tasks, a.variations, a.split, ks, a.seed)
     atomic_write_json(a.out, res)
     print(markdown(res, ks))
     print(f"wrote {a.out}")

@@ -110,6 +110,17 @@ def get_config(arg: str = "full"):
     return c
 
 
+def task_names():
+    """ScienceWorld's 30 task names (the package's tasks.json; no Java needed)."""
+    import json
+    import os
+
+    import scienceworld
+
+    with open(os.path.join(os.path.dirname(scienceworld.__file__), "tasks.json")) as f:
+        return tuple(t["task_name"] for t in json.load(f))
+
+
 def get_constraints():
     from asct_jax.envs.external.scienceworld_env import REWARDS
     from asct_jax.infra.checks import Range
@@ -122,6 +133,7 @@ def get_constraints():
         "method": host_methods,
         "env.name": ("scienceworld",),
         "table.methods": host_methods,
+        "scienceworld.tasks": task_names(),
         "scienceworld.simplification": ("easy", ""),
         "scienceworld.reward": REWARDS,
         "scienceworld.num_train": Range(1, None, integer=True),
