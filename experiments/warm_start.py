@@ -35,18 +35,23 @@ KEYS = ("env/success", "env/score", "return", "episode_len")
 GEN_KEYS = ("gen/invalid", "gen/multi_token_action")   # a generating actor's (actor.chooser)
 
 
-def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilon: float,
+def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilons,
                      teacher: str = "expert"):
-    """Held-out metrics of the epsilon-noisy expert (1.0: uniform random) on the tasks of
-    the trainer's evaluation (key(eval_seed), num_episodes episodes)."""
+    """Held-out metrics of the epsilon-noisy expert for each epsilon of `epsilons` (0: the
+    expert, 1.0: uniform random) on the tasks of the trainer's evaluation (key(eval_seed),
+    num_episodes episodes); one compiled program, epsilon an argument."""
+    import jax.numpy as jnp
+
     from asct_jax.rl.rollout import episode_metrics
     from asct_jax.rl.warm_start import expert_episodes
 
-    def play(key):
+    @jax.jit
+    def play(key, epsilon):
         data = expert_episodes(source.env, source.env_params, key, num_episodes, epsilon,
                                source.prompt.pad_id, teacher).rollout
         return episode_metrics(data)
-    return {k: float(v) for k, v in jax.jit(play)(jax.random.key(eval_seed)).items()}
+    key = jax.random.key(eval_seed)
+    return [{k: float(v) for k, v in play(key, jnp.float32(e)).items()} for e in epsilons]
 
 
 def run(config, out_dir: str = None):
@@ -81,12 +86,12 @@ def run(config, out_dir: str = None):
         "eval_seed": tc.eval_seed, "eval_greedy": tc.eval_greedy,
         "warm_start": config_to_dict(config.warm_start), "warm_start_s": wall, **info,
         "actor": {k: actor[f"eval/{k}"] for k in KEYS + GEN_KEYS if f"eval/{k}" in actor},
-        # "expert": the imitated scripted policy (warm_start.teacher), noise-free.
-        "expert": {k: v for k, v in scripted_metrics(
-            source, tc.eval_episodes, tc.eval_seed, 0.0,
-            config.warm_start.get("teacher", "expert")).items() if k in KEYS},
-        "random": {k: v for k, v in scripted_metrics(
-            source, tc.eval_episodes, tc.eval_seed, 1.0).items() if k in KEYS},
+        # "expert": the imitated scripted policy (warm_start.teacher), noise-free;
+        # "random": epsilon 1 (the teacher is never asked).
+        **{who: {k: v for k, v in m.items() if k in KEYS} for who, m in zip(
+            ("expert", "random"), scripted_metrics(source, tc.eval_episodes, tc.eval_seed,
+                                                   (0.0, 1.0),
+                                                   config.warm_start.get("teacher", "expert")))},
     }
     atomic_write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary
