@@ -318,3 +318,22 @@ def get_constraints():
         "warm_start.batch": Range(1, None, integer=True),
         "warm_start.lr": Range(0.0, 1.0, lo_open=True),
     }
+
+
+def host_game_constraints(section: str, env_name: str) -> dict:
+    """The constraints of a host-game config (experiments/configs/textworld.py,
+    scienceworld.py): the base's, the methods host games serve (every method that restores
+    no state inside the jitted step), and the shared fields of its `section`."""
+    from asct_jax.infra.checks import Range
+    from experiments import registry
+
+    host_methods = tuple(n for n in registry.names()
+                         if not registry.get(n).restores_states_in_step)
+    at_least = lambda n: Range(n, None, integer=True)   # noqa: E731
+    cons = dict(get_constraints())
+    cons.update({"method": host_methods, "env.name": (env_name,), "table.methods": host_methods,
+                 **{f"{section}.{f}": at_least(1) for f in (
+                     "num_train", "num_eval", "max_turns", "obs_len", "feedback_len",
+                     "max_candidates", "eval_episodes")},
+                 f"{section}.action_len": at_least(2)})
+    return cons

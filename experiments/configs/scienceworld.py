@@ -124,26 +124,12 @@ def task_names():
 def get_constraints():
     from asct_jax.envs.external.scienceworld_env import REWARDS
     from asct_jax.infra.checks import Range
-    from experiments import registry
 
-    host_methods = tuple(n for n in registry.names()
-                         if not registry.get(n).restores_states_in_step)
-    cons = dict(base.get_constraints())
+    cons = base.host_game_constraints("scienceworld", "scienceworld")
     cons.update({
-        "method": host_methods,
-        "env.name": ("scienceworld",),
-        "table.methods": host_methods,
         "scienceworld.tasks": task_names(),
         "scienceworld.simplification": ("easy", ""),
         "scienceworld.reward": REWARDS,
-        "scienceworld.num_train": Range(1, None, integer=True),
-        "scienceworld.num_eval": Range(1, None, integer=True),
-        "scienceworld.max_turns": Range(1, None, integer=True),
-        "scienceworld.obs_len": Range(1, None, integer=True),
-        "scienceworld.feedback_len": Range(1, None, integer=True),
-        "scienceworld.action_len": Range(2, None, integer=True),
-        "scienceworld.max_candidates": Range(1, None, integer=True),
-        "scienceworld.eval_episodes": Range(1, None, integer=True),
         "scienceworld.eval_games_at_once": Range(0, None, integer=True),
         "scienceworld.tokenizer_episodes": Range(0, None, integer=True),
         "scienceworld.workers": Range(0, None, integer=True),

@@ -68,25 +68,5 @@ def get_config(arg: str = "full"):
 
 
 def get_constraints():
-    from asct_jax.infra.checks import Range
-    from experiments import registry
-
-    # Host games serve every method that does not restore states inside the jitted step.
-    host_methods = tuple(n for n in registry.names()
-                         if not registry.get(n).restores_states_in_step)
-    cons = dict(base.get_constraints())
-    cons.update({
-        "method": host_methods,
-        "env.name": ("textworld",),
-        "table.methods": host_methods,
-        "textworld.go": (1, 6, 9, 12),
-        "textworld.num_train": Range(1, None, integer=True),
-        "textworld.num_eval": Range(1, None, integer=True),
-        "textworld.max_turns": Range(1, None, integer=True),
-        "textworld.obs_len": Range(1, None, integer=True),
-        "textworld.feedback_len": Range(1, None, integer=True),
-        "textworld.action_len": Range(2, None, integer=True),
-        "textworld.max_candidates": Range(1, None, integer=True),
-        "textworld.eval_episodes": Range(1, None, integer=True),
-    })
-    return cons
+    return dict(base.host_game_constraints("textworld", "textworld"),
+                **{"textworld.go": (1, 6, 9, 12)})
