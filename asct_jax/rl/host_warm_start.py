@@ -23,13 +23,11 @@ import numpy as np
 import optax
 
 from asct_jax.infra.checks import ConfigError
-from asct_jax.rl.advantages import returns_to_go
 from asct_jax.rl.host_rollout import _play, concat_rollouts, host_rollout
 from asct_jax.rl.train_step import join_params, split_params
 from asct_jax.rl.trainer import build_policy
 from asct_jax.rl.types import Rollout
-from asct_jax.rl.warm_start import (_fit, make_update, sft_loss, value_fit_loss,
-                                    value_head_only)
+from asct_jax.rl.warm_start import _fit, fit_value_head, make_update, sft_loss
 
 
 def expert_rollout(policy, params, source, paths: Dict[int, Sequence[str]], key
@@ -93,11 +91,8 @@ def host_warm_start(config, source, paths: Dict[int, Sequence[str]]
                                 encoder=source.encoder, select=source.games.select)
         played.append(batch)
     played = concat_rollouts(played)
-    returns = returns_to_go(played.rewards, played.turn_mask, config.ppo.gamma)
-    vopt = value_head_only(adam, params)
-    vfit = make_update(policy, value_fit_loss, vopt)
-    params, v_first, v_last = _fit(vfit, params, vopt.init(params), played, played.turn_mask,
-                                   returns, k_value, ws.value_steps, ws.batch, frozen)
+    params, v_first, v_last = fit_value_head(policy, params, played, adam, k_value, config,
+                                             frozen)
     info = {"sft_loss_first": sft_first, "sft_loss_last": sft_last,
             "value_loss_first": v_first, "value_loss_last": v_last,
             "expert_turns": int(jnp.sum(expert)),

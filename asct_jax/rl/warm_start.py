@@ -179,6 +179,17 @@ def _fit(update, params, opt_state, data, weight, targets, key, steps: int, batc
                                                              float("nan"))
 
 
+def fit_value_head(policy, params, played: Rollout, optimizer, key, config, frozen=None):
+    """warm_start.value_steps updates of the value head alone on `played`'s Monte-Carlo
+    return-to-go (gamma = config.ppo.gamma); returns (params, first loss, last loss)."""
+    ws = config.warm_start
+    returns = returns_to_go(played.rewards, played.turn_mask, config.ppo.gamma)
+    vopt = value_head_only(optimizer, params)
+    vfit = make_update(policy, value_fit_loss, vopt)
+    return _fit(vfit, params, vopt.init(params), played, played.turn_mask, returns, key,
+                ws.value_steps, ws.batch, frozen)
+
+
 def warm_start(config, source) -> Tuple[Any, Dict[str, float]]:
     """SFT on the noisy expert, then the value head on the SFT actor's returns.
 
@@ -210,11 +221,8 @@ def warm_start(config, source) -> Tuple[Any, Dict[str, float]]:
     played = jax.jit(rollout, static_argnums=(0, 2, 5, 6))(
         policy, join_params(params, frozen), source.env, source.env_params, k_roll,
         int(ws.episodes), 1)
-    returns = returns_to_go(played.rewards, played.turn_mask, config.ppo.gamma)
-    vopt = value_head_only(adam, params)
-    vfit = make_update(policy, value_fit_loss, vopt)
-    params, v_first, v_last = _fit(vfit, params, vopt.init(params), played, played.turn_mask,
-                                   returns, k_value, ws.value_steps, ws.batch, frozen)
+    params, v_first, v_last = fit_value_head(policy, params, played, adam, k_value, config,
+                                             frozen)
     info = {"sft_loss_first": sft_first, "sft_loss_last": sft_last,
             "value_loss_first": v_first, "value_loss_last": v_last,
             "expert_fraction": float(jnp.sum(data.expert) / jnp.sum(data.rollout.turn_mask))}
