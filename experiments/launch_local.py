@@ -8,7 +8,8 @@ config.train.distributed filled in per process (enabled, a free local port as th
 coordinator, num_processes, process_id): the multi-host path of docs/multihost.md on one
 machine, over JAX's CPU collectives (gloo). Process 0 prints to this terminal; the others
 write <--log-dir>/process_<i>.log. Waits for all; when one fails the others are stopped
-and the launcher exits with its status, naming it, its log and the log's last lines.
+and the launcher exits with its status, naming it, its log and the log's last lines (when
+process 0 fails, every other process's last lines: where they were).
 """
 from __future__ import annotations
 
@@ -109,8 +110,10 @@ def launch(processes: int, devices: int, args: Sequence[str], module: str = "exp
                       f"{codes[i]}{where}; the others were stopped. Command: "
                       f"{shlex.join(process_args(module, args, address, processes, i))}",
                       file=sys.stderr, flush=True)
-                if logs[i] is not None:
-                    sys.stderr.write(_tail(logs[i]))
+                for j, log in enumerate(logs):   # the failed one's, then the others'
+                    if log is not None and (j == i or i == 0):
+                        sys.stderr.write(f"--- last lines of process {j} ({log}) ---\n"
+                                         + _tail(log))
                 return codes[i]
             if all(c == 0 for c in codes):
                 return 0

@@ -19,6 +19,8 @@ config.train.distributed (all processes get the same values but process_id):
   num_processes        0: from the cluster's environment.
   process_id           -1: from the cluster's environment.
   initialization_timeout  seconds to wait for every process to join.
+  shutdown_timeout     seconds a finished process waits at exit for the others to finish
+                       (jax's default 300; a loaded machine may need more).
 Left to the environment, `jax.distributed.initialize` detects SLURM, Open MPI, Kubernetes
 and Cloud TPU pods itself (docs/multihost.md).
 """
@@ -33,6 +35,7 @@ CONSTRAINTS = {
     f"{FIELD}.num_processes": Range(0, None, integer=True),
     f"{FIELD}.process_id": Range(-1, None, integer=True),
     f"{FIELD}.initialization_timeout": Range(1, None, integer=True),
+    f"{FIELD}.shutdown_timeout": Range(1, None, integer=True),
 }
 
 
@@ -56,7 +59,8 @@ def initialize_kwargs(block: Any) -> dict:
     if n and pid >= n:
         raise ConfigError(f"{FIELD}.process_id", f"{pid} with num_processes = {n}",
                           f"-1 (from the cluster's environment) or 0 .. {n - 1}")
-    kwargs = {"initialization_timeout": int(block.get("initialization_timeout", 300))}
+    kwargs = {"initialization_timeout": int(block.get("initialization_timeout", 300)),
+              "shutdown_timeout_seconds": int(block.get("shutdown_timeout", 300))}
     for name, value in (("coordinator_address", address or None),
                         ("num_processes", n or None),
                         ("process_id", None if pid < 0 else pid)):
