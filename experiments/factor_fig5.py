@@ -96,7 +96,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -422,7 +422,10 @@ def run(config) -> Dict[str, Any]:
     from experiments.runner import train_run
 
     t_start = time.time()
-    if config.fig5.get("warm_start"):
+    adopted = config.fig5.get("train_run", "")
+    if adopted:
+        config, summary = adopt_run(config)
+    elif config.fig5.get("warm_start"):
         from experiments.warm_start import shared
         config = config.copy_and_resolve_references()
         config.train.init_from = shared(config)
@@ -430,20 +433,32 @@ def run(config) -> Dict[str, Any]:
     source = JaxEnvSource(config)
     learner = build_learner(config, registry.get(config.method), source)
     early = (policy_params(learner.init_state), learner.init_state.method_state)
-    ckdir = os.path.join(tc.results_dir, tc.experiment, tc.run, "checkpoints")
-    reused = tc.resume and os.path.isdir(ckdir) and \
-        Checkpointer(ckdir, save_every=tc.checkpoint_every, keep=tc.keep).latest_step() == tc.steps
     t0 = time.time()
-    try:
-        summary, state = train_run(config, return_state=True)
-        late = (policy_params(state), state.method_state)
-    except (NonFiniteLossError, FileExistsError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
+    if adopted:   # the finished run's last checkpoint, method state (the critic) included
+        ckdir = os.path.join(tc.results_dir, adopted, "checkpoints")
+        restored = Checkpointer(ckdir).restore(
+            learner.init_state.replace(frozen=None))
+        if restored.step != tc.steps:
+            raise config_cli.ConfigError(
+                "fig5.train_run", f"{ckdir} ends at step {restored.step}, its run at "
+                f"{tc.steps}", "a run whose last step was checkpointed")
+        state = restored.state.replace(frozen=learner.init_state.frozen)
+        late, reused = (policy_params(state), state.method_state), True
+    else:
+        ckdir = os.path.join(tc.results_dir, tc.experiment, tc.run, "checkpoints")
+        reused = tc.resume and os.path.isdir(ckdir) and Checkpointer(
+            ckdir, save_every=tc.checkpoint_every, keep=tc.keep).latest_step() == tc.steps
+        try:
+            summary, state = train_run(config, return_state=True)
+            late = (policy_params(state), state.method_state)
+        except (NonFiniteLossError, FileExistsError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
     train_s = time.time() - t0
     res = run_diagnostics(config, exp_parts(config, source, learner), early, late)
     res["timing_s"]["train"] = train_s
     res["train_reused"] = bool(reused)
+    res["train_run"] = adopted or os.path.join(tc.experiment, tc.run)
     res["train_summary"] = summary
     res["config"] = config_cli.config_to_dict(config)
     out_dir = os.path.join(tc.results_dir, "factor_fig5")
@@ -457,6 +472,38 @@ def run(config) -> Dict[str, Any]:
     print(format_summary(res))
     print(f"wrote {png}\nwrote {js}")
     return res
+
+
+def adopt_run(config) -> Tuple[Any, Dict[str, Any]]:
+    """(config, summary) for diagnosing the finished run results_dir/<fig5.train_run>
+    instead of training one: `config` with every field of the run's config.json that
+    decides what it trained (all but the bookkeeping fields and table.*), its fig5.*
+    kept; the run's summary.json. ConfigError (one line) when there is no finished FACTOR
+    run there or a stored field is not one of this config's."""
+    import json
+
+    from asct_jax.infra.config_cli import config_to_dict
+    from experiments.configs.base import ADDED_DEFAULTS, BOOKKEEPING_FIELDS
+    from experiments.dotted import apply_overrides, flatten, under
+
+    path = os.path.join(config.train.results_dir, config.fig5.train_run)
+    allowed = "'' (train here) or <experiment>/<run> of a finished FACTOR run"
+    if not os.path.exists(os.path.join(path, "summary.json")):
+        raise config_cli.ConfigError("fig5.train_run", f"{path} holds no finished run",
+                                     allowed)
+    with open(os.path.join(path, "config.json")) as f:
+        stored = {**ADDED_DEFAULTS, **flatten(json.load(f))}
+    if stored.get("method") != "factor":
+        raise config_cli.ConfigError("fig5.train_run",
+                                     f"{path} trained {stored.get('method')!r}", allowed)
+    ours = flatten(config_to_dict(config))
+    fields = {k: v for k, v in stored.items()
+              if not under(k, BOOKKEEPING_FIELDS + ("fig5",)) and ours.get(k) != v}
+    lists = {k for k, v in flatten(config.to_dict()).items() if isinstance(v, tuple)}
+    config = apply_overrides(config, {k: tuple(v) if k in lists else v
+                                      for k, v in fields.items()})
+    with open(os.path.join(path, "summary.json")) as f:
+        return config, json.load(f)
 
 
 def exp_parts(config, source, learner):

@@ -114,3 +114,69 @@ def test_plot_and_config(setup, tmp_path):
     assert cfg.fig5.mc_rollouts == 8 and cfg.method == "factor"
     with pytest.raises(config_cli.ConfigError):
         config_cli.parse_config(["--config", CONFIG, "--config.fig5.perturb_modes=('bogus',)"])
+
+
+# -- fig5.train_run: diagnose a finished run instead of training one ------------------
+
+def _finished_run(tmp_path, **fields):
+    """A finished run's folder (config.json, summary.json) of a factor_fig5 config."""
+    from asct_jax.infra.run_logger import atomic_write_json
+    from experiments.dotted import apply_overrides
+
+    stored = apply_overrides(tiny_config(tmp_path), fields)
+    run_dir = tmp_path / "table" / "shop_factor_s42"
+    atomic_write_json(str(run_dir / "config.json"), config_cli.config_to_dict(stored))
+    atomic_write_json(str(run_dir / "summary.json"), {"final/env/success": 0.5})
+    return "table/shop_factor_s42"
+
+
+def test_adopted_run_decides_the_training_fields(tmp_path):
+    run = _finished_run(tmp_path, **{"seed": 43, "ppo.lr": 1e-4, "rollout.group_size": 8,
+                                     "fig5.mc_rollouts": 99})
+    c = tiny_config(tmp_path)
+    c.fig5.train_run = run
+    adopted, summary = fig5.adopt_run(c)
+    assert (adopted.seed, adopted.ppo.lr, adopted.rollout.group_size) == (43, 1e-4, 8)
+    assert adopted.fig5.mc_rollouts == c.fig5.mc_rollouts      # the diagnostics stay ours
+    assert summary == {"final/env/success": 0.5}
+
+
+@pytest.mark.parametrize("fields,problem", [(None, "holds no finished run"),
+                                            ({"method": "grpo"}, "trained 'grpo'")])
+def test_adopting_no_factor_run_is_a_one_line_error(tmp_path, fields, problem):
+    c = tiny_config(tmp_path)
+    c.fig5.train_run = "table/shop_factor_s42" if fields is None else \
+        _finished_run(tmp_path, **fields)
+    with pytest.raises(config_cli.ConfigError, match=rf"^fig5.train_run: .*{problem}") as e:
+        fig5.adopt_run(c)
+    assert "\n" not in str(e.value)
+
+
+def test_figure_of_an_adopted_run_reads_its_last_checkpoint(tmp_path, monkeypatch):
+    """A 2-step run (checkpoint_every 5: the last step is kept anyway), then Figure 5 on
+    it: no training, the late parameters are the run's final ones."""
+    from experiments.runner import train_run
+
+    seen = {}
+    real = fig5.run_diagnostics
+
+    def spy(config, parts, early, late, **kw):
+        seen["late"] = late
+        return real(config, parts, early, late, **kw)
+    monkeypatch.setattr(fig5, "run_diagnostics", spy)
+
+    c = tiny_config(tmp_path)
+    c.train.steps = c.train.eval_every = 2
+    c.train.checkpoint_every = 5
+    c.train.experiment, c.train.run = "table", "shop_factor_s42"
+    c.train.progress = False
+    c.train.eval_episodes = 8
+    _, params = train_run(c, return_params=True)
+    f = tiny_config(tmp_path)
+    f.fig5.train_run = "table/shop_factor_s42"
+    res = fig5.run(f)
+    assert res["train_reused"] and res["train_run"] == "table/shop_factor_s42"
+    assert not os.path.exists(tmp_path / "factor_fig5" / "train_quick")   # nothing trained
+    assert res["train_summary"]["steps"] == 2
+    for x, y in zip(jax.tree.leaves(params), jax.tree.leaves(seen["late"][0])):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -351,11 +351,12 @@ def _loop(runs, state, start: int, step_fn, evaluate, seed_slice) -> Tuple[Any, 
         if (step + 1) % tc.eval_every == 0 or step + 1 == tc.steps:
             for m, e in zip(metrics, evaluate(policy_params(state))):
                 m.update(e)
+        last = step + 1 == tc.steps   # the final state is always kept
         for i, (r, m) in enumerate(zip(runs, metrics)):
             r.logger.log(step + 1, m)
-            if r.ckpt.should_save(step + 1):
+            if r.ckpt.should_save(step + 1) or last:
                 r.ckpt.save(step + 1, seed_slice(state.replace(frozen=None), i),
-                            extra={"step": step + 1})
+                            extra={"step": step + 1}, force=last)
     return state, time.time() - t0
 
 

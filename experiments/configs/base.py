@@ -166,7 +166,7 @@ def get_config():
     c.train.eval_episodes = 256
     c.train.eval_seed = 20261129
     c.train.eval_greedy = False     # held-out episodes sample from the actor (True: argmax)
-    c.train.checkpoint_every = 20
+    c.train.checkpoint_every = 20   # and the last step, always
     c.train.keep = 2
     c.train.resume = False
     c.train.num_devices = 0  # 0: every device

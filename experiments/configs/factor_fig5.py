@@ -47,6 +47,10 @@ def get_config(arg: str = ""):
     # results/factor_fig5/<name>.{png,json}
     c.fig5.name = (f"fig5_{arg}" if quick else "fig5") + suffix
     c.fig5.warm_start = warm       # train from the shared warm start (see above)
+    # "<experiment>/<run>" under train.results_dir: diagnose that finished FACTOR run (its
+    # config.json's training fields and its last checkpoint) instead of training one;
+    # `experiments.reproduce --quick` points it at the FACTOR table's shop seed-42 run.
+    c.fig5.train_run = ""
     if warm:
         c.ppo.lr = base.WARM_START_LR
     c.fig5.seed = 7                # diagnostic keys: fold_in(key(seed + fig5.seed), ...)
