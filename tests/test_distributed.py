@@ -28,7 +28,7 @@ BASE = os.path.join(ROOT, "experiments", "configs", "base.py")
     ("--config.train.distributed.process_id=-2", "train.distributed.process_id"),
     ("--config.train.distributed.initialization_timeout=0",
      "train.distributed.initialization_timeout"),
-    ("--config.train.distributed.shutdown_timeout=0", "train.distributed.shutdown_timeout"),
+    ("--config.train.distributed.barrier_timeout=0", "train.distributed.barrier_timeout"),
     ("--config.train.distributed.num_processes=two", "train.distributed.num_processes"),
     ("--config.train.distributed.hosts=2", "train.distributed.hosts"),
 ])
@@ -52,7 +52,7 @@ def test_inconsistent_distributed_fields_are_config_errors(fields, field):
 
 def test_initialize_arguments_leave_empty_fields_to_the_environment():
     block = base.get_config().train.distributed
-    timeouts = {"initialization_timeout": 300, "shutdown_timeout_seconds": 300}
+    timeouts = {"initialization_timeout": 300, "shutdown_timeout_seconds": 900}
     assert distributed.initialize_kwargs(block) == timeouts
     block.update(dict(coordinator_address="10.0.0.1:1234", num_processes=4, process_id=3))
     assert distributed.initialize_kwargs(block) == {
@@ -65,6 +65,8 @@ def test_off_by_default_and_single_process_helpers():
     assert distributed.initialize(base.get_config()) is False   # nothing initialised
     assert distributed.is_primary() and distributed.process_index() == 0
     distributed.barrier("single")                               # a no-op
+    f = jax.jit(lambda x: x + 1)
+    assert distributed.aligned(f, "f") is f                     # nothing to align
     key = distributed.device_put(jax.random.key(3), jax.devices()[0])
     assert np.array_equal(jax.random.key_data(key), jax.random.key_data(jax.random.key(3)))
 
@@ -116,8 +118,7 @@ def _one_process(tmp_path, run, steps, extra=()):
 def _two_processes(tmp_path, run, steps, extra=()):
     cmd = [sys.executable, "-m", "experiments.launch_local", "--processes", "2",
            "--devices-per-process", "2", "--log-dir", str(tmp_path / f"logs_{run}"),
-           "--timeout", "900", "--", *_cli_args(tmp_path, run, steps, extra)[3:],
-           "--config.train.distributed.shutdown_timeout=900"]   # CI's other tests load the cores
+           "--timeout", "900", "--", *_cli_args(tmp_path, run, steps, extra)[3:]]
     p = subprocess.run(cmd, env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True,
                        timeout=1000)
     assert p.returncode == 0, p.stderr[-3000:]

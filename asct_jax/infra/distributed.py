@@ -19,14 +19,16 @@ config.train.distributed (all processes get the same values but process_id):
   num_processes        0: from the cluster's environment.
   process_id           -1: from the cluster's environment.
   initialization_timeout  seconds to wait for every process to join.
-  shutdown_timeout     seconds a finished process waits at exit for the others to finish
-                       (jax's default 300; a loaded machine may need more).
+  barrier_timeout      seconds a process waits at a barrier for the others: before each
+                       compiled program's first run (`aligned`), at exit (jax's shutdown
+                       barrier), around checkpoint moves. Default 900.
 Left to the environment, `jax.distributed.initialize` detects SLURM, Open MPI, Kubernetes
 and Cloud TPU pods itself (docs/multihost.md).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+import itertools
+from typing import Any, Callable, Optional
 
 from asct_jax.infra.checks import ConfigError, Range
 
@@ -35,8 +37,13 @@ CONSTRAINTS = {
     f"{FIELD}.num_processes": Range(0, None, integer=True),
     f"{FIELD}.process_id": Range(-1, None, integer=True),
     f"{FIELD}.initialization_timeout": Range(1, None, integer=True),
-    f"{FIELD}.shutdown_timeout": Range(1, None, integer=True),
+    f"{FIELD}.barrier_timeout": Range(1, None, integer=True),
 }
+
+
+BARRIER_TIMEOUT_S = 900
+_barrier_timeout_s = BARRIER_TIMEOUT_S   # this run's train.distributed.barrier_timeout
+_barrier_count = itertools.count()
 
 
 def _fields(config: Any) -> Optional[Any]:
@@ -60,7 +67,7 @@ def initialize_kwargs(block: Any) -> dict:
         raise ConfigError(f"{FIELD}.process_id", f"{pid} with num_processes = {n}",
                           f"-1 (from the cluster's environment) or 0 .. {n - 1}")
     kwargs = {"initialization_timeout": int(block.get("initialization_timeout", 300)),
-              "shutdown_timeout_seconds": int(block.get("shutdown_timeout", 300))}
+              "shutdown_timeout_seconds": int(block.get("barrier_timeout", BARRIER_TIMEOUT_S))}
     for name, value in (("coordinator_address", address or None),
                         ("num_processes", n or None),
                         ("process_id", None if pid < 0 else pid)):
@@ -80,6 +87,8 @@ def initialize(config: Any) -> bool:
     if block is None:
         return jax.distributed.is_initialized()
     kwargs = initialize_kwargs(block)
+    global _barrier_timeout_s
+    _barrier_timeout_s = kwargs["shutdown_timeout_seconds"]
     if jax.distributed.is_initialized():
         return True
     try:
@@ -134,10 +143,36 @@ def device_put(tree: Any, shardings: Any, may_alias: Optional[bool] = None) -> A
 
 
 def barrier(name: str) -> None:
-    """Waits until every process reached `name` (nothing in a single-process run)."""
+    """Waits until every process reached `name` (nothing in a single-process run): the
+    coordination service's barrier, not a collective, with train.distributed's
+    barrier_timeout. Every process must call the same barriers in the same order."""
     import jax
 
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
+        from jax._src import distributed as jax_distributed
 
-        multihost_utils.sync_global_devices(name)
+        jax_distributed.global_state.client.wait_at_barrier(
+            f"asct_{name}_{next(_barrier_count)}", int(_barrier_timeout_s * 1000))
+
+
+def aligned(fn: Callable, name: str) -> Callable:
+    """`fn` (a jitted function) that, in a multi-process run, is compiled ahead of its first
+    call with each argument signature and run only once every process has compiled it
+    (`barrier`). XLA:CPU's gloo collectives give the processes ~30 s to meet at a program's
+    first collective, which processes compiling at different speeds (a loaded machine)
+    miss. One process: `fn` itself."""
+    import jax
+
+    if jax.process_count() == 1:
+        return fn
+    compiled = {}
+
+    def call(*args):
+        leaves, treedef = jax.tree.flatten(args)
+        key = (treedef, tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x))))
+                              for x in leaves))
+        if key not in compiled:
+            compiled[key] = fn.lower(*args).compile()
+            barrier(f"compiled_{name}")
+        return compiled[key](*args)
+    return call

@@ -263,7 +263,8 @@ class JaxEnvSource:
         pass  # every method runs here: states are pytrees, restoring one is keeping it
 
     def make_step(self, learner: Learner) -> StepFn:
-        step_fn = make_train_step(learner, self.env, self.env_params)
+        step_fn = distributed.aligned(make_train_step(learner, self.env, self.env_params),
+                                      "train_step")
 
         def step(state, step_index):
             t0 = time.time()
@@ -278,9 +279,9 @@ class JaxEnvSource:
         seed is evaluated on the same tasks."""
         tc = self.config.train
         env, env_params = held_out_env(self.config, self)
-        eval_fn = make_eval(learner.policy, env, env_params, tc.eval_episodes,
-                            learner.mesh, greedy=tc.eval_greedy,
-                            state_sharding=learner.state_sharding)
+        eval_fn = distributed.aligned(make_eval(
+            learner.policy, env, env_params, tc.eval_episodes, learner.mesh,
+            greedy=tc.eval_greedy, state_sharding=learner.state_sharding), "evaluate")
         key = distributed.device_put(jax.random.key(tc.eval_seed), learner.replicated)
 
         def evaluate(params):
@@ -418,12 +419,13 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
     state = distributed.device_put(state, sharding)
     keys = distributed.device_put(jax.tree.map(stack, *[l.key for l in learners]),
                                   first.replicated)
-    seeds_step = make_seeds_train_step(first, source.env, source.env_params, sharding)
+    seeds_step = distributed.aligned(
+        make_seeds_train_step(first, source.env, source.env_params, sharding), "train_step")
     tc = config.train
     eval_env, eval_params = held_out_env(config, source)
-    eval_fn = make_eval(first.policy, eval_env, eval_params, tc.eval_episodes,
-                        first.mesh, greedy=tc.eval_greedy, seeds=True,
-                        state_sharding=sharding)
+    eval_fn = distributed.aligned(make_eval(
+        first.policy, eval_env, eval_params, tc.eval_episodes, first.mesh,
+        greedy=tc.eval_greedy, seeds=True, state_sharding=sharding), "evaluate")
     eval_key = distributed.device_put(jax.random.key(tc.eval_seed), first.replicated)
     n = len(configs)
 

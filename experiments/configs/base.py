@@ -192,7 +192,7 @@ def get_config():
     c.train.distributed.num_processes = 0          # 0: from the environment
     c.train.distributed.process_id = -1            # -1: from the environment
     c.train.distributed.initialization_timeout = 300   # seconds for every process to join
-    c.train.distributed.shutdown_timeout = 300   # seconds a finished process waits for the rest
+    c.train.distributed.barrier_timeout = 900   # seconds a process waits for the others
 
     # The warm start (asct_jax/rl/warm_start.py): SFT on the epsilon-noisy expert, then
     # the value head on the warm-started actor's Monte-Carlo returns.
