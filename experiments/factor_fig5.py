@@ -6,7 +6,9 @@
 Trains FACTOR (method "factor") on one environment (default `shop`, small) with the
 trainer (from the shared warm start with fig5.warm_start), keeping the initial parameters
 ("early": the warm-started actor's, if any) and the final ones ("late"), then draws
-three panels on fresh diagnostic batches (`config.fig5.*`):
+three panels on fresh diagnostic batches (`config.fig5.*`). With fig5.train_run
+("<experiment>/<run>") it trains nothing and diagnoses that finished FACTOR run instead
+(its config.json's training fields, its last checkpoint as "late"; `adopt_run`):
 
 (a) Conservation. On a batch rolled out with the late parameters, FACTOR's token weights
     omega are computed exactly as the `factor` credit computes them (continuations ->
