@@ -35,11 +35,10 @@ VARIANTS = {
 def measure(method: str) -> dict:
     """Times one method's step in this process (XLA_FLAGS as the process started)."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
     from asct_jax.rl import trainer
-    from asct_jax.rl.train_step import SEED_AXIS, fsdp_shardings, make_seeds_train_step
+    from asct_jax.rl.train_step import SEED_AXIS, make_seeds_train_step
     from experiments import registry
     from experiments.configs import factor_table
     from experiments.runner import check_variant
@@ -50,14 +49,8 @@ def measure(method: str) -> dict:
     source = trainer.JaxEnvSource(configs[0])
     learners = [trainer.build_learner(c, registry.get(method), source, seed_axis=SEED_AXIS)
                 for c in configs]
-    first = learners[0]
-    stack = lambda *xs: jnp.stack(xs)   # noqa: E731
-    state = jax.tree.map(stack, *[l.init_state.replace(frozen=None) for l in learners])
-    state = state.replace(frozen=first.init_state.frozen)
-    sharding = fsdp_shardings(state, first.mesh)
-    state = jax.device_put(state, sharding)
-    keys = jax.device_put(jax.tree.map(stack, *[l.key for l in learners]), first.replicated)
-    step = make_seeds_train_step(first, source.env, source.env_params, sharding)
+    state, sharding, keys = trainer.seed_batch(learners, [l.init_state for l in learners])
+    step = make_seeds_train_step(learners[0], source.env, source.env_params, sharding)
     t0 = time.perf_counter()
     lowered = step.lower(state, keys)
     t1 = time.perf_counter()

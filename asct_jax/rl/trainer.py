@@ -411,14 +411,7 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
     if len(starts) > 1:
         raise ValueError(f"train.resume: the seeds stopped at different steps {sorted(starts)}; "
                          "resume them as separate runs")
-    stack = lambda *xs: jnp.stack(xs)  # noqa: E731
-    # Per-seed params, optimiser states and steps stacked; the frozen base is shared.
-    state = jax.tree.map(stack, *[st.replace(frozen=None) for st, _ in restored])
-    state = state.replace(frozen=restored[0][0].frozen)
-    sharding = fsdp_shardings(state, first.mesh)
-    state = distributed.device_put(state, sharding)
-    keys = distributed.device_put(jax.tree.map(stack, *[l.key for l in learners]),
-                                  first.replicated)
+    state, sharding, keys = seed_batch(learners, [st for st, _ in restored])
     seeds_step = distributed.aligned(
         make_seeds_train_step(first, source.env, source.env_params, sharding), "train_step")
     tc = config.train
@@ -451,6 +444,21 @@ def train_seeds(configs: Sequence[Any], method: Method, return_params: bool = Fa
                     params=jax.tree.map(lambda x: x[i], state.params))))
                 for i, s in enumerate(summaries)]
     return summaries
+
+
+def seed_batch(learners: Sequence[Learner], states: Sequence[Any]):
+    """The seeds' train states stacked on a leading seed axis (params, optimiser states,
+    steps; the frozen base shared) and placed on the first learner's mesh, with their
+    stacked keys: the inputs of make_seeds_train_step -> (state, sharding, keys)."""
+    first = learners[0]
+    stack = lambda *xs: jnp.stack(xs)  # noqa: E731
+    state = jax.tree.map(stack, *[st.replace(frozen=None) for st in states])
+    state = state.replace(frozen=states[0].frozen)
+    sharding = fsdp_shardings(state, first.mesh)
+    state = distributed.device_put(state, sharding)
+    keys = distributed.device_put(jax.tree.map(stack, *[l.key for l in learners]),
+                                  first.replicated)
+    return state, sharding, keys
 
 
 def _start_logging_and_cache(config) -> None:
