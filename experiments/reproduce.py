@@ -18,8 +18,18 @@ training fields and last checkpoint) instead of training FACTOR a second time.
 --jobs 2 (the default) runs the ASCT table in a second process beside the FACTOR table and
 then Figure 5, its output in results/reproduce_side.log: most of a smoke run is XLA
 compilation, which uses one core, so two processes on 2 cores take less time than one
-(2026-12-03, empty cache: 11.0 min against ~17 min for the same parts one after another).
+(2026-12-03, a slow machine, empty cache: 11.0 min against ~17 min for the same parts one
+after another).
 The numbers do not depend on it.
+
+--quick compiles with XLA:CPU's backend optimisation level 1 (`--xla-opt-level`, default
+1 with --quick, XLA's own default otherwise; appended to XLA_FLAGS before JAX starts, and
+inherited by the second process): the smoke run is compile-bound and O1 compiles the train
+steps ~20 % faster for ~5 % slower steps (docs/benchmarks.md). Empty cache, idle machine:
+4.6 min at XLA's default, 4.1 min at O1 (2026-12-04; 6.5 / 5.4 min on 2026-12-03's slower
+machine), every table cell equal but the wall clocks (per-step metrics equal to float
+rounding, not bit for bit). A run is deterministic at either level; `--xla-opt-level
+default` compiles as the full runs do.
 """
 import argparse
 import os
@@ -32,6 +42,19 @@ from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_text
 
 SIDE = ("asct",)          # the parts --jobs 2 runs in the second process, in this order
+OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
+
+
+def use_xla_opt_level(level):
+    """Appends XLA:CPU's backend optimisation level to XLA_FLAGS (before JAX's backend
+    starts; child processes inherit it). `level`: "default" (nothing) or "0".."3"."""
+    if level == "default":
+        return
+    flags = os.environ.get("XLA_FLAGS", "")
+    if OPT_LEVEL_FLAG in flags:
+        raise ConfigError("--xla-opt-level", f"XLA_FLAGS already sets {OPT_LEVEL_FLAG}",
+                          "default (keep XLA_FLAGS' level)")
+    os.environ["XLA_FLAGS"] = f"{flags} {OPT_LEVEL_FLAG}={level}".strip()
 
 
 def main(argv=None):
@@ -42,7 +65,15 @@ def main(argv=None):
                         help="run only these parts (repeatable)")
     parser.add_argument("--jobs", type=int, choices=(1, 2), default=2,
                         help="2: the ASCT table in a second process (see above)")
+    parser.add_argument("--xla-opt-level", choices=("default", "0", "1", "2", "3"),
+                        help="XLA:CPU backend optimisation level (default: 1 with --quick, "
+                             "XLA's own otherwise; see above)")
     args = parser.parse_args(argv)
+    level = args.xla_opt_level or ("1" if args.quick else "default")
+    try:
+        use_xla_opt_level(level)
+    except ConfigError as err:
+        config_cli.exit_config_error(err)
     args_ = ("smoke_warm",) if args.quick else ("full", "warm")
     parts = args.only or ["asct", "factor", "fig5"]
     side, start = None, time.time()
@@ -52,7 +83,7 @@ def main(argv=None):
         os.makedirs(args.results_dir, exist_ok=True)
         log_path = os.path.join(args.results_dir, "reproduce_side.log")
         cmd = [sys.executable, "-m", "experiments.reproduce", "--jobs", "1",
-               "--results-dir", args.results_dir] + (["--quick"] if args.quick else [])
+               "--results-dir", args.results_dir, "--xla-opt-level", "default"] + (["--quick"] if args.quick else [])
         cmd += [a for p in side_parts for a in ("--only", p)]
         print(f"{' then '.join(side_parts)} in a second process, log: {log_path}", flush=True)
         side_log = open(log_path, "w")

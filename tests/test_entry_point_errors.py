@@ -87,6 +87,18 @@ def test_reproduce_rejects_a_bad_argument_with_exit_2():
     assert p.returncode == 2 and "--only" in p.stderr
 
 
+def test_reproduce_sets_the_xla_opt_level_once_and_refuses_a_second_one(monkeypatch):
+    from experiments import reproduce
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=true")
+    reproduce.use_xla_opt_level("default")
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=true"
+    reproduce.use_xla_opt_level("1")
+    assert os.environ["XLA_FLAGS"].split() == ["--xla_cpu_use_thunk_runtime=true",
+                                               "--xla_backend_optimization_level=1"]
+    with pytest.raises(ConfigError, match=r"^--xla-opt-level: "):
+        reproduce.use_xla_opt_level("1")
+
+
 def test_the_generating_pretrained_actor_without_a_chat_view_is_a_config_error():
     from asct_jax.rl.trainer import TextShape, generation_spec
     c = base.get_config()
