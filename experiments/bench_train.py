@@ -105,10 +105,11 @@ def time_train_step(learner, source, repeats):
     return out, compile_s, steady_s, memory
 
 
-def bench_method(method, env_name, repeats, num_groups, group_size, chooser="candidates"):
+def bench_method(method, env_name, repeats, num_groups, group_size, chooser="candidates",
+                 continuations="chooser"):
     c = base.get_config()
     c.method, c.env.name = method, env_name
-    c.actor.chooser = chooser
+    c.actor.chooser, c.actor.continuations = chooser, continuations
     c.rollout.num_groups, c.rollout.group_size = num_groups, group_size
     source = JaxEnvSource(c)
     exp = build_learner(c, registry.get(method), source)
@@ -150,6 +151,8 @@ def main(argv=None):
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--chooser", default="candidates", choices=("candidates", "generate"),
                     help="actor.chooser: candidate scoring or the generating actor")
+    ap.add_argument("--continuations", default="chooser", choices=("chooser", "score"),
+                    help="actor.continuations: how a generating actor acts at restored states")
     ap.add_argument("--out", default="results/bench/train.json")
     args = ap.parse_args(argv)
     mm = matmul_flops_per_s() / 1e9
@@ -161,7 +164,7 @@ def main(argv=None):
     rows = []
     for m in args.methods.split(","):
         rows.append(bench_method(m, args.env, args.repeats, args.num_groups, args.group_size,
-                                 args.chooser))
+                                 args.chooser, args.continuations))
         r = rows[-1]
         print(f"{m}: rollout {r['rollout_s']:.3f}s credit {r['credit_s']:.3f}s update "
               f"{r['update_s']:.3f}s step {r['train_step_s']:.3f}s "

@@ -107,7 +107,7 @@ import numpy as np
 import factor_jax as fj
 from asct_jax.envs.base import UNK_ID
 from asct_jax.infra import config_cli
-from asct_jax.rl.credit import state_policy_fn
+from asct_jax.rl.credit import state_actor
 from asct_jax.rl.rollout import rollout
 from factor_jax.methods import factor_config, factor_pieces
 
@@ -192,7 +192,7 @@ class Diagnostics:
         self.parts = jax.jit(lambda p, batch, k, ms: factor_parts(
             ctx, config, p, batch, k, ms, credit_step(config)))
         self._mc = jax.jit(lambda p, states, keys: fj.mc_state_values(
-            env, env_params, state_policy_fn(ctx, p), states, keys, self.M,
+            env, env_params, state_actor(ctx, p), states, keys, self.M,
             self.mc_states_per_chunk))
         self._perturb = jax.jit(self._perturb_returns)
         self._eligible = jax.jit(fj.perturbable_actions)
@@ -217,7 +217,7 @@ class Diagnostics:
         var = fj.perturbed_actions(actions, hi, lo, cands, legal, self.modes, self.filler,
                                    UNK_ID)
         return fj.perturbation_returns(self.env, self.env_params,
-                                       state_policy_fn(self.ctx, params), states, var, keys,
+                                       state_actor(self.ctx, params), states, var, keys,
                                        int(self.config.fig5.chunk))
 
     def select_actions(self, batch, pieces, seed):

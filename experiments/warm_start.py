@@ -118,11 +118,12 @@ def _depends(config) -> dict:
 
 def depends_on(flat: dict) -> dict:
     """The WARM_START_FIELDS of a flat config that its environment's warm start reads: the
-    actor section only for a generating actor, the SFT steps of its own environment only."""
+    actor section only for a generating actor (its continuations aside: no warm start
+    restores a state), the SFT steps of its own environment only."""
     generate = flat.get("actor.chooser", "candidates") != "candidates"
     own_steps = f"warm_start.sft_steps.{flat.get('env.name')}"
     return {k: v for k, v in flat.items() if under(k, WARM_START_FIELDS)
-            and (generate or not under(k, ("actor",)))
+            and (generate or not under(k, ("actor",))) and k != "actor.continuations"
             and (k == own_steps or not under(k, ("warm_start.sft_steps",)))}
 
 

@@ -115,7 +115,8 @@ def run_continuations(env, env_params, batch, policy_fn, key, num: int, horizon:
 
     Args:
       batch: the Rollout [B, T, ...] (its stored states).
-      policy_fn: state -> (logp [K], value []), pi_old (asct_jax.rl.credit.state_policy_fn).
+      policy_fn: pi_old at one state: a StateActor (asct_jax.rl.credit.state_actor) or a
+        PolicyFn state -> (logp [K], value []) (asct_jax.rl.credit.state_policy_fn).
     """
     b, t = batch.turn_mask.shape
     k_turns, k_roll = jax.random.split(key)

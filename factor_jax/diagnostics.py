@@ -143,8 +143,9 @@ def mc_state_values(env, env_params, policy_fn: Callable, states: Any, keys: che
       V_MC(x_n) = (1/M) sum_m G^(m)(x_n)
 
     Args:
-      env, env_params: the JAX environment. policy_fn: state -> (logp [K], value [])
-        (asct_jax.rl.credit.state_policy_fn).
+      env, env_params: the JAX environment. policy_fn: pi_old at one state, as the
+        continuations play it (asct_jax.rl.credit.state_actor), or a PolicyFn
+        state -> (logp [K], value []) (state_policy_fn).
       states: env state pytree with leading [N]. keys: [N] PRNG keys.
       num_rollouts: M (static). batch_size: states per jax.lax.map chunk (memory).
     Returns:

@@ -45,7 +45,7 @@ from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, installs_credit_state,
-                                state_policy_fn, value_targets_mc)
+                                state_actor, value_targets_mc)
 from asct_jax.rl.methods import GRPO
 from asct_jax.rl.types import Credit, Rollout, action_tokens, nonaction_tokens, policy_inputs
 from asct_jax.rl.types import merge_batch_turns as _flat
@@ -299,7 +299,7 @@ def continuations(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
     """The batch's continuations: from the host (batch.extras) or run here."""
     if batch.extras is not None:
         return batch.extras
-    return run_continuations(ctx.env, ctx.env_params, batch, state_policy_fn(ctx, params),
+    return run_continuations(ctx.env, ctx.env_params, batch, state_actor(ctx, params),
                              key, fc.continuations, fc.horizon, outcome)
 
 

@@ -227,3 +227,44 @@ def test_every_method_trains_a_step_with_the_generating_actor(method, tmp_path):
     changed = any(float(jnp.max(jnp.abs(a - b))) > 0 for a, b in
                   zip(jax.tree.leaves(state.params), jax.tree.leaves(before)))
     assert changed
+
+
+def _play_by_hand(env, env_params, actor, state, key, steps):
+    """play_out's loop written out in Python: (return, tokens, calls, penalties)."""
+    carry, g, tok, pens = actor.init(state), 0.0, 0.0, []
+    for _ in range(steps):
+        key, sub = jax.random.split(key)
+        action, pen, cost, carry = actor.act(state, sub, carry)
+        state, ts = env.step(state, action, env_params)
+        g, tok = g + float(ts.reward) - float(pen), tok + float(cost)
+        pens.append(float(pen))
+        if bool(ts.done):
+            break
+    return g, tok, len(pens), pens
+
+
+def test_generating_continuations_write_their_turns_and_pay_for_invalid_ones(credit_setup):
+    """In generate mode pi_old writes its turns at restored states too (credit.state_actor,
+    actor.continuations = "chooser"): play_out equals the same steps taken by hand, an
+    invalid response costs the 0.1 penalty, the token cost is the responses' length; with
+    "score" the continuation samples a legal candidate (no penalty, candidate tokens)."""
+    from asct_jax.rl.credit import generates_continuations, state_actor
+    from asct_jax.search.rollout_value import play_out
+    c, ctx, params, _ = credit_setup(_generate_config("factor"))
+    assert generates_continuations(ctx)
+    env, ep = ctx.env, ctx.env_params
+    state, _ = env.reset(jax.random.key(3), ep)
+    key = jax.random.key(4)
+    actor = state_actor(ctx, params)
+    _, g, tok, calls, _ = jax.jit(lambda s, k: play_out(env, ep, s, actor, k, 5))(state, key)
+    g_h, tok_h, calls_h, pens = _play_by_hand(env, ep, actor, state, key, 5)
+    assert int(calls) == calls_h
+    np.testing.assert_allclose([float(g), float(tok)], [g_h, tok_h], rtol=1e-5, atol=1e-6)
+    assert all(p in (0.0, pytest.approx(0.1)) for p in pens) and max(pens) == pytest.approx(0.1)
+    assert tok_h > 3 * calls_h                    # whole responses, not candidate labels
+
+    c.actor.continuations = "score"
+    _, ctx_s, _, _ = credit_setup(c)
+    assert not generates_continuations(ctx_s)
+    _, _, _, pens_s = _play_by_hand(env, ep, state_actor(ctx_s, params), state, key, 5)
+    assert max(pens_s) == 0.0

@@ -184,6 +184,24 @@ def state_policy_fn(ctx: CreditContext, params):
     return fn
 
 
+def generates_continuations(ctx: CreditContext) -> bool:
+    """The policy writes its turns at restored states too (a generating actor with
+    actor.continuations = "chooser")."""
+    spec = getattr(ctx.policy, "spec", None)
+    return spec is not None and spec.continuations == "chooser"
+
+
+def state_actor(ctx: CreditContext, params):
+    """pi_old acting at ONE restored state (search.rollout_value.StateActor): the
+    generating actor writing its turn (generates_continuations), else a candidate sampled
+    from state_policy_fn. What VinePPO's rollouts and FACTOR's continuations play."""
+    from asct_jax.search.rollout_value import candidate_actor
+    if generates_continuations(ctx):
+        from asct_jax.rl.generation import generating_actor
+        return generating_actor(ctx.env, ctx.env_params, ctx.policy, params)
+    return candidate_actor(ctx.env, ctx.env_params, state_policy_fn(ctx, params))
+
+
 def turn_states(batch: Rollout, turns):
     """The stored env states at chosen turns: turns [B, S] int -> pytree [B, S, ...]."""
     return jax.tree.map(

@@ -50,6 +50,10 @@ from asct_jax.models.generate import generate
 from asct_jax.rl.policy import Policy, TokenOutputs, _pads_to_right, left_align
 
 CHOOSERS = ("candidates", "generate")
+# How pi_old acts at restored states (VinePPO's rollouts, FACTOR's continuations):
+# "chooser" as in the rollout (the generating actor writes its turn), "score" sampled from
+# candidate_log_probs (the canonical responses' scores; the candidate actor's only way).
+CONTINUATIONS = ("chooser", "score")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +64,8 @@ class GenerationSpec:
     candidate); pieces: the prompt's layout (GenerationPieces: the tiny actor's by
     default, a chat view's for a pretrained model); response_len: R, the most tokens a
     response has; history: k past steps in the prompt; temperature, top_p: sampling;
-    invalid_penalty: subtracted from an invalid step's reward.
+    invalid_penalty: subtracted from an invalid step's reward; continuations: how pi_old
+    acts at restored states (CONTINUATIONS).
     """
 
     tags: Tags
@@ -71,6 +76,7 @@ class GenerationSpec:
     temperature: float = 1.0
     top_p: float = 1.0
     invalid_penalty: float = 0.1
+    continuations: str = "chooser"
 
     def prompt_len(self, obs_len: int, num_actions: int, action_len: int) -> int:
         """P: the longest prompt build_prompt can make."""
@@ -268,8 +274,10 @@ class GenerationPolicy(Policy):
 Writer = Callable[..., Tuple[Any, ...]]
 
 
-def model_writer(policy: GenerationPolicy, params: Any, greedy: bool) -> Writer:
-    """The actor samples its response with a KV cache (a Writer)."""
+def model_writer(policy: GenerationPolicy, params: Any, greedy: bool,
+                 with_value: bool = True) -> Writer:
+    """The actor samples its response with a KV cache (a Writer); with_value=False skips
+    the critic's pass over the prompt (value 0)."""
     spec = policy.spec
 
     def write(key, prompt, cands, legal, states):
@@ -279,9 +287,36 @@ def model_writer(policy: GenerationPolicy, params: Any, greedy: bool) -> Writer:
                        max_new_tokens=spec.response_len, temperature=spec.temperature,
                        top_p=spec.top_p, greedy=greedy, stop_tokens=(spec.stop_id,))
         tokens = jnp.where(out.mask, out.tokens, policy.pad_id)
-        value = policy.value(params, prompt)
+        value = (policy.value(params, prompt) if with_value
+                 else jnp.zeros(prompt.shape[:1], jnp.float32))
         return tokens, out.logp, out.mask, value, {}
     return write
+
+
+def generating_actor(env, env_params: Any, policy: GenerationPolicy, params: Any):
+    """pi_old writing its turn at ONE restored state (a search.rollout_value.StateActor):
+    the rollout's chooser on a batch of one, its prompt history empty at the restored state
+    and filled by the continuation's own steps; the projected action is sent, an invalid
+    one with its penalty; the token cost is the response's length."""
+    from asct_jax.search.rollout_value import StateActor
+
+    chooser = GenerationChooser(policy.spec, model_writer(policy, params, greedy=False,
+                                                          with_value=False), policy.pad_id)
+    one = lambda x: x[None]  # noqa: E731
+
+    def init(state):
+        cands, _ = env.legal_actions(state, env_params)
+        return chooser.init(1, env.observe(state, env_params).shape[-1], cands.shape[-1])
+
+    def act(state, key, carry):
+        cands, legal = env.legal_actions(state, env_params)
+        choice, carry = chooser.turn(key, jax.tree.map(one, state),
+                                     one(env.observe(state, env_params)), one(cands),
+                                     one(legal), carry)
+        return (choice.env_actions[0], choice.penalty[0],
+                jnp.sum(choice.scored[0]).astype(jnp.float32), carry)
+
+    return StateActor(init=init, act=act)
 
 
 class GenerationChooser:
@@ -298,8 +333,11 @@ class GenerationChooser:
                 jnp.zeros((batch, k), bool))
 
     def __call__(self, key, states, ts, cands, legal, costs, carry):
+        return self.turn(key, states, ts.observation, cands, legal, carry)
+
+    def turn(self, key, states, obs, cands, legal, carry):
+        """One turn of N episodes from their observations obs [N, O] -> (Choice, carry)."""
         hist_obs, hist_act, hist_live = carry
-        obs = ts.observation
         prompt = build_prompt(obs, cands, legal, hist_obs, hist_act, hist_live, self.spec,
                               self.pad_id)
         response, logp, mask, value, written = self.writer(key, prompt, cands, legal, states)

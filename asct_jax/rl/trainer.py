@@ -92,7 +92,8 @@ def generation_spec(config, shape: TextShape, prompt: PromptTokens = PromptToken
     return GenerationSpec(tags=tags, response_len=int(actor.response_len),
                           history=int(actor.history), temperature=float(actor.temperature),
                           top_p=float(actor.top_p),
-                          invalid_penalty=float(actor.invalid_penalty), **extra)
+                          invalid_penalty=float(actor.invalid_penalty),
+                          continuations=str(actor.get("continuations", "chooser")), **extra)
 
 
 class RolloutSource(Protocol):

@@ -42,8 +42,8 @@ from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, from_turn_advantages,
-                                installs_credit_state, state_policy_fn, turn_states,
-                                value_targets_mc)
+                                generates_continuations, installs_credit_state, state_actor,
+                                state_policy_fn, turn_states, value_targets_mc)
 from asct_jax.rl.types import Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search.cache import init_cache
@@ -259,7 +259,8 @@ def _cache_init(cfg, ctx: CreditContext, params, key):
 
 def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollouts: int,
                       chunk: int):
-    """V_hat(s_t) = mean return of `num_rollouts` pi_old rollouts from every real turn.
+    """V_hat(s_t) = mean return of `num_rollouts` pi_old rollouts from every real turn
+    (pi_old as credit.state_actor: a generating actor writes its turns).
 
     The B*T stored states are sorted live-first and processed in chunks of `chunk` states
     (lax.map); a chunk with no live state is skipped by lax.cond, so the cost follows the
@@ -275,8 +276,8 @@ def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollo
     states = jax.tree.map(lambda x: jnp.concatenate(
         [_flat(x), jnp.repeat(_flat(x)[:1], pad, axis=0)])[order], batch.states)
     keys = jax.random.split(key, n_chunks * chunk)[order]  # key i stays with state i
-    policy_fn = state_policy_fn(ctx, params)
-    per_state = jax.vmap(lambda st, kk: mc_return(ctx.env, ctx.env_params, st, policy_fn, kk,
+    actor = state_actor(ctx, params)
+    per_state = jax.vmap(lambda st, kk: mc_return(ctx.env, ctx.env_params, st, actor, kk,
                                                   num_rollouts))
 
     def one_chunk(xs):
@@ -322,7 +323,7 @@ def _vineppo(cfg: VinePPOConfig, ctx: CreditContext):
     k = cfg.k
 
     def credit(params, batch: Rollout, key, step, mstate=None):
-        if cfg.cache:
+        if cfg.cache and not generates_continuations(ctx):
             v_hat, cache, metrics = vine_values(ctx, params, batch, key, k, mstate)
         else:
             v_hat, aux, calls = live_state_values(ctx, params, batch, key, k,

@@ -13,13 +13,48 @@ expectation over the environment's randomness too (needs a `key` field in the st
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Tuple
+import dataclasses
+from typing import Any, Callable, Tuple, Union
 
 import chex
 import jax
 import jax.numpy as jnp
 
 PolicyFn = Callable[[Any], Tuple[chex.Array, chex.Array]]
+
+
+@dataclasses.dataclass(frozen=True)
+class StateActor:
+    """pi_old acting at ONE restored state, as a rollout's chooser acts (what play_out,
+    and so VinePPO's rollouts and FACTOR's continuations, play with).
+
+    init(state) -> carry: what the actor remembers at the restored state (the generating
+      actor's prompt history, empty there; () for the candidate scorer).
+    act(state, key, carry) -> (env_action [A_env] int32, penalty [] f32 subtracted from
+      the step's reward, tokens [] f32 the action's token cost, carry).
+    """
+
+    init: Callable[[Any], Any]
+    act: Callable[..., Tuple[chex.Array, chex.Array, chex.Array, Any]]
+
+
+def candidate_actor(env, env_params: Any, policy_fn: PolicyFn) -> StateActor:
+    """The candidate scorer as a StateActor: a ~ pi_old(.|s) over the legal candidates
+    (sample_candidate), its candidate tokens sent, its action cost counted."""
+
+    def act(state, key, carry):
+        cands, legal = env.legal_actions(state, env_params)
+        logp, _ = policy_fn(state)
+        a = sample_candidate(key, logp, legal)
+        cost = env.action_costs(state, env_params)[a]
+        return cands[a], jnp.float32(0.0), jnp.asarray(cost, jnp.float32), carry
+
+    return StateActor(init=lambda state: (), act=act)
+
+
+def as_actor(env, env_params: Any, actor: Union[StateActor, PolicyFn]) -> StateActor:
+    """A StateActor as it is, a PolicyFn as its candidate_actor."""
+    return actor if isinstance(actor, StateActor) else candidate_actor(env, env_params, actor)
 
 
 def state_done(env, state: Any, env_params: Any) -> chex.Array:
@@ -47,26 +82,27 @@ def rekey_state(state: Any, key: chex.PRNGKey) -> Any:
     return state.replace(key=jax.random.split(key)[0])
 
 
-def play_out(env, env_params: Any, state: Any, policy_fn: PolicyFn, key: chex.PRNGKey,
-             max_steps: int, start_return=0.0):
+def play_out(env, env_params: Any, state: Any, actor: Union[StateActor, PolicyFn],
+             key: chex.PRNGKey, max_steps: int, start_return=0.0):
     """pi_old played on from `state` until done or `max_steps` steps (lax.while_loop).
 
+    actor: a StateActor, or a PolicyFn (state -> (logp [K], value [])) sampled over the
+    legal candidates. A step's reward is the environment's minus the actor's penalty.
     Returns (final state, start_return + sum of rewards [] f32, aux_tokens [] f32,
     env_calls [] i32, done [] bool)."""
+    actor = as_actor(env, env_params, actor)
 
     def cond(c):
-        _, _, _, _, done, t, _ = c
+        _, _, _, _, done, t, _, _ = c
         return (~done) & (t < max_steps)
 
     def body(c):
-        s, g, tok, calls, _, t, k = c
+        s, g, tok, calls, _, t, k, carry = c
         k, sub = jax.random.split(k)
-        cands, legal = env.legal_actions(s, env_params)
-        logp, _ = policy_fn(s)
-        a = sample_candidate(sub, logp, legal)
-        cost = env.action_costs(s, env_params)[a]
-        s, ts = env.step(s, cands[a], env_params)
-        return s, g + ts.reward, tok + cost, calls + 1, jnp.asarray(ts.done, bool), t + 1, k
+        action, penalty, cost, carry = actor.act(s, sub, carry)
+        s, ts = env.step(s, action, env_params)
+        return (s, g + ts.reward - penalty, tok + cost, calls + 1, jnp.asarray(ts.done, bool),
+                t + 1, k, carry)
 
     init = (
         state,
@@ -76,14 +112,15 @@ def play_out(env, env_params: Any, state: Any, policy_fn: PolicyFn, key: chex.PR
         state_done(env, state, env_params),
         jnp.int32(0),
         key,
+        actor.init(state),
     )
-    s, g, tok, calls, done, _, _ = jax.lax.while_loop(cond, body, init)
+    s, g, tok, calls, done, _, _, _ = jax.lax.while_loop(cond, body, init)
     return s, g, tok, calls, done
 
 
 def rollout_return(
-    env, env_params: Any, state: Any, policy_fn: PolicyFn, key: chex.PRNGKey,
-    rekey: bool = False,
+    env, env_params: Any, state: Any, policy_fn: Union[StateActor, PolicyFn],
+    key: chex.PRNGKey, rekey: bool = False,
 ) -> Tuple[chex.Array, chex.Array, chex.Array]:
     """One rollout of pi_old from `state` to the end (at most env.max_turns steps).
 
@@ -100,7 +137,7 @@ def mc_return(
     env,
     env_params: Any,
     state: Any,
-    policy_fn: PolicyFn,
+    policy_fn: Union[StateActor, PolicyFn],
     key: chex.PRNGKey,
     num_rollouts: int,
     rekey: bool = False,
@@ -110,7 +147,7 @@ def mc_return(
     Args:
       env: an Environment; env_params its params.
       state: ONE environment state (no batch axis).
-      policy_fn: state -> (logp [K] over candidates, value []); pi_old.
+      policy_fn: pi_old: state -> (logp [K] over candidates, value []), or a StateActor.
       key: PRNG key.
       num_rollouts: M (static).
       rekey: give each rollout a fresh environment key (see the module docstring).

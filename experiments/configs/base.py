@@ -63,6 +63,10 @@ def get_config():
     c.actor.temperature = 1.0
     c.actor.top_p = 1.0
     c.actor.invalid_penalty = 0.1   # subtracted from an invalid step's reward
+    # How pi_old acts at restored states (VinePPO's rollouts, FACTOR's continuations):
+    # "chooser" as in the rollout (a generating actor writes), "score" sampled from its
+    # scores of the candidates' canonical responses (the approximation before 2026-12-04).
+    c.actor.continuations = "chooser"
 
     c.policy = ml_collections.ConfigDict()
     # How pi(a | s) scores a legal label: "sum" = the constrained product (token-level
@@ -222,7 +226,8 @@ BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.result
 # - added after runs were stored, with the value a config.json without them meant;
 ADDED_DEFAULTS = {"train.init_from": "", "actor.chooser": "candidates",
                   "actor.response_len": 24, "actor.history": 2, "actor.temperature": 1.0,
-                  "actor.top_p": 1.0, "actor.invalid_penalty": 0.1}
+                  "actor.top_p": 1.0, "actor.invalid_penalty": 0.1,
+                  "actor.continuations": "chooser"}
 # - a warm start's parameters depend on them (its directory name hashes them).
 WARM_START_FIELDS = ("env", "model", "text", "actor", "warm_start", "ppo.gamma")
 
@@ -271,7 +276,7 @@ def get_constraints():
     from asct_jax.infra.typed_config import constraints
     from asct_jax.models.config import PRESETS
     from asct_jax.rl.methods import GAEConfig, GiGPOConfig, ReturnConfig
-    from asct_jax.rl.generation import CHOOSERS
+    from asct_jax.rl.generation import CHOOSERS, CONTINUATIONS
     from asct_jax.rl.policy import LABEL_SCORES
     from asct_jax.rl.ppo_config import PPOConfig
     from asct_jax.search.methods import ASCTConfig, SearchFields, VinePPOConfig
@@ -295,6 +300,7 @@ def get_constraints():
         "actor.temperature": Range(0.0, None, lo_open=True),
         "actor.top_p": Range(0.0, 1.0, lo_open=True),
         "actor.invalid_penalty": Range(0.0, None),
+        "actor.continuations": CONTINUATIONS,
         "model.dtype": ("float32", "bfloat16"),
         "model.lora_targets": LORA_TARGETS,
         "model.lora_rank": Range(0, None, integer=True),
