@@ -31,7 +31,7 @@ from asct_jax.envs.projection import Tags
 from asct_jax.envs.prompt import PromptTokens
 from asct_jax.envs.text_interface import LLMView
 from asct_jax.envs.tokenizer import TAG_TOKENS, tag_ids
-from asct_jax.infra import compile_cache, distributed
+from asct_jax.infra import compile_cache, distributed, resources
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.checkpoint import Checkpointer, check_finite, start_or_resume
 from asct_jax.infra.config_cli import config_to_dict
@@ -503,4 +503,7 @@ def _summary(config, records, extra: Dict[str, Any], wall_clock_s: float) -> Dic
         "total/t_actor": total("credit/t_actor"),
         "mean/j_search": total("credit/asct/j_search") / max(len(records), 1),
         "wall_clock_s": wall_clock_s,
+        # The process's peak memory when the run ended (a seed batch's runs share it;
+        # a resumed run's counts from its resumption): asct_jax.infra.resources.
+        "peak_memory_gb": resources.peak_memory_gb(),
     }
