@@ -116,6 +116,11 @@ def _depends(config) -> dict:
     return depends_on(flatten(config_to_dict(config)))
 
 
+# Fields added after warm starts were named, at the value those warm starts had: left out
+# of the name, so that the existing warm starts keep theirs.
+KEY_NEUTRAL = {"actor.think": "required"}
+
+
 def depends_on(flat: dict) -> dict:
     """The WARM_START_FIELDS of a flat config that its environment's warm start reads: the
     actor section only for a generating actor (its continuations aside: no warm start
@@ -124,6 +129,7 @@ def depends_on(flat: dict) -> dict:
     own_steps = f"warm_start.sft_steps.{flat.get('env.name')}"
     return {k: v for k, v in flat.items() if under(k, WARM_START_FIELDS)
             and (generate or not under(k, ("actor",))) and k != "actor.continuations"
+            and not (k in KEY_NEUTRAL and v == KEY_NEUTRAL[k])
             and (k == own_steps or not under(k, ("warm_start.sft_steps",)))}
 
 

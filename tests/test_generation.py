@@ -132,6 +132,16 @@ def test_expert_responses_are_valid_and_garbage_is_penalised_as_a_no_op():
     np.testing.assert_allclose(bad.rewards[live], -0.25)
     assert float(jnp.mean(bad.final_info["success"])) == 0.0
 
+    # actor.think = "none": the expert writes "<action> c </action> EOS" (3 non-action
+    # tokens), every step valid; the same response is invalid where think is required.
+    none = GenerationSpec(tags=tags, response_len=spec.response_len, think="none")
+    lean = _play(expert, none, env, params)
+    assert float(jnp.sum(jnp.where(lean.turn_mask, lean.turn_info["gen/invalid"], 0))) == 0
+    assert float(jnp.mean(lean.final_info["success"])) == 1.0
+    np.testing.assert_array_equal(jnp.sum(nonaction_tokens(lean), -1)[lean.turn_mask], 3)
+    strict = _play(expert, spec, env, params, write_spec=none)
+    assert bool(jnp.all(strict.turn_info["gen/invalid"][strict.turn_mask] == 1.0))
+
 
 def _generate_config(method: str, env: str = "household"):
     c = base.use_test_model(base.get_config())

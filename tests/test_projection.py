@@ -37,6 +37,15 @@ def test_host_rule(response, action, valid):
     assert project(response, ADM) == (action, valid)
 
 
+@pytest.mark.parametrize("response,valid", [
+    ("<action>look</action>", True),                               # no think needed
+    ("<think>x</think><action>look</action>", True),               # a think still allowed
+    ("<action>jump</action>", False), ("look", False),             # inadmissible / no tags
+])
+def test_host_rule_without_the_think_requirement(response, valid):
+    assert project(response, ADM, require_think=False)[1] == valid
+
+
 def test_host_fallback_is_last_30_lowercased():
     r = "<think>I will GO TO the Table now, then open the fridge</think>"
     a, v = project(r, ADM)
@@ -133,8 +142,8 @@ def _episode(draw):
 
 
 @settings(max_examples=100)
-@given(_episode())
-def test_tokens_equal_host_rule(ep):
+@given(_episode(), st.booleans())
+def test_tokens_equal_host_rule(ep, require_think):
     cand_words, legal, resp, tail, a = ep
     cands = np.full((len(cand_words), a), PAD, np.int32)
     for i, w in enumerate(cand_words):
@@ -142,10 +151,10 @@ def test_tokens_equal_host_rule(ep):
     tokens = np.asarray(resp + tail + [PAD], np.int32)             # R >= 1
     mask = np.arange(len(tokens)) < len(resp)
     out = project_tokens(jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(cands),
-                         jnp.asarray(legal), TAGS, PAD, EOS)
+                         jnp.asarray(legal), TAGS, PAD, EOS, require_think)
     text = _decode(resp)
     admissible = [_decode(w) for w, ok in zip(cand_words, legal) if ok]
-    action, valid = project(text, admissible)
+    action, valid = project(text, admissible, require_think)
     assert bool(out.valid) == valid
     assert bool(out.has_action) == (("<action>" in text) and ("</action>" in text))
     assert bool(out.has_think) == (("<think>" in text) and ("</think>" in text))

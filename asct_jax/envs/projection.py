@@ -9,6 +9,7 @@ writes "<think>...</think><action>...</action>"; with s = response.lower(),
                               (empty when end < start + len("<action>"))
                      valid  = "<think>" in response and "</think>" in response
                               and action is admissible
+          (require_think=False, the project's `actor.think = "none"`: no think test)
 
 An invalid action is an ordinary step: the environment answers "Nothing happens." (and the
 step's reward is reduced by 0.1 elsewhere). verl-agent itself leaves admissibility to the
@@ -47,10 +48,12 @@ TAG_STRINGS = (THINK_OPEN, THINK_CLOSE, ACTION_OPEN, ACTION_CLOSE)   # the order
 FALLBACK_CHARS = 30  # a response without both action tags sends its last 30 characters
 
 
-def project(response: str, admissible: Sequence[str]) -> Tuple[str, bool]:
+def project(response: str, admissible: Sequence[str],
+            require_think: bool = True) -> Tuple[str, bool]:
     """(action string sent to the environment, valid) for one generated response.
 
     `admissible`: the environment's admissible actions, compared after strip + lower-case.
+    `require_think`: a response without both think tags is invalid (the authors' rule).
     """
     s = response.lower()
     start, end = s.find(ACTION_OPEN), s.find(ACTION_CLOSE)
@@ -58,7 +61,8 @@ def project(response: str, admissible: Sequence[str]) -> Tuple[str, bool]:
         return s[-FALLBACK_CHARS:], False
     action = s[start + len(ACTION_OPEN):end].strip().lower()
     has_think = THINK_OPEN in response and THINK_CLOSE in response  # original case
-    return action, has_think and action in {a.strip().lower() for a in admissible}
+    return action, ((has_think or not require_think)
+                    and action in {a.strip().lower() for a in admissible})
 
 
 class Tags(NamedTuple):
@@ -114,8 +118,8 @@ def find_first(tokens: chex.Array, pattern: Tuple[int, ...], mask: chex.Array) -
 
 
 def project_tokens(response: chex.Array, response_mask: chex.Array, cands: chex.Array,
-                   legal: chex.Array, tags: Tags, pad_id: int, eos_id: int
-                   ) -> ProjectedAction:
+                   legal: chex.Array, tags: Tags, pad_id: int, eos_id: int,
+                   require_think: bool = True) -> ProjectedAction:
     """The projection rule on token ids (module docstring), batched over leading dims.
 
     Args:
@@ -125,7 +129,7 @@ def project_tokens(response: chex.Array, response_mask: chex.Array, cands: chex.
       cands: [..., K, A] int32, candidate actions: content, then EOS / PAD. A candidate's
         content is its tokens before the first EOS or PAD.
       legal: [..., K] bool, the admissible candidates.
-      tags, pad_id, eos_id: static.
+      tags, pad_id, eos_id, require_think: static (require_think as `project`).
     Returns:
       ProjectedAction. The span matches candidate k iff k is legal and the span's tokens
       equal k's content (same length, same ids); among duplicates, the first k.
@@ -150,7 +154,7 @@ def project_tokens(response: chex.Array, response_mask: chex.Array, cands: chex.
                                axis=-1)                                   # [..., A]
     same = (span[..., None, :] == cands) | (jnp.arange(a) >= length[..., None])
     match = legal & (length == n[..., None]) & jnp.all(same, -1)          # [..., K]
-    valid = has_think & has_action & jnp.any(match, -1)
+    valid = (has_think | (not require_think)) & has_action & jnp.any(match, -1)
     index = jnp.where(valid, jnp.argmax(match, -1), -1).astype(jnp.int32)
     chosen = jnp.take_along_axis(cands, jnp.maximum(index, 0)[..., None, None], axis=-2)
     action = jnp.where(valid[..., None], chosen[..., 0, :], pad_id).astype(jnp.int32)
@@ -169,7 +173,7 @@ def _content(ids, stop_ids) -> list:
 
 
 def project_text_host(response, response_mask, cands, legal, tokenizer, pad_id: int,
-                      stop_id: int):
+                      stop_id: int, require_think: bool = True):
     """`project` on decoded text, for a pretrained tokenizer (numpy in and out).
 
     Args: response [N, R], response_mask [N, R], cands [N, K, A], legal [N, K] (numpy);
@@ -190,7 +194,7 @@ def project_text_host(response, response_mask, cands, legal, tokenizer, pad_id: 
         text = dec(ids)
         texts = [dec(_content(c, {stop_id, pad_id})).strip().lower() for c in cands[i]]
         admissible = [t for t, ok in zip(texts, legal[i]) if ok]
-        action, ok = project(text, admissible)
+        action, ok = project(text, admissible, require_think)
         s = text.lower()
         start, end = s.find(ACTION_OPEN), s.find(ACTION_CLOSE)
         has_action[i] = start != -1 and end != -1
@@ -210,8 +214,8 @@ def project_text_host(response, response_mask, cands, legal, tokenizer, pad_id: 
 
 
 def project_text_tokens(response: chex.Array, response_mask: chex.Array, cands: chex.Array,
-                        legal: chex.Array, tokenizer, pad_id: int, stop_id: int
-                        ) -> ProjectedAction:
+                        legal: chex.Array, tokenizer, pad_id: int, stop_id: int,
+                        require_think: bool = True) -> ProjectedAction:
     """`project_tokens`'s contract by the text rule: the response and the candidates are
     decoded with `tokenizer` on the host (jax.pure_callback) and `project` decides
     (project_text_host). Shapes as project_tokens, with [N] leading dims."""
@@ -219,7 +223,8 @@ def project_text_tokens(response: chex.Array, response_mask: chex.Array, cands: 
     out_types = (jax.ShapeDtypeStruct((n,), jnp.int32), jax.ShapeDtypeStruct((n,), bool),
                  jax.ShapeDtypeStruct((n, r), bool), jax.ShapeDtypeStruct((n,), bool),
                  jax.ShapeDtypeStruct((n,), bool))
-    host = lambda *a: project_text_host(*a, tokenizer, pad_id, stop_id)  # noqa: E731
+    host = lambda *a: project_text_host(*a, tokenizer, pad_id, stop_id,  # noqa: E731
+                                        require_think)
     index, valid, action_mask, has_think, has_action = jax.pure_callback(
         host, out_types, response, response_mask, cands, legal, vmap_method="sequential")
     chosen = jnp.take_along_axis(cands, jnp.maximum(index, 0)[:, None, None], axis=1)[:, 0]

@@ -54,6 +54,10 @@ CHOOSERS = ("candidates", "generate")
 # "chooser" as in the rollout (the generating actor writes its turn), "score" sampled from
 # candidate_log_probs (the canonical responses' scores; the candidate actor's only way).
 CONTINUATIONS = ("chooser", "score")
+# The think part: "required" (the authors' rule: both think tags or the step is invalid;
+# the warm start writes an empty "<think> </think>"), "none" (no think part: the warm start
+# writes only the action tags and the projection asks for no think tags).
+THINK = ("required", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +69,7 @@ class GenerationSpec:
     default, a chat view's for a pretrained model); response_len: R, the most tokens a
     response has; history: k past steps in the prompt; temperature, top_p: sampling;
     invalid_penalty: subtracted from an invalid step's reward; continuations: how pi_old
-    acts at restored states (CONTINUATIONS).
+    acts at restored states (CONTINUATIONS); think: the think part (THINK).
     """
 
     tags: Tags
@@ -77,6 +81,7 @@ class GenerationSpec:
     top_p: float = 1.0
     invalid_penalty: float = 0.1
     continuations: str = "chooser"
+    think: str = "required"
 
     def prompt_len(self, obs_len: int, num_actions: int, action_len: int) -> int:
         """P: the longest prompt build_prompt can make."""
@@ -87,10 +92,12 @@ class GenerationSpec:
     def project(self, response, mask, cands, legal, pad_id: int) -> ProjectedAction:
         """The projection rule (asct_jax.envs.projection): on token ids, or on the text a
         pretrained tokenizer decodes (pieces.tokenizer)."""
+        think = self.think == "required"
         if self.pieces.tokenizer is not None:
             return project_text_tokens(response, mask, cands, legal, self.pieces.tokenizer,
-                                       pad_id, self.stop_id)
-        return project_tokens(response, mask, cands, legal, self.tags, pad_id, self.stop_id)
+                                       pad_id, self.stop_id, think)
+        return project_tokens(response, mask, cands, legal, self.tags, pad_id, self.stop_id,
+                              think)
 
 
 def _ids(ids: Tuple[int, ...], n: int) -> chex.Array:
@@ -154,13 +161,14 @@ def build_prompt(obs: chex.Array, cands: chex.Array, legal: chex.Array,
 
 
 def canonical_response(cands: chex.Array, spec: GenerationSpec, pad_id: int) -> chex.Array:
-    """[..., K, A] -> [..., K, A + 5 tag ids]: "<think> </think> <action> c </action> EOS"
-    (what the warm start teaches and candidate_log_probs scores), right-padded."""
+    """[..., K, A] -> [..., K, A + 5]: "<think> </think> <action> c </action> EOS" (A + 3)
+    (what the warm start teaches and candidate_log_probs scores), right-padded; without
+    the think tags when spec.think is "none"."""
     lead = cands.shape[:-1]
     t = spec.tags
-    head = jnp.broadcast_to(jnp.asarray(t.think_open + t.think_close + t.action_open,
-                                        jnp.int32), lead + (len(t.think_open + t.think_close
-                                                                + t.action_open),))
+    think = t.think_open + t.think_close if spec.think == "required" else ()
+    head = jnp.broadcast_to(jnp.asarray(think + t.action_open, jnp.int32),
+                            lead + (len(think + t.action_open),))
     tail = jnp.broadcast_to(jnp.asarray(t.action_close + (spec.stop_id,), jnp.int32),
                             lead + (len(t.action_close) + 1,))
     body = _strip_stop(cands, spec.stop_id, pad_id)
@@ -234,7 +242,7 @@ class GenerationPolicy(Policy):
         of writing canonical_response(c_k) after the history-free prompt (module
         docstring). The prompt is run once per state and its KV cache shared by the K
         responses (prefix caching: N P + N K R' tokens instead of N K (P + R')).
-        Returns cand_logp [N, K], token_logp [N, K, A + 5], value [N]."""
+        Returns cand_logp [N, K], token_logp [N, K, R'] (canonical_response), value [N]."""
         n, k, _ = cands.shape
         none = jnp.zeros((n, self.spec.history), bool)
         prompt = build_prompt(obs, cands, legal,

@@ -80,6 +80,11 @@ def generation_spec(config, shape: TextShape, prompt: PromptTokens = PromptToken
     if actor.get("chooser", "candidates") == "candidates":
         return None
     pieces = prompt.generation
+    think = str(actor.get("think", "required"))
+    if config.model.get("path") and think != "required":
+        raise ConfigError("actor.think", f"{think!r} is for the tiny actor; the pretrained "
+                          "actor's instruction (verl-agent's) asks for the think tags",
+                          "required")
     if config.model.get("path") and pieces is None:
         raise ConfigError("actor.chooser", "'generate' with a pretrained model (model.path) "
                           "needs a text view that gives its prompt layout; this source has "
@@ -93,7 +98,8 @@ def generation_spec(config, shape: TextShape, prompt: PromptTokens = PromptToken
                           history=int(actor.history), temperature=float(actor.temperature),
                           top_p=float(actor.top_p),
                           invalid_penalty=float(actor.invalid_penalty),
-                          continuations=str(actor.get("continuations", "chooser")), **extra)
+                          continuations=str(actor.get("continuations", "chooser")),
+                          think=think, **extra)
 
 
 class RolloutSource(Protocol):

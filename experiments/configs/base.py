@@ -67,6 +67,9 @@ def get_config():
     # "chooser" as in the rollout (a generating actor writes), "score" sampled from its
     # scores of the candidates' canonical responses (the approximation before 2026-12-04).
     c.actor.continuations = "chooser"
+    # The think part: "required" (the authors': both think tags or the step is invalid; the
+    # warm start teaches an empty one), "none" (the tiny actor writes only the action tags).
+    c.actor.think = "required"
 
     c.policy = ml_collections.ConfigDict()
     # How pi(a | s) scores a legal label: "sum" = the constrained product (token-level
@@ -227,7 +230,7 @@ BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.result
 ADDED_DEFAULTS = {"train.init_from": "", "actor.chooser": "candidates",
                   "actor.response_len": 24, "actor.history": 2, "actor.temperature": 1.0,
                   "actor.top_p": 1.0, "actor.invalid_penalty": 0.1,
-                  "actor.continuations": "chooser"}
+                  "actor.continuations": "chooser", "actor.think": "required"}
 # - a warm start's parameters depend on them (its directory name hashes them).
 WARM_START_FIELDS = ("env", "model", "text", "actor", "warm_start", "ppo.gamma")
 
@@ -276,7 +279,7 @@ def get_constraints():
     from asct_jax.infra.typed_config import constraints
     from asct_jax.models.config import PRESETS
     from asct_jax.rl.methods import GAEConfig, GiGPOConfig, ReturnConfig
-    from asct_jax.rl.generation import CHOOSERS, CONTINUATIONS
+    from asct_jax.rl.generation import CHOOSERS, CONTINUATIONS, THINK
     from asct_jax.rl.policy import LABEL_SCORES
     from asct_jax.rl.ppo_config import PPOConfig
     from asct_jax.search.methods import ASCTConfig, SearchFields, VinePPOConfig
@@ -301,6 +304,7 @@ def get_constraints():
         "actor.top_p": Range(0.0, 1.0, lo_open=True),
         "actor.invalid_penalty": Range(0.0, None),
         "actor.continuations": CONTINUATIONS,
+        "actor.think": THINK,
         "model.dtype": ("float32", "bfloat16"),
         "model.lora_targets": LORA_TARGETS,
         "model.lora_rank": Range(0, None, integer=True),
