@@ -25,10 +25,12 @@ and non-action response tokens (think, tags, EOS); the prompt gets no loss.
 `GenerationPolicy` reads the prompt where `Policy` reads the observation and a response
 where it reads an action: its log-probs, entropies and distributions are over the full
 vocabulary (TokenOutputs.dist_logp is [N, V, R]: the support is every token).
-`candidate_log_probs` is what search, VinePPO and FACTOR's continuations consume at
-restored states: the actor's probability of writing each legal candidate in the canonical
-form "<think> </think> <action> c </action> EOS" under a history-free prompt, normalised
-over the legal set (an approximation of its generation: it ignores the think text and the
+At restored states VinePPO's rollouts and FACTOR's continuations play `generating_actor`
+(the chooser on one state; `actor.continuations = "chooser"`). `candidate_log_probs` is
+what ASCT's search (and continuations with `actor.continuations = "score"`) consume: the
+actor's probability of writing each legal candidate in the canonical form
+"<think> </think> <action> c </action> EOS" under a history-free prompt, normalised over
+the legal set (an approximation of its generation: it ignores the think text and the
 invalid responses).
 """
 from __future__ import annotations
