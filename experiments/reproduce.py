@@ -82,8 +82,10 @@ def main(argv=None):
         parts = [p for p in parts if p not in SIDE]
         os.makedirs(args.results_dir, exist_ok=True)
         log_path = os.path.join(args.results_dir, "reproduce_side.log")
+        # The second process inherits this one's XLA_FLAGS (the level already in them).
         cmd = [sys.executable, "-m", "experiments.reproduce", "--jobs", "1",
-               "--results-dir", args.results_dir, "--xla-opt-level", "default"] + (["--quick"] if args.quick else [])
+               "--results-dir", args.results_dir, "--xla-opt-level", "default"]
+        cmd += ["--quick"] if args.quick else []
         cmd += [a for p in side_parts for a in ("--only", p)]
         print(f"{' then '.join(side_parts)} in a second process, log: {log_path}", flush=True)
         side_log = open(log_path, "w")

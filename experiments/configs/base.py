@@ -226,7 +226,9 @@ def get_config():
 BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.results_dir",
                       "train.progress", "train.compilation_cache", "train.distributed",
                       "warm_start")
-# - added after runs were stored, with the value a config.json without them meant;
+# - added after runs were stored, with the value a config.json without them meant
+#   (actor.continuations: "chooser", what a candidate-mode run did; the few generate-mode
+#   runs stored before 2026-12-04 scored their continuations and are taken as current);
 ADDED_DEFAULTS = {"train.init_from": "", "actor.chooser": "candidates",
                   "actor.response_len": 24, "actor.history": 2, "actor.temperature": 1.0,
                   "actor.top_p": 1.0, "actor.invalid_penalty": 0.1,
