@@ -118,7 +118,8 @@ def _depends(config) -> dict:
 
 # Fields added after warm starts were named, at the value those warm starts had: left out
 # of the name, so that the existing warm starts keep theirs.
-KEY_NEUTRAL = {"actor.think": "required"}
+KEY_NEUTRAL = {"actor.think": "required", "actor.logits_chunk": 2 ** 24,
+               "model.attention_block": 0}
 
 
 def depends_on(flat: dict) -> dict:

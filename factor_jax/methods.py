@@ -233,7 +233,8 @@ class FactorPieces:
       delta: [B, T, A] log pi_T - log pi_old. weights: [B, T, A] omega (mean 1 over
         alloc_mask tokens). alloc_mask: [B, T, A] bool.
       teacher, teacher_dist, teacher_support: the teacher's token log-probs [B, T, A] and
-        distributions [B, T, K, A].
+        distributions in the policy's layout ([B, T, K, A] over candidates; [B, T, A, V]
+        and a support [B, T, 1, 1] for the generating actor).
       values: [B, T] the target head's V(x_t). targets: [B, S] the step's critic targets
         at cont.idx (cont.valid).
       eta, kl_weight, warm: [] eta_k, lambda_k, whether k is a warm-up step.
@@ -408,8 +409,7 @@ def _factor_kl_loss(fc: FactorConfig, ctx: CreditContext):
 
     def aux_loss(out, mb: Rollout, credit: Credit):
         li = credit.loss_inputs
-        kl = fj.forward_kl(li["teacher_dist"], out.dist_logp, li["teacher_support"])
-        kl = fj.kl_token_mean(kl, action_tokens(mb))
+        kl = fj.kl_token_mean(out.kl, action_tokens(mb))   # forward_kl, in the policy's pass
         return li["kl_weight"][0] * kl, {"teacher_kl": kl}
     return aux_loss
 

@@ -143,11 +143,13 @@ def test_factor_kl_is_lambda_times_the_forward_kl_kernel(setup):
         params, batch, jax.random.key(2), jnp.int32(1),
         factor.init_state(cfg, ctx, params, jax.random.key(3)))
     b, t = batch.turn_mask.shape
+    li = credit.loss_inputs
     out = ctx.policy.action_outputs(params, flat(batch.obs), flat(batch.actions),
-                                    flat(batch.cand_tokens), flat(batch.cand_mask))
+                                    flat(batch.cand_tokens), flat(batch.cand_mask),
+                                    teacher=(flat(li["teacher_dist"]),
+                                             flat(li["teacher_support"])))
     out = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]), out)
     loss, m = factor.make_aux_loss(cfg, ctx)(out, batch, credit)
-    li = credit.loss_inputs
     kl = fj.kl_token_mean(fj.forward_kl(li["teacher_dist"], out.dist_logp,
                                         li["teacher_support"]), batch.token_mask)
     from factor_jax.methods import Schedule

@@ -165,13 +165,15 @@ sys.path.insert(0, ROOT)
 from tests.test_llm_actor import llm_config
 from asct_jax.rl.trainer import train
 from experiments import registry
-c = llm_config(FOLDER, TMP, lora_rank=2, remat=True)
+c = llm_config(FOLDER, TMP, lora_rank=2, remat=True, attention_block=128)
 c.actor.chooser, c.actor.response_len = "generate", 24
 c.train.experiment, c.train.run = "gen_mem", "factor"
 c.train.steps, c.train.eval_every, c.train.eval_episodes = 1, 1, 2
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 s = train(c, registry.get("factor"))
 print("RESULT", json.dumps({"maxrss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                            / 2**20, "invalid": s.get("final/gen/invalid"),
+                            / 2**20, "before_train_gb": before,
+                            "invalid": s.get("final/gen/invalid"),
                             "cpus": len(os.sched_getaffinity(0)), "machine_cpus": os.cpu_count()}))
 """
 
@@ -181,12 +183,15 @@ def test_a_generate_mode_factor_step_at_the_49k_vocabulary_stays_under_4gb(folde
     """Issue 23: one FACTOR step (rollout, teacher, critic, update) of the generating actor
     with a tiny random Qwen2 at SmolLM2's 49,152-token vocabulary and chat template,
     projected on decoded text, in a fresh process on two CPUs (the project's machine):
-    peak resident memory < 4 GB (measured 3.0-3.1 GB; the step's XLA temp buffer 790 MB).
+    peak resident memory < 4 GB, with the memory settings of the SmolLM2 config (LoRA,
+    remat, attention in query blocks of 128, the update's logits 2^24 at a time).
 
-    Pinned to two CPUs because XLA sizes its compile and run thread pools by the CPUs a
-    process may use, and the peak is the process's, threads and their heaps included:
-    unpinned on CI's machine (faster, CPU count unknown) the same step peaked at 4.7 GB;
-    here it is 3.1 GB on one CPU or two."""
+    Measured here (2026-12-04): 2.5 GB (1.1 GB before the step's compile, 1.9 GB after
+    it; the step's XLA temp buffer 494 MB). Before the chunked vocabulary pass: 3.0 GB
+    here, 4.6-4.7 GB on CI's 2-CPU machine (cause not found: not the CPU count, not
+    transparent huge pages; the XLA temp was 828 MB, [N, R, V] log-softmax buffers).
+    Pinned to two CPUs: XLA sizes its compile and run thread pools by the CPUs a process
+    may use, and the peak is the process's."""
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -38,6 +38,10 @@ class ModelConfig:
     lora_alpha: float = 16.0
     lora_targets: tuple = LORA_TARGETS
     remat: bool = False   # rematerialise each block's activations in the backward pass
+    # Uncached attention over S > attention_block tokens runs in query blocks of this size,
+    # each under jax.checkpoint (`layers.blocked_attention`): its [B, N, S, S] logits and
+    # probabilities become [B, N, block, S]. 0 = all queries at once.
+    attention_block: int = 0
 
     def __post_init__(self):
         for name in ("dtype", "param_dtype"):
@@ -51,6 +55,9 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.lora_targets has {sorted(unknown)}; allowed: {LORA_TARGETS}")
         if self.lora_rank < 0:
             raise ValueError(f"ModelConfig.lora_rank={self.lora_rank}; allowed: >= 0 (0 = no LoRA)")
+        if self.attention_block < 0:
+            raise ValueError(f"ModelConfig.attention_block={self.attention_block}; allowed: >= 0 "
+                             "(0 = all queries at once)")
         if self.head_dim % 2:
             raise ValueError(f"ModelConfig: head_dim={self.head_dim} must be even for rotary embeddings")
 

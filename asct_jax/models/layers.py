@@ -76,6 +76,7 @@ class Attention(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.block = cfg.attention_block
         h, q_dim, kv_dim = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         self.q_proj = dense(cfg, h, q_dim, bias=cfg.qkv_bias, rngs=rngs, name="q_proj")
         self.k_proj = dense(cfg, h, kv_dim, bias=cfg.qkv_bias, rngs=rngs, name="k_proj")
@@ -99,7 +100,7 @@ class Attention(nnx.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if kv is None:
             chex.assert_shape(mask, (b, s, s))
-            out = jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask=mask[:, None])
+            out = blocked_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask, self.block)
         else:
             k = cache_lib.write_kv(kv[0], k, index)
             v = cache_lib.write_kv(kv[1], v, index)
@@ -107,6 +108,35 @@ class Attention(nnx.Module):
             out = cached_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask)
         out = self.o_proj(out.reshape(b * s, self.num_heads * self.head_dim))
         return out.reshape(b, s, -1), (k, v)
+
+
+def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                      block: int) -> jax.Array:
+    """Self-attention with the queries in blocks: q [B, S, N, D], k / v [B, S, K, D], mask
+    [B, S, S] -> [B, S, N, D].
+
+    out[:, s] = softmax_t(q_s . k_t / sqrt(D), masked)  v: each query row's softmax runs over
+    all S keys, so blocking the rows changes no arithmetic, only what is alive at once. The
+    blocks run as a lax.map, each under jax.checkpoint, so neither pass holds more than one
+    block's [B, N, block, S] logits and probabilities (the backward recomputes them). S is
+    padded to a multiple of `block` with fully masked rows, dropped at the end.
+    block <= 0 or S <= block: `jax.nn.dot_product_attention` on all rows at once.
+    """
+    b, s, n, d = q.shape
+    if block <= 0 or s <= block:
+        return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None])
+    nb = -(-s // block)
+    pad = nb * block - s
+    qb = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0))).reshape(b, nb, block, n, d)
+    mb = jnp.pad(mask, ((0, 0), (0, pad), (0, 0))).reshape(b, nb, block, s)
+
+    @jax.checkpoint
+    def one_block(args):
+        q_i, m_i = args                                           # [B, block, N, D], [B, block, S]
+        return jax.nn.dot_product_attention(q_i, k, v, mask=m_i[:, None])
+
+    out = jax.lax.map(one_block, (qb.swapaxes(0, 1), mb.swapaxes(0, 1)))  # [nb, B, block, N, D]
+    return out.swapaxes(0, 1).reshape(b, nb * block, n, d)[:, :s]
 
 
 def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:

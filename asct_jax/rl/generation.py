@@ -24,7 +24,9 @@ and non-action response tokens (think, tags, EOS); the prompt gets no loss.
 
 `GenerationPolicy` reads the prompt where `Policy` reads the observation and a response
 where it reads an action: its log-probs, entropies and distributions are over the full
-vocabulary (TokenOutputs.dist_logp is [N, V, R]: the support is every token).
+vocabulary, formed `actor.logits_chunk` logits at a time in the update's passes (the
+teacher's [N, R, V] log-softmax is kept for FACTOR's KL, which the update's pass takes
+chunk by chunk: TokenOutputs.kl).
 At restored states VinePPO's rollouts and FACTOR's continuations play `generating_actor`
 (the chooser on one state; `actor.continuations = "chooser"`). `candidate_log_probs` is
 what ASCT's search (and continuations with `actor.continuations = "score"`) consume: the
@@ -71,7 +73,8 @@ class GenerationSpec:
     default, a chat view's for a pretrained model); response_len: R, the most tokens a
     response has; history: k past steps in the prompt; temperature, top_p: sampling;
     invalid_penalty: subtracted from an invalid step's reward; continuations: how pi_old
-    acts at restored states (CONTINUATIONS); think: the think part (THINK).
+    acts at restored states (CONTINUATIONS); think: the think part (THINK); logits_chunk:
+    the most (tokens x vocabulary) logits the update's passes form at once (0 = all).
     """
 
     tags: Tags
@@ -84,6 +87,7 @@ class GenerationSpec:
     invalid_penalty: float = 0.1
     continuations: str = "chooser"
     think: str = "required"
+    logits_chunk: int = 2 ** 24
 
     def prompt_len(self, obs_len: int, num_actions: int, action_len: int) -> int:
         """P: the longest prompt build_prompt can make."""
@@ -207,36 +211,76 @@ class GenerationPolicy(Policy):
         entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
         return logp, entropy
 
+    def _vocab_pass(self, model, hidden, response, teacher=None):
+        """Per-token statistics of the full-vocabulary log-softmax, formed at most
+        `spec.logits_chunk` (tokens x V) logits at a time: hidden [N, R, H], response
+        [N, R], teacher None or log pi_T [N, R, V] (constant) -> (logp [N, R], entropy
+        [N, R], kl [N, R] = KL(pi_T || pi) per position, or None).
+
+        The N R token rows run as a lax.map over equal chunks (their number the smallest
+        divisor of N R that keeps a chunk within the limit), each under jax.checkpoint, so
+        neither pass holds more than one chunk's [c, V] logits (the backward recomputes
+        them); the values are the unchunked ones (each row's softmax is its own)."""
+        from factor_jax.losses import forward_kl   # (factor_jax imports this module)
+        n, r, h = hidden.shape
+        rows = n * r
+
+        def stats(args):
+            hid, tok, t = args                                      # [c, H], [c], [c, V]
+            logp_all = jax.nn.log_softmax(model.logits(hid).astype(jnp.float32), -1)
+            logp, ent = self._token_stats(logp_all, tok)
+            if t is None:
+                return logp, ent, None
+            kl = forward_kl(t[..., None], logp_all[..., None], jnp.ones(t.shape + (1,), bool))
+            return logp, ent, kl[..., 0]                            # the KL over V, per row
+
+        flat = (hidden.reshape(rows, h), response.reshape(rows),
+                None if teacher is None else teacher.reshape(rows, -1))
+        most = max(1, self.spec.logits_chunk // self.vocab_size)  # token rows per chunk
+        if self.spec.logits_chunk <= 0 or most >= rows:
+            out = stats(flat)
+        else:
+            # m chunks of equal size (m divides the rows: no padded copy of the teacher)
+            m = next(m for m in range(-(-rows // most), rows + 1) if rows % m == 0)
+            split = lambda x: None if x is None else x.reshape((m, rows // m) + x.shape[1:])
+            out = jax.lax.map(jax.checkpoint(stats), jax.tree.map(split, flat))
+        return jax.tree.map(lambda x: x.reshape(n, r), out)
+
     def action_log_probs(self, params, prompt, response, cands=None, legal=None):
         """Full-vocabulary log pi(y_j | prompt, y_<j) [N, R], entropy [N, R], value [N]."""
-        logp_all, value = self._full(self.merge(params), prompt, response)
-        logp, ent = self._token_stats(logp_all, response)
+        model = self.merge(params)
+        hidden, value, _ = self._hidden(model, prompt, response)
+        logp, ent, _ = self._vocab_pass(model, hidden, response)
         return logp, ent, value
 
-    def action_outputs(self, params, prompt, response, cands=None, legal=None) -> TokenOutputs:
-        """As Policy.action_outputs over the full vocabulary: dist_logp [N, V, R], support
-        all True."""
-        logp_all, value = self._full(self.merge(params), prompt, response)
-        logp, ent = self._token_stats(logp_all, response)
-        dist = jnp.swapaxes(logp_all, -1, -2)
-        return TokenOutputs(logp=logp, entropy=ent, value=value, dist_logp=dist,
-                            support=jnp.ones(dist.shape, bool))
+    def action_outputs(self, params, prompt, response, cands=None, legal=None,
+                       teacher=None) -> TokenOutputs:
+        """As Policy.action_outputs over the full vocabulary, whose [N, R, V]
+        distribution is never formed whole (_vocab_pass): dist_logp and support are None;
+        with `teacher` = (log pi_T [N, R, V], support) of teacher_outputs, kl [N, R]."""
+        model = self.merge(params)
+        hidden, value, _ = self._hidden(model, prompt, response)
+        logp, ent, kl = self._vocab_pass(model, hidden, response,
+                                         None if teacher is None else teacher[0])
+        return TokenOutputs(logp=logp, entropy=ent, value=value, kl=kl)
 
     def scored_tokens(self, response: chex.Array) -> chex.Array:
         return response != self.pad_id
 
     def teacher_log_probs(self, params, prompt, feedback, response, cands=None, legal=None):
         """The hindsight teacher [prompt | header feedback footer | response] -> [N, R]."""
-        logp_all, _ = self._full(self.merge(params), self._teacher_prefix(prompt, feedback),
-                                 response)
-        return self._token_stats(logp_all, response)[0]
+        model = self.merge(params)
+        hidden, _, _ = self._hidden(model, self._teacher_prefix(prompt, feedback), response)
+        return self._vocab_pass(model, hidden, response)[0]
 
     def teacher_outputs(self, params, prompt, feedback, response, cands=None, legal=None):
+        """The teacher's token log-probs [N, R], its log-softmax [N, R, V] (this policy's
+        layout, what action_outputs' `teacher` reads) and a support [N, 1, 1] of True
+        (every token)."""
         logp_all, _ = self._full(self.merge(params), self._teacher_prefix(prompt, feedback),
                                  response)
-        dist = jnp.swapaxes(logp_all, -1, -2)
-        return (self._token_stats(logp_all, response)[0], dist,
-                jnp.ones(dist.shape, bool))
+        return (self._token_stats(logp_all, response)[0], logp_all,
+                jnp.ones((response.shape[0], 1, 1), bool))
 
     # -- at restored states: the environment's observation [N, O] ---------------------
     def candidate_log_probs(self, params, obs, cands, legal):

@@ -40,7 +40,7 @@ adapters and value head, then the frozen base).
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import chex
 import jax
@@ -208,15 +208,19 @@ class TokenOutputs:
     """What one pass of the current parameters gives the losses, per action token.
 
     logp, entropy: [N, A] (constrained); value: [N]; dist_logp, support: [N, K, A], the
-    constrained next-token distribution at each position (candidate_token_distribution).
+    constrained next-token distribution at each position (candidate_token_distribution;
+    None where the policy never forms it whole: the generating actor's is [N, A, V]);
+    kl: [N, A] the forward KL(teacher || pi) per position when the pass was given a
+    constant teacher distribution (factor_jax.forward_kl), else None.
     The train step reshapes N to [b, T].
     """
 
     logp: chex.Array
     entropy: chex.Array
     value: chex.Array
-    dist_logp: chex.Array
-    support: chex.Array
+    dist_logp: Optional[chex.Array] = None
+    support: Optional[chex.Array] = None
+    kl: Optional[chex.Array] = None
 
 
 class Policy:
@@ -295,11 +299,13 @@ class Policy:
         logp, ent = self._constrained(model, hidden, actions, cands, legal)
         return logp, ent, value
 
-    def action_outputs(self, params, obs, actions, cands, legal) -> "TokenOutputs":
+    def action_outputs(self, params, obs, actions, cands, legal,
+                       teacher=None) -> "TokenOutputs":
         """One pass: the action's token log-probs, entropy, value and the whole
         constrained next-token distribution at each of its positions (what the losses
         read, asct_jax.rl.credit.PolicyLossFn). Shapes as action_log_probs, plus
-        dist_logp / support [N, K, A] (candidate_token_distribution)."""
+        dist_logp / support [N, K, A] (candidate_token_distribution); with `teacher` =
+        (dist_logp, support) of teacher_outputs, kl [N, A] = KL(teacher || pi)."""
         model = self.merge(params)
         hidden, value, _ = self._hidden(model, obs, actions)
         cand_logits, live = self._cand_logits(model, hidden, actions, cands, legal)
@@ -317,8 +323,12 @@ class Policy:
             first = jnp.arange(actions.shape[1]) == 0
             logp = jnp.where(first, taken[:, None], 0.0)
             ent = jnp.where(first, h[:, None], 0.0)
+        kl = None
+        if teacher is not None:
+            from factor_jax.losses import forward_kl   # (factor_jax imports this module)
+            kl = forward_kl(teacher[0], dist_logp, teacher[1])
         return TokenOutputs(logp=logp, entropy=ent, value=value, dist_logp=dist_logp,
-                            support=support)
+                            support=support, kl=kl)
 
     def scored_tokens(self, actions: chex.Array) -> chex.Array:
         """[N, A] bool: the action tokens that carry the decision's log-prob and its loss:

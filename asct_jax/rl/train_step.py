@@ -168,9 +168,14 @@ def _learn_fn(learner: Learner) -> Callable:
 
     def loss_fn(params, frozen, mb: Rollout, credit: Credit):
         b, t = mb.turn_mask.shape
+        li = credit.loss_inputs or {}
+        # A credit that carries a constant teacher distribution (FACTOR's KL term) gets
+        # the per-token KL to it from the same pass (TokenOutputs.kl).
+        teacher = ((_flat(li["teacher_dist"]), _flat(li["teacher_support"]))
+                   if "teacher_dist" in li else None)
         out = policy.action_outputs(
             join_params(params, frozen), _flat(policy_inputs(mb)), _flat(mb.actions),
-            _flat(mb.cand_tokens), _flat(mb.cand_mask))
+            _flat(mb.cand_tokens), _flat(mb.cand_mask), teacher=teacher)
         out = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]), out)
         logp, ent, value = out.logp, out.entropy, out.value
         if policy_loss_fn is None:

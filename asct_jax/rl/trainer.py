@@ -51,7 +51,7 @@ from asct_jax.rl.train_step import (SEED_AXIS, TrainState, fsdp_shardings, join_
 
 MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size")
-TRAINING_FIELDS = ("dtype", "remat", "lora_rank", "lora_alpha", "lora_targets")
+TRAINING_FIELDS = ("dtype", "remat", "attention_block", "lora_rank", "lora_alpha", "lora_targets")
 PLOT_KEYS = ("rollout/return", "eval/env/score", "eval/env/success", "train/loss",
              "credit/aux_tokens", "train/approx_kl")
 
@@ -99,7 +99,8 @@ def generation_spec(config, shape: TextShape, prompt: PromptTokens = PromptToken
                           top_p=float(actor.top_p),
                           invalid_penalty=float(actor.invalid_penalty),
                           continuations=str(actor.get("continuations", "chooser")),
-                          think=think, **extra)
+                          think=think, logits_chunk=int(actor.get("logits_chunk", 2 ** 24)),
+                          **extra)
 
 
 class RolloutSource(Protocol):

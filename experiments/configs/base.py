@@ -36,6 +36,7 @@ def get_config():
     c.model.path = ""
     c.model.dtype = "float32"        # compute and weight dtype: float32 | bfloat16
     c.model.remat = False            # rematerialise each block in the backward pass
+    c.model.attention_block = 0      # > 0: uncached attention in query blocks of this size
     c.model.lora_rank = 0            # > 0: only LoRA adapters and the value head train
     c.model.lora_alpha = 16.0
     c.model.lora_targets = LORA_TARGETS
@@ -70,6 +71,9 @@ def get_config():
     # The think part: "required" (the authors': both think tags or the step is invalid; the
     # warm start teaches an empty one), "none" (the tiny actor writes only the action tags).
     c.actor.think = "required"
+    # The update's full-vocabulary passes form at most this many (tokens x vocabulary)
+    # logits at once (64 MB of float32), chunk by chunk under jax.checkpoint; 0 = all at once.
+    c.actor.logits_chunk = 2 ** 24
 
     c.policy = ml_collections.ConfigDict()
     # How pi(a | s) scores a legal label: "sum" = the constrained product (token-level
@@ -228,11 +232,14 @@ BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.result
                       "warm_start")
 # - added after runs were stored, with the value a config.json without them meant
 #   (actor.continuations: "chooser", what a candidate-mode run did; the few generate-mode
-#   runs stored before 2026-12-04 scored their continuations and are taken as current);
+#   runs stored before 2026-12-04 scored their continuations and are taken as current;
+#   actor.logits_chunk and model.attention_block change what is alive at once, and the
+#   values only in float32 summation order);
 ADDED_DEFAULTS = {"train.init_from": "", "actor.chooser": "candidates",
                   "actor.response_len": 24, "actor.history": 2, "actor.temperature": 1.0,
                   "actor.top_p": 1.0, "actor.invalid_penalty": 0.1,
-                  "actor.continuations": "chooser", "actor.think": "required"}
+                  "actor.continuations": "chooser", "actor.think": "required",
+                  "actor.logits_chunk": 2 ** 24, "model.attention_block": 0}
 # - a warm start's parameters depend on them (its directory name hashes them).
 WARM_START_FIELDS = ("env", "model", "text", "actor", "warm_start", "ppo.gamma")
 
@@ -305,6 +312,8 @@ def get_constraints():
         "actor.temperature": Range(0.0, None, lo_open=True),
         "actor.top_p": Range(0.0, 1.0, lo_open=True),
         "actor.invalid_penalty": Range(0.0, None),
+        "actor.logits_chunk": Range(0, None, integer=True),
+        "model.attention_block": Range(0, None, integer=True),
         "actor.continuations": CONTINUATIONS,
         "actor.think": THINK,
         "model.dtype": ("float32", "bfloat16"),

@@ -25,6 +25,7 @@ def get_config(arg: str = "cpu"):
     c.model.lora_rank = 8
     c.model.lora_alpha = 16.0
     c.model.remat = True
+    c.model.attention_block = 128
     c.ppo.lr = 2e-4
     c.ppo.warmup_steps = 1
     c.ppo.aggregation = "action_mean"   # FACTOR's action-mean loss, as in the FACTOR table
