@@ -2,7 +2,9 @@
 
     python -m experiments.device_check --out results/bench/device_check.json
 
-Prints each measurement as it goes and writes them all as one JSON (atomically):
+Prints each measurement as it goes and writes them all as one JSON (atomically, after
+each section, so that a section that fails or a run cut short keeps the ones before; a
+failed section is {"error": ...}, named in "errors", and the exit status is 1):
 
 * devices: platform, kind, count, memory; the jax version;
 * matmul: measured float32 and bfloat16 FLOP/s of a jitted [n, n] x [n, n] in this process
@@ -225,54 +227,81 @@ def _max_abs_diff(a: Dict[str, float], b: Dict[str, float]) -> float:
     return max((abs(a[k] - b[k]) for k in keys), default=0.0)
 
 
-def run(methods=FAMILIES, scale: Optional[str] = None, log=print) -> Dict[str, Any]:
-    """Every measurement of the module docstring, as one dict."""
+def run(methods=FAMILIES, scale: Optional[str] = None, log=print,
+        save=lambda out: None) -> Dict[str, Any]:
+    """Every measurement of the module docstring, as one dict. The sections run cheapest
+    first, each on its own: one that fails is recorded as {"error": ...} (and the command
+    exits 1) while the others still run; `save(out)` is called after each section."""
     import jax
 
     t0 = time.perf_counter()
-    out: Dict[str, Any] = {"devices": devices()}
+    out: Dict[str, Any] = {"devices": devices(), "errors": []}
     scale = scale or ("cpu-small" if out["devices"]["backend"] == "cpu" else "full")
     spec = SPEC_BF16_TFLOPS.get(out["devices"]["device_kind"])
     out.update(scale=scale, spec_bf16_tflops=spec)
     log(f"devices: {out['devices']['local_devices']} x {out['devices']['device_kind']} "
         f"({out['devices']['backend']}, jax {jax.__version__}); scale {scale}")
     s = SCALES[scale]
-    out["matmul"] = matmul(s["matmul"])
-    mm = out["matmul"]
-    log(f"matmul [{s['matmul']}]^3: float32 {mm['float32_tflops']:.3f} TFLOP/s, bfloat16 "
-        f"{mm['bfloat16_tflops']:.3f} TFLOP/s")
     n = out["devices"]["local_devices"]
-    workers = min(os.cpu_count() or 1, len(methods) + 1)
-    rows = rl_steps(scale, [(m, 1) for m in methods] + [("grpo", n)], workers)
-    out["rl_step"], f = rows[:-1], rows[-1]
-    out["rl_compile_workers"] = workers
-    for r in out["rl_step"]:
-        log(f"rl step {r['method']}: {r['step_s']:.2f} s (compile {r['compile_s']:.1f} s), "
-            f"{r['episodes']} episodes, program peak "
-            f"{r['compiled_memory_bytes'].get('peak', 0) / 2**20:.0f} MiB")
-    ref = next((r for r in out["rl_step"] if r["method"] == "grpo"), None)
-    f["max_abs_diff_vs_replicated"] = None if ref is None else _max_abs_diff(
-        ref["metrics"], f["metrics"])
-    out["fsdp"] = f
-    log(f"fsdp grpo over {n} devices: {f['step_s']:.2f} s (compile {f['compile_s']:.1f} s), "
-        f"largest weight shard {f['largest_weight_shard_fraction']:.2f}, train metrics vs "
-        f"replicated: max abs diff {f['max_abs_diff_vs_replicated']:.1e}")
     b, p, new = s["gen"]
     batch, seq = s["lm_tokens"]
-    smol = random_decoder("smollm2-135m", scale, max(seq, p + new))
-    out["generate"] = generation(smol, b, p, new)
-    g = out["generate"]
-    log(f"generate: {g['tokens_per_s']:.1f} new tokens/s (batch {b}, prompt {p}, {new} new)")
-    out["decoder"] = []
-    for preset in ("smollm2-135m", "qwen2.5-0.5b"):
-        model = smol if preset == "smollm2-135m" else random_decoder(preset, scale, seq)
-        d = decoder_pass(model, preset, batch, seq, mm["bfloat16_tflops"], spec)
-        out["decoder"].append(d)
-        log(f"decoder {preset} ({d['layers']} layers, vocab {d['vocab']}) fwd+bwd "
-            f"[{batch}, {seq}]: {d['tokens_per_s']:.1f} tokens/s, {d['model_tflops']:.3f} "
-            f"TFLOP/s = {d['mfu_vs_matmul_bf16']:.1%} of the bf16 matmul"
-            + ("" if spec is None else f", MFU {d['mfu_vs_spec']:.1%} of spec"))
-        del model
+
+    def section(name, fn):
+        t = time.perf_counter()
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 -- recorded, the other sections still run
+            out[name] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+            out["errors"].append(name)
+            log(f"{name}: FAILED after {time.perf_counter() - t:.0f} s: "
+                f"{type(e).__name__}: {str(e)[:300]}")
+        out["runtime_s"] = time.perf_counter() - t0
+        save(out)
+
+    def do_matmul():
+        out["matmul"] = mm = matmul(s["matmul"])
+        log(f"matmul [{s['matmul']}]^3: float32 {mm['float32_tflops']:.3f} TFLOP/s, "
+            f"bfloat16 {mm['bfloat16_tflops']:.3f} TFLOP/s")
+
+    def do_decoder():
+        out["decoder"] = []
+        bf16 = out.get("matmul", {}).get("bfloat16_tflops") or float("nan")
+        for preset in ("smollm2-135m", "qwen2.5-0.5b"):
+            model = random_decoder(preset, scale, max(seq, p + new))
+            d = decoder_pass(model, preset, batch, seq, bf16, spec)
+            out["decoder"].append(d)
+            log(f"decoder {preset} ({d['layers']} layers, vocab {d['vocab']}) fwd+bwd "
+                f"[{batch}, {seq}]: {d['tokens_per_s']:.1f} tokens/s, "
+                f"{d['model_tflops']:.3f} TFLOP/s = {d['mfu_vs_matmul_bf16']:.1%} of the "
+                "bf16 matmul" + ("" if spec is None else f", MFU {d['mfu_vs_spec']:.1%} of spec"))
+            del model
+
+    def do_generate():
+        out["generate"] = g = generation(random_decoder("smollm2-135m", scale, p + new),
+                                         b, p, new)
+        log(f"generate: {g['tokens_per_s']:.1f} new tokens/s (batch {b}, prompt {p}, "
+            f"{new} new)")
+
+    def do_rl():
+        workers = min(os.cpu_count() or 1, len(methods) + 1)
+        rows = rl_steps(scale, [(m, 1) for m in methods] + [("grpo", n)], workers)
+        out["rl_step"], f = rows[:-1], rows[-1]
+        out["rl_compile_workers"] = workers
+        for r in out["rl_step"]:
+            log(f"rl step {r['method']}: {r['step_s']:.2f} s (compile {r['compile_s']:.1f} s), "
+                f"{r['episodes']} episodes, program peak "
+                f"{r['compiled_memory_bytes'].get('peak', 0) / 2**20:.0f} MiB")
+        ref = next((r for r in out["rl_step"] if r["method"] == "grpo"), None)
+        f["max_abs_diff_vs_replicated"] = None if ref is None else _max_abs_diff(
+            ref["metrics"], f["metrics"])
+        out["fsdp"] = f
+        log(f"fsdp grpo over {n} devices: {f['step_s']:.2f} s (compile {f['compile_s']:.1f} "
+            f"s), largest weight shard {f['largest_weight_shard_fraction']:.2f}, train "
+            f"metrics vs replicated: max abs diff {f['max_abs_diff_vs_replicated']:.1e}")
+
+    for name, fn in (("matmul", do_matmul), ("decoder", do_decoder),
+                     ("generate", do_generate), ("rl_step", do_rl)):
+        section(name, fn)
     out["peak_memory"] = peak_memory()
     out["runtime_s"] = time.perf_counter() - t0
     return out
@@ -295,10 +324,13 @@ def main(argv=None) -> int:
     from asct_jax.infra.run_logger import atomic_write_json
 
     result = run(tuple(m for m in args.methods.split(",") if m), args.scale,
-                 log=lambda line: print(line, flush=True))
+                 log=lambda line: print(line, flush=True),
+                 save=lambda out: atomic_write_json(args.out, out))
     atomic_write_json(args.out, result)
-    print(f"device check: {result['runtime_s']:.0f} s; wrote {args.out}", flush=True)
-    return 0
+    failed = ", ".join(result["errors"])
+    print(f"device check: {result['runtime_s']:.0f} s; wrote {args.out}"
+          + (f"; FAILED: {failed}" if failed else ""), flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

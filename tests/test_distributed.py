@@ -182,6 +182,7 @@ def test_device_check_runs_on_cpu_and_writes_its_json(tmp_path):
     assert {"devices", "scale", "matmul", "rl_step", "fsdp", "generate", "decoder",
             "peak_memory", "runtime_s"} <= set(r)
     assert r["scale"] == "cpu-small" and r["devices"]["backend"] == "cpu"
+    assert r["errors"] == []
     assert r["matmul"]["bfloat16_tflops"] > 0 and r["matmul"]["float32_tflops"] > 0
     assert [s["method"] for s in r["rl_step"]] == ["grpo", "asct_agentuct", "factor"]
     for s in r["rl_step"] + [r["fsdp"]]:
