@@ -174,6 +174,9 @@ s = train(c, registry.get("factor"))
 print("RESULT", json.dumps({"maxrss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                             / 2**20, "before_train_gb": before,
                             "invalid": s.get("final/gen/invalid"),
+                            "cpu": next((l.split(":", 1)[1].strip() for l in
+                                         open("/proc/cpuinfo") if l.startswith("model name")),
+                                        "?"), "libc": os.confstr("CS_GNU_LIBC_VERSION"),
                             "cpus": len(os.sched_getaffinity(0)), "machine_cpus": os.cpu_count()}))
 """
 
