@@ -51,6 +51,7 @@ from asct_jax.envs.projection import (ProjectedAction, Tags, project_text_tokens
 from asct_jax.envs.prompt import GenerationPieces
 from asct_jax.models import cache as cache_lib
 from asct_jax.models.generate import generate
+from asct_jax.rl import losses as rl_losses
 from asct_jax.rl.policy import Policy, TokenOutputs, _pads_to_right, left_align
 
 CHOOSERS = ("candidates", "generate")
@@ -221,7 +222,6 @@ class GenerationPolicy(Policy):
         divisor of N R that keeps a chunk within the limit), each under jax.checkpoint, so
         neither pass holds more than one chunk's [c, V] logits (the backward recomputes
         them); the values are the unchunked ones (each row's softmax is its own)."""
-        from factor_jax.losses import forward_kl   # (factor_jax imports this module)
         n, r, h = hidden.shape
         rows = n * r
 
@@ -231,7 +231,8 @@ class GenerationPolicy(Policy):
             logp, ent = self._token_stats(logp_all, tok)
             if t is None:
                 return logp, ent, None
-            kl = forward_kl(t[..., None], logp_all[..., None], jnp.ones(t.shape + (1,), bool))
+            kl = rl_losses.forward_kl(t[..., None], logp_all[..., None],
+                                      jnp.ones(t.shape + (1,), bool))
             return logp, ent, kl[..., 0]                            # the KL over V, per row
 
         flat = (hidden.reshape(rows, h), response.reshape(rows),

@@ -50,6 +50,7 @@ from flax import nnx
 from asct_jax.envs.base import PAD_ID
 from asct_jax.envs.prompt import PromptTokens
 from asct_jax.models.cache import init_cache
+from asct_jax.rl import losses as rl_losses
 
 NEG_INF = -1e9
 LABEL_SCORES = ("sum", "mean")
@@ -211,7 +212,7 @@ class TokenOutputs:
     constrained next-token distribution at each position (candidate_token_distribution;
     None where the policy never forms it whole: the generating actor's is [N, A, V]);
     kl: [N, A] the forward KL(teacher || pi) per position when the pass was given a
-    constant teacher distribution (factor_jax.forward_kl), else None.
+    constant teacher distribution (asct_jax.rl.losses.forward_kl), else None.
     The train step reshapes N to [b, T].
     """
 
@@ -325,8 +326,7 @@ class Policy:
             ent = jnp.where(first, h[:, None], 0.0)
         kl = None
         if teacher is not None:
-            from factor_jax.losses import forward_kl   # (factor_jax imports this module)
-            kl = forward_kl(teacher[0], dist_logp, teacher[1])
+            kl = rl_losses.forward_kl(teacher[0], dist_logp, teacher[1])
         return TokenOutputs(logp=logp, entropy=ent, value=value, dist_logp=dist_logp,
                             support=support, kl=kl)
 
