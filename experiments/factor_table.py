@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table
 from experiments.runner import from_warm_start, liveness_table, run_grid, write_table
@@ -47,6 +48,11 @@ def main(config):
     out_dir = os.path.join(config.train.results_dir, config.train.experiment)
     seeds = tuple(config.table.seeds)
     methods = list(config.table.methods)
+    if "grpo_extended" in methods and not {"grpo", "factor"} <= set(methods):
+        # Checked before any run: its batch is FACTOR's environment calls over GRPO's.
+        raise ConfigError("table.methods", f"{tuple(methods)} has grpo_extended without "
+                          "grpo and factor, whose environment calls set its batch",
+                          "grpo_extended with grpo and factor in the same table")
     order = [m for m in ("grpo", "factor") if m in methods] + \
             [m for m in methods if m not in ("grpo", "factor")]
     metrics = dict(METRICS, **(GEN_METRICS if config.actor.chooser == "generate" else {}))
@@ -56,8 +62,6 @@ def main(config):
         for m in order:
             overrides = from_warm_start(config, {"method": m, "env.name": env})
             if m == "grpo_extended":
-                if not {"grpo", "factor"} <= set(results):
-                    raise ValueError("table.methods: grpo_extended needs grpo and factor")
                 scale = _mean(results["factor"], "total/env_calls") / \
                     _mean(results["grpo"], "total/env_calls")
                 overrides["rollout.num_groups"] = max(

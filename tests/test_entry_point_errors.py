@@ -81,6 +81,21 @@ def test_a_table_script_exits_2_with_one_line(tmp_path):
     assert p.returncode == 2 and len(lines) == 1 and "factor.tau" in lines[0], p.stderr
 
 
+def test_the_factor_table_refuses_grpo_extended_without_its_references_before_training(
+        tmp_path):
+    """grpo_extended's batch is FACTOR's environment calls over GRPO's: without both in
+    the table it is a one-line config error before any run (it was a traceback after the
+    other methods' runs)."""
+    from experiments import factor_table
+    from experiments.configs import factor_table as factor_table_config
+    c = factor_table_config.get_config("smoke")
+    c.train.results_dir = str(tmp_path)
+    c.table.methods = ("factor_no_apm", "grpo_extended")
+    with pytest.raises(ConfigError, match=r"^table.methods: .*allowed: grpo_extended with"):
+        factor_table.main(c)
+    assert not os.listdir(tmp_path)
+
+
 def test_reproduce_rejects_a_bad_argument_with_exit_2():
     p = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--only", "nothing"],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
