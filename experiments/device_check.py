@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import resource
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -72,7 +71,9 @@ def peak_memory() -> Dict[str, Any]:
     platform has them, and the process's max RSS (bytes)."""
     import jax
 
-    out = {"max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    from asct_jax.infra.resources import peak_rss_bytes
+
+    out = {"max_rss_bytes": peak_rss_bytes()}
     stats = jax.local_devices()[0].memory_stats() or {}
     for key in ("peak_bytes_in_use", "bytes_limit"):
         if key in stats:

@@ -160,8 +160,9 @@ def test_warm_start_of_the_lora_actor_and_a_run_from_it(folder, tmp_path):
 
 
 GENERATE_STEP = r"""
-import json, os, resource, sys
+import json, os, sys
 sys.path.insert(0, ROOT)
+from asct_jax.infra.resources import peak_rss_bytes
 from tests.test_llm_actor import llm_config
 from asct_jax.rl.trainer import train
 from experiments import registry
@@ -169,10 +170,9 @@ c = llm_config(FOLDER, TMP, lora_rank=2, remat=True, attention_block=128)
 c.actor.chooser, c.actor.response_len = "generate", 24
 c.train.experiment, c.train.run = "gen_mem", "factor"
 c.train.steps, c.train.eval_every, c.train.eval_episodes = 1, 1, 2
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+before = peak_rss_bytes() / 2**30
 s = train(c, registry.get("factor"))
-print("RESULT", json.dumps({"maxrss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                            / 2**20, "before_train_gb": before,
+print("RESULT", json.dumps({"maxrss_gb": peak_rss_bytes() / 2**30, "before_train_gb": before,
                             "invalid": s.get("final/gen/invalid"),
                             "cpu": next((l.split(":", 1)[1].strip() for l in
                                          open("/proc/cpuinfo") if l.startswith("model name")),
@@ -190,11 +190,11 @@ def test_a_generate_mode_factor_step_at_the_49k_vocabulary_stays_under_4gb(folde
     remat, attention in query blocks of 128, the update's logits 2^24 at a time).
 
     Measured here (2026-12-04): 2.5 GB (1.1 GB before the step's compile, 1.9 GB after
-    it; the step's XLA temp buffer 494 MB). Before the chunked vocabulary pass: 3.0 GB
-    here, 4.6-4.7 GB on CI's 2-CPU machine (cause not found: not the CPU count, not
-    transparent huge pages; the XLA temp was 828 MB, [N, R, V] log-softmax buffers).
+    it; the step's XLA temp buffer 494 MB). The peak is the child's own VmHWM: CI read
+    4.6-4.8 GB with ru_maxrss, which a forked child inherits from its parent (the pytest
+    worker), 4.8 GB of it before train() began (asct_jax.infra.resources.peak_rss_bytes).
     Pinned to two CPUs: XLA sizes its compile and run thread pools by the CPUs a process
-    may use, and the peak is the process's."""
+    may use."""
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -399,8 +399,8 @@ def test_seeds_in_one_program_match_separate_runs(tmp_path):
     grpo = registry.get("grpo")
     batched = train_seeds([cfg(42, "batched"), cfg(43, "batched")], grpo)
     assert [s["seed"] for s in batched] == [42, 43]
-    import resource   # the summary's peak memory is the process's max RSS on CPU
-    rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+    from asct_jax.infra.resources import peak_rss_bytes   # the summary's on CPU
+    rss_gb = peak_rss_bytes() / 1e9
     assert all(0.1 < s["peak_memory_gb"] <= rss_gb for s in batched)
     for seed in (42, 43):
         train(cfg(seed, "separate"), grpo)
