@@ -119,7 +119,7 @@ def _depends(config) -> dict:
 # Fields added after warm starts were named, at the value those warm starts had: left out
 # of the name, so that the existing warm starts keep theirs.
 KEY_NEUTRAL = {"actor.think": "required", "actor.logits_chunk": 2 ** 24,
-               "model.attention_block": 0}
+               "model.attention_block": 0, "model.value_detached": False}
 
 
 def depends_on(flat: dict) -> dict:

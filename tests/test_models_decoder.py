@@ -123,6 +123,36 @@ def test_value_head_is_a_parameter_and_trains(tiny):
     assert float(loss(state)) == pytest.approx(10.0)  # zero-initialised head: v = 0
 
 
+def test_a_detached_value_head_trains_alone(tiny):
+    """model.value_detached: the same values, the same value-head gradient, and no
+    gradient of the value loss into the decoder (or its LoRA adapters); without it the
+    value loss reaches every layer (the shared-trunk critic)."""
+    path = tiny["qwen2"][2]
+    ids = jnp.asarray(_ids(6, 2, 5))
+
+    def value_loss_grads(model):
+        # a head that is not zero (a zero head passes no gradient back to the trunk)
+        model.value_head.kernel[...] = jnp.ones_like(model.value_head.kernel[...]) * 0.1
+        graphdef, state = nnx.split(model)
+
+        def loss(state):
+            m = nnx.merge(graphdef, state)
+            return jnp.sum((m.value(m.hidden_states(ids)[0]) - 1.0) ** 2)
+        return jax.jit(jax.value_and_grad(loss))(state)
+
+    for lora in (0, 2):
+        shared, g_shared = value_loss_grads(models.load_pretrained(path, lora_rank=lora)[0])
+        detached, g_det = value_loss_grads(
+            models.load_pretrained(path, lora_rank=lora, value_detached=True)[0])
+        assert float(detached) == pytest.approx(float(shared), rel=1e-6)
+        np.testing.assert_allclose(g_det["value_head"]["kernel"][...],
+                                   g_shared["value_head"]["kernel"][...], rtol=1e-5, atol=1e-5)
+        trunk = lambda g: [x for p, x in jax.tree_util.tree_leaves_with_path(g)  # noqa: E731
+                           if "value_head" not in jax.tree_util.keystr(p)]
+        assert all(float(jnp.abs(x).max()) == 0.0 for x in trunk(g_det))
+        assert max(float(jnp.abs(x).max()) for x in trunk(g_shared)) > 0
+
+
 def test_bfloat16(tiny):
     model32 = tiny["qwen2"][0]
     model16, _ = models.load_pretrained(tiny["qwen2"][2], dtype="bfloat16")

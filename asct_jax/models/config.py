@@ -42,6 +42,9 @@ class ModelConfig:
     # each under jax.checkpoint (`layers.blocked_attention`): its [B, N, S, S] logits and
     # probabilities become [B, N, block, S]. 0 = all queries at once.
     attention_block: int = 0
+    # The value head reads stop_gradient(hidden): its regression trains the head alone and
+    # sends no gradient into the decoder (or its adapters). False: the shared-trunk critic.
+    value_detached: bool = False
 
     def __post_init__(self):
         for name in ("dtype", "param_dtype"):

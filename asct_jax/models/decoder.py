@@ -133,7 +133,10 @@ class Decoder(nnx.Module):
         return rows, bias
 
     def value(self, hidden: jax.Array) -> jax.Array:
-        """Value head: hidden [B, S, H] -> [B, S] float32."""
+        """Value head: hidden [B, S, H] -> [B, S] float32 (on stop_gradient(hidden) with
+        config.value_detached: the decoder gets no gradient from the value loss)."""
+        if self.config.value_detached:
+            hidden = jax.lax.stop_gradient(hidden)
         return self.value_head(hidden.astype(jnp.float32))[..., 0]
 
     def forward(self, input_ids, attention_mask=None, positions=None, cache=None):

@@ -51,7 +51,8 @@ from asct_jax.rl.train_step import (SEED_AXIS, TrainState, fsdp_shardings, join_
 
 MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                 "intermediate_size")
-TRAINING_FIELDS = ("dtype", "remat", "attention_block", "lora_rank", "lora_alpha", "lora_targets")
+TRAINING_FIELDS = ("dtype", "remat", "attention_block", "value_detached", "lora_rank",
+                   "lora_alpha", "lora_targets")
 PLOT_KEYS = ("rollout/return", "eval/env/score", "eval/env/success", "train/loss",
              "credit/aux_tokens", "train/approx_kl")
 

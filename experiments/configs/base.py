@@ -37,6 +37,10 @@ def get_config():
     c.model.dtype = "float32"        # compute and weight dtype: float32 | bfloat16
     c.model.remat = False            # rematerialise each block in the backward pass
     c.model.attention_block = 0      # > 0: uncached attention in query blocks of this size
+    # True: the value loss (ppo.vf_coef) trains the value head alone, not the decoder: what
+    # a critic-free method (GRPO, SERL, GiGPO, FACTOR's actor) has; False (every table so
+    # far): the critic shares the trunk (docs/results/llm_actor.md, generating SmolLM2).
+    c.model.value_detached = False
     c.model.lora_rank = 0            # > 0: only LoRA adapters and the value head train
     c.model.lora_alpha = 16.0
     c.model.lora_targets = LORA_TARGETS
@@ -239,7 +243,8 @@ ADDED_DEFAULTS = {"train.init_from": "", "actor.chooser": "candidates",
                   "actor.response_len": 24, "actor.history": 2, "actor.temperature": 1.0,
                   "actor.top_p": 1.0, "actor.invalid_penalty": 0.1,
                   "actor.continuations": "chooser", "actor.think": "required",
-                  "actor.logits_chunk": 2 ** 24, "model.attention_block": 0}
+                  "actor.logits_chunk": 2 ** 24, "model.attention_block": 0,
+                  "model.value_detached": False}
 # - a warm start's parameters depend on them (its directory name hashes them).
 WARM_START_FIELDS = ("env", "model", "text", "actor", "warm_start", "ppo.gamma")
 
