@@ -238,7 +238,8 @@ BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.result
 #   (actor.continuations: "chooser", what a candidate-mode run did; the few generate-mode
 #   runs stored before 2026-12-04 scored their continuations and are taken as current;
 #   actor.logits_chunk and model.attention_block change what is alive at once, and the
-#   values only in float32 summation order);
+#   values only in float32 summation order; every run before model.value_detached shared
+#   the trunk);
 ADDED_DEFAULTS = {"train.init_from": "", "actor.chooser": "candidates",
                   "actor.response_len": 24, "actor.history": 2, "actor.temperature": 1.0,
                   "actor.top_p": 1.0, "actor.invalid_penalty": 0.1,
