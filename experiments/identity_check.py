@@ -51,8 +51,8 @@ def cases() -> List[Tuple[str, str, str]]:
     """(method, env, chooser) of every case, in a fixed order."""
     from experiments import registry
 
-    out = [(m, e, "candidates") for m in registry.names() for e in CANDIDATE_ENVS]
-    out += [(m, e, "generate") for m in registry.names() for e in GENERATE_ENVS]
+    out = [(m, e, "candidates") for e in CANDIDATE_ENVS for m in registry.names()]
+    out += [(m, e, "generate") for e in GENERATE_ENVS for m in registry.names()]
     return out
 
 
