@@ -26,7 +26,7 @@ def measure(tasks, variations: int, split: str, ks, seed: int = 0, simplificatio
     from asct_jax.envs.external.command_rules import VerbQuotaRule
     from asct_jax.envs.external.scienceworld_env import ScienceWorldEnv
     from asct_jax.envs.external.scienceworld_gold import admissible_gold_path
-    from asct_jax.rl.host_rollout import task_text
+    from asct_jax.rl.host_text import task_text
 
     rules = {int(k): VerbQuotaRule(int(k), seed) for k in ks}
     out = {}

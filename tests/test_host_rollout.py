@@ -15,8 +15,9 @@ from asct_jax.envs import make as make_env
 from asct_jax.envs.base import EOS_ID, PAD_ID, SPECIAL_TOKENS
 from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
 from asct_jax.models import Decoder, get_preset
-from asct_jax.rl.host_rollout import (CommandEncoder, HostShape, build_tokenizer, game_texts,
-                                      host_rollout, host_rollout_from)
+from asct_jax.rl.host_rollout import HostShape, host_rollout, host_rollout_from
+from asct_jax.rl.host_text import CommandEncoder
+from asct_jax.rl.host_tokenizer import build_tokenizer, game_texts
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.rollout import rollout
 from asct_jax.rl.types import Rollout
@@ -275,7 +276,7 @@ def test_a_pretrained_model_plays_the_games_as_chat_text(setup, tmp_path):
     from asct_jax.models.loading import load_pretrained
     from asct_jax.models.testing import tiny_llm_folder
     from asct_jax.rl.host_games import SYSTEM_PROMPT
-    from asct_jax.rl.host_rollout import ChatCodec
+    from asct_jax.rl.host_text import ChatCodec
 
     model, tokenizer = load_pretrained(tiny_llm_folder(str(tmp_path / "tiny")))
     codec = ChatCodec(tokenizer, SYSTEM_PROMPT)

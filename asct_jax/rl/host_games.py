@@ -35,9 +35,9 @@ from asct_jax.envs.external import BatchedHostEnv, HostEnv, ParallelHostEnv
 from asct_jax.envs.prompt import PromptTokens
 from asct_jax.models.loading import load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import Method
-from asct_jax.rl.host_rollout import (ChatCodec, CommandEncoder, HostShape, concat_rollouts,
-                                      game_texts, host_rollout, host_rollout_from,
-                                      load_or_build_tokenizer)
+from asct_jax.rl.host_rollout import HostShape, concat_rollouts, host_rollout, host_rollout_from
+from asct_jax.rl.host_text import ChatCodec, CommandEncoder
+from asct_jax.rl.host_tokenizer import game_texts, load_or_build_tokenizer
 from asct_jax.rl.rollout import episode_metrics
 from asct_jax.rl.learner import Learner
 from asct_jax.rl.train_step import make_learn_step, policy_params, to_host

@@ -7,21 +7,20 @@ credit method that needs no environment restore inside the step (GRPO, PPO, SERL
 FACTOR) train on it unchanged. `host_rollout_from` plays on from stored states (FACTOR's
 TAC continuations, factor_jax.host_continuations).
 
-    tok = build_tokenizer(game_texts(games))
+    tok = build_tokenizer(game_texts(games))        # asct_jax.rl.host_tokenizer
     shape = HostShape(max_turns=T, obs_len=O, feedback_len=F, action_len=A,
                       max_candidates=K)
     batch, host_states = host_rollout(policy, params, BatchedHostEnv(envs), tok, seeds,
                                       shape, group_size=G, key=key)
 
 Per turn, for every game still running:
-  * x_t = its observation text, encoded with `encode` (the last O tokens are kept);
+  * x_t = its observation text, encoded by the codec (asct_jax.rl.host_text; the last O
+    tokens are kept);
   * its admissible commands, cut to the game set's candidate rule when one is given
     (`select(commands, task, game, turn)`, e.g. ScienceWorld's VerbQuotaRule), become
-    candidate token sequences (words, then EOS, then PAD up to A). Commands longer than
-    A - 1 tokens and duplicates of an earlier command's tokens are dropped; when more
-    than K remain, observation-only commands (examine, look, inventory) are dropped
-    first, then the last ones in the game's order, so the choice is deterministic and
-    keeps the commands that change the game;
+    candidate token sequences (words, then EOS, then PAD up to A), at most K of them
+    (CommandEncoder.candidates: a deterministic cut that keeps the commands that change
+    the game);
   * pi_old scores all candidates (Policy.candidate_log_probs), one is sampled, and its
     text is sent to the game.
 A generating actor (policy.chooser == "generate", asct_jax.rl.generation) writes its turn
@@ -36,25 +35,23 @@ beside the batch for restore-based methods.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
-import os
 import weakref
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from asct_jax.envs.base import (BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID)
-from asct_jax.envs.external.base import BatchedHostEnv, HostState, encode
+from asct_jax.envs.external.base import BatchedHostEnv, HostState
+from asct_jax.rl.generation import GenerationChooser, model_writer, scripted_writer
+from asct_jax.rl.host_text import CommandEncoder, as_codec, task_text, written_command
 from asct_jax.rl.rollout import select_candidate
 from asct_jax.rl.types import Rollout
 
 # select(commands, task, game, turn) -> the commands kept as candidates (a candidate rule).
 Select = Callable[[List[str], str, str, int], List[str]]
-# Commands that only look at the game (dropped first when there are too many candidates).
-OBSERVE_VERBS = ("examine", "look", "inventory")
 FALLBACK_COMMAND = "look"  # sent when a running game lists no usable command
 
 
@@ -72,199 +69,6 @@ class HostShape:
     feedback_len: int
     action_len: int
     max_candidates: int
-
-# ----------------------------------------------------------------------------- tokenizer
-
-
-def build_tokenizer(texts: Sequence[str], max_vocab: int = 4096, min_count: int = 1):
-    """A word-level PreTrainedTokenizerFast over `texts` (lower-cased).
-
-    Ids 0..4 are asct_jax.envs.base's special tokens (PAD, EOS, UNK, BOS, SEP); then the
-    words (Whitespace pre-tokenizer: \\w+ runs and punctuation runs) by decreasing count,
-    ties alphabetical, at most max_vocab tokens in all. Deterministic in `texts`.
-    """
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    pre = pre_tokenizers.Whitespace()
-    norm = normalizers.Lowercase()
-    counts: collections.Counter = collections.Counter()
-    for text in texts:
-        counts.update(w for w, _ in pre.pre_tokenize_str(norm.normalize_str(text)))
-    for s in SPECIAL_TOKENS:
-        counts.pop(s, None)
-    words = sorted((w for w, c in counts.items() if c >= min_count),
-                   key=lambda w: (-counts[w], w))[: max(max_vocab - len(SPECIAL_TOKENS), 0)]
-    vocab = {w: i for i, w in enumerate(list(SPECIAL_TOKENS) + words)}
-    assert [vocab[s] for s in SPECIAL_TOKENS] == [PAD_ID, EOS_ID, UNK_ID, BOS_ID, SEP_ID]
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIAL_TOKENS[UNK_ID]))
-    tok.normalizer = norm
-    tok.pre_tokenizer = pre
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token=SPECIAL_TOKENS[PAD_ID],
-        eos_token=SPECIAL_TOKENS[EOS_ID], unk_token=SPECIAL_TOKENS[UNK_ID],
-        bos_token=SPECIAL_TOKENS[BOS_ID], sep_token=SPECIAL_TOKENS[SEP_ID])
-
-
-def game_texts(env, seeds: Sequence[int], random_episodes: int = 2, max_steps: int = 20,
-               rng_seed: int = 0) -> List[str]:
-    """Observations, feedbacks and admissible commands seen while playing each game's
-    walkthrough (when the env has one) and `random_episodes` uniformly random episodes."""
-    rng = np.random.default_rng(rng_seed)
-    texts: List[str] = []
-
-    def play(state, ts, pick):
-        texts.append(ts.observation)
-        for i in range(max_steps):
-            cmds = env.legal_actions(state)
-            texts.extend(cmds)
-            if state.done or not cmds:
-                break
-            action = pick(i, cmds)
-            if action is None:
-                break
-            state, ts = env.step(state, action)
-            texts.extend([ts.observation, ts.feedback])
-
-    for seed in seeds:
-        state, ts = env.reset(seed)
-        if hasattr(env, "walkthrough"):
-            wt = env.walkthrough(state)
-            play(state, ts, lambda i, cmds, wt=wt: wt[i] if i < len(wt) else None)
-        for _ in range(random_episodes):
-            state, ts = env.reset(seed)
-            play(state, ts, lambda i, cmds: cmds[int(rng.integers(len(cmds)))])
-    return texts
-
-
-def load_or_build_tokenizer(directory: str, texts_fn, **kwargs):
-    """The tokenizer saved in `directory`, or build_tokenizer(texts_fn()) saved there."""
-    from transformers import PreTrainedTokenizerFast
-
-    if os.path.isfile(os.path.join(directory, "tokenizer.json")):
-        return PreTrainedTokenizerFast.from_pretrained(directory)
-    tok = build_tokenizer(texts_fn(), **kwargs)
-    tmp = directory.rstrip("/") + f".tmp{os.getpid()}"
-    tok.save_pretrained(tmp)
-    os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
-    try:
-        os.replace(tmp, directory)  # atomic: parallel builders write the same files
-    except OSError:
-        pass
-    return PreTrainedTokenizerFast.from_pretrained(directory)
-
-
-# ----------------------------------------------------------------------------- text -> ids
-
-class WordCodec:
-    """Game text in the games' own word-level tokenizer (build_tokenizer: PAD 0, EOS 1):
-    observations and feedback keep their last tokens, a command is its words then EOS."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer, self.pad_id = tokenizer, PAD_ID
-
-    def observations(self, texts: Sequence[str], length: int) -> np.ndarray:
-        return encode(texts, self.tokenizer, length)
-
-    def feedback(self, texts: Sequence[str], length: int) -> np.ndarray:
-        return encode(texts, self.tokenizer, length)
-
-    def command_ids(self, text: str) -> List[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + [EOS_ID]
-
-
-class ChatCodec:
-    """Game text, as is, in a pretrained model's tokenizer and chat template: the
-    observation is the user message after the system prompt (the template kept whole, the
-    text's last tokens kept when it is too long), feedback its last F tokens, a command
-    the assistant's reply ending with the end-of-turn token (asct_jax.envs.text_interface).
-    """
-
-    def __init__(self, tokenizer, system_prompt: str):
-        from asct_jax.envs.text_interface import ChatPieces, pick_pad
-
-        self.tokenizer = tokenizer
-        self.pieces = ChatPieces(tokenizer, system_prompt)
-        self.pad_id = pick_pad(tokenizer, self.pieces.ids())
-
-    def _ids(self, text: str) -> List[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def observations(self, texts: Sequence[str], length: int) -> np.ndarray:
-        head, tail = self.pieces.obs_head, self.pieces.obs_tail
-        room = int(length) - len(head) - len(tail)
-        if room <= 0:
-            raise ValueError(f"textworld.obs_len = {length} cannot hold the chat template "
-                             f"({len(head) + len(tail)} tokens)")
-        out = np.full((len(texts), int(length)), self.pad_id, np.int32)
-        for i, text in enumerate(texts):
-            ids = head + self._ids(text)[-room:] + tail
-            out[i, :len(ids)] = ids
-        return out
-
-    def feedback(self, texts: Sequence[str], length: int) -> np.ndarray:
-        out = np.full((len(texts), int(length)), self.pad_id, np.int32)
-        for i, text in enumerate(texts):
-            ids = self._ids(text)[-int(length):] if text else []
-            out[i, :len(ids)] = ids
-        return out
-
-    def command_ids(self, text: str) -> List[int]:
-        return self._ids(text) + [self.pieces.end_of_turn]
-
-    def prompt_tokens(self):
-        """The policy's static pieces, a generating actor's prompt layout included."""
-        return dataclasses.replace(self.pieces.prompt_tokens(self.pad_id),
-                                   generation=self.pieces.generation_pieces(self.tokenizer))
-
-
-def as_codec(tokenizer_or_codec):
-    """A codec as is; a (word-level) tokenizer wrapped in a WordCodec."""
-    if isinstance(tokenizer_or_codec, (WordCodec, ChatCodec)):
-        return tokenizer_or_codec
-    return WordCodec(tokenizer_or_codec)
-
-
-# ----------------------------------------------------------------------------- candidates
-
-class CommandEncoder:
-    """Command text -> action tokens [A] (tokens, end token, PAD), cached; None if too long.
-
-    `tokenizer` is a word-level tokenizer or a codec (WordCodec / ChatCodec)."""
-
-    def __init__(self, tokenizer, action_len: int):
-        self.codec, self.action_len = as_codec(tokenizer), int(action_len)
-        self._cache: Dict[str, Optional[Tuple[int, ...]]] = {}
-        self.stats = {"too_long": 0, "duplicates": 0, "over_budget": 0}
-
-    def __call__(self, text: str) -> Optional[Tuple[int, ...]]:
-        if text not in self._cache:
-            ids = self.codec.command_ids(text)
-            pad = [self.codec.pad_id] * (self.action_len - len(ids))
-            self._cache[text] = (tuple(ids + pad) if 1 < len(ids) <= self.action_len
-                                 else None)
-        return self._cache[text]
-
-    def candidates(self, commands: Sequence[str], max_candidates: int
-                   ) -> Tuple[List[str], List[Tuple[int, ...]]]:
-        """The kept commands and their tokens (deterministic, see the module doc)."""
-        kept, seen = [], set()
-        for c in commands:
-            toks = self(c)
-            if toks is None:
-                self.stats["too_long"] += 1
-            elif toks in seen:
-                self.stats["duplicates"] += 1
-            else:
-                seen.add(toks)
-                kept.append((c, toks))
-        if len(kept) > max_candidates:
-            self.stats["over_budget"] += len(kept) - max_candidates
-            order = sorted(range(len(kept)), key=lambda i: (
-                kept[i][0].split(" ", 1)[0] in OBSERVE_VERBS, i))
-            keep = sorted(order[:max_candidates])
-            kept = [kept[i] for i in keep]
-        return [c for c, _ in kept], [t for _, t in kept]
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -293,10 +97,6 @@ def _generator(policy, greedy: bool):
     generating actor (asct_jax.rl.generation.GenerationChooser over the game's kept
     commands); where forced >= 0 the response is that candidate's canonical one
     (generation.scripted_writer: the warm start's expert turns, log-prob 0)."""
-    from types import SimpleNamespace
-
-    from asct_jax.rl.generation import GenerationChooser, model_writer, scripted_writer
-
     per_policy = _GENERATORS.setdefault(policy, {})
     if greedy not in per_policy:
         def write(params, obs, cands, legal, carry, key, forced):
@@ -315,24 +115,6 @@ def _generator(policy, greedy: bool):
                            carry)
         per_policy[greedy] = jax.jit(write)
     return per_policy[greedy]
-
-
-def written_command(response: np.ndarray, mask: np.ndarray, codec, spec) -> str:
-    """The command a game receives for a generated response the in-jit projection found
-    invalid: verl-agent's rule on the response's text (asct_jax.envs.projection.project:
-    the text between the action tags, or the last 30 characters), which the game parses
-    itself (ScienceWorld answers "No known action matches that input." when it cannot).
-    The tiny actor's response is its words joined by spaces, its tag ids written as tags;
-    a pretrained model's is its tokenizer's decoding."""
-    from asct_jax.envs.projection import TAG_STRINGS, project
-
-    ids = [int(t) for t in response[mask] if int(t) != spec.stop_id]
-    if isinstance(codec, ChatCodec):
-        text = codec.tokenizer.decode(ids, skip_special_tokens=True)
-    else:
-        tags = {i[0]: t for i, t in zip(spec.tags, TAG_STRINGS) if len(i) == 1}
-        text = " ".join(tags.get(i) or codec.tokenizer.decode([i]) for i in ids)
-    return project(text, ())[0]
 
 
 # ----------------------------------------------------------------------------- rollout
@@ -387,14 +169,6 @@ def host_rollout_from(policy, params: Any, host_env: BatchedHostEnv, tokenizer,
                  shape, key=key, greedy=greedy, encoder=encoder, select=select)
 
 
-def _initial_history(policy, batch: int, obs_len: int, action_len: int):
-    """The generating chooser's initial history (no past steps)."""
-    k = policy.spec.history
-    return (jnp.full((batch, k, obs_len), policy.pad_id, jnp.int32),
-            jnp.full((batch, k, action_len), policy.pad_id, jnp.int32),
-            jnp.zeros((batch, k), bool))
-
-
 def concat_rollouts(parts: Sequence[Rollout], keep: Optional[int] = None) -> Rollout:
     """Rollouts [B_i, T, ...] joined along the batch (env_calls summed, each episode its own
     group), cut to the first `keep` episodes (env_calls then counts those)."""
@@ -406,10 +180,6 @@ def concat_rollouts(parts: Sequence[Rollout], keep: Optional[int] = None) -> Rol
         out = out.replace(env_calls=jnp.asarray(int(out.turn_mask.sum()), jnp.int32))
     return out.replace(group=jnp.arange(out.turn_mask.shape[0], dtype=jnp.int32))
 
-
-def task_text(state: HostState) -> str:
-    """The task part of a host observation (HostEnv puts it first, before a blank line)."""
-    return state.observation.split("\n\n", 1)[0]
 
 
 def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape: HostShape,
@@ -431,7 +201,7 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
     generate = getattr(policy, "chooser", "candidates") == "generate"
     if generate:
         write, spec = _generator(policy, bool(greedy)), policy.spec
-        gen_carry = _initial_history(policy, b, obs_len, a_len)
+        gen_carry = GenerationChooser(spec, None, policy.pad_id).init(b, obs_len, a_len)
         r_len = int(spec.response_len)
     else:
         score, r_len = _scorer(policy, bool(greedy)), a_len

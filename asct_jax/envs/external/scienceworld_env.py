@@ -224,7 +224,7 @@ class ScienceWorldEnv(HostEnv):
         return out
 
     def walkthrough(self, state: HostState) -> List[str]:
-        """The gold path of the state's game (asct_jax.rl.host_rollout.game_texts)."""
+        """The gold path of the state's game (asct_jax.rl.host_tokenizer.game_texts)."""
         return self.gold_path(state.game)
 
     # --- backend hooks ------------------------------------------------------------------
