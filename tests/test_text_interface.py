@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from asct_jax.envs import make
-from asct_jax.envs.base import vmap_reset, vmap_step
 from asct_jax.envs.text_interface import LLMView, render_text
 from asct_jax.models import gguf_io, loading
 
@@ -29,7 +28,8 @@ def _view(name, tokenizer):
 def _random_play(view, params, key):
     """States, view timesteps and view candidates of random-policy episodes [T, B, ...]."""
     def play(key):
-        states, ts = vmap_reset(view, jax.random.split(key, EPISODES), params)
+        states, ts = jax.vmap(view.reset, in_axes=(0, None))(jax.random.split(key, EPISODES),
+                                                              params)
 
         def turn(carry, k):
             states, ts = carry
@@ -38,10 +38,10 @@ def _random_play(view, params, key):
             action = jnp.take_along_axis(cands, pick[:, None, None], axis=1)[:, 0]
             env_obs = jax.vmap(view.inner.observe, in_axes=(0, None))(states, params)
             env_cands, _ = jax.vmap(view.inner.legal_actions, in_axes=(0, None))(states, params)
-            new_states, new_ts = vmap_step(view, states, action, params)
-            env_next, env_ts = vmap_step(view.inner, states,
-                                         jnp.take_along_axis(env_cands, pick[:, None, None],
-                                                             axis=1)[:, 0], params)
+            new_states, new_ts = jax.vmap(view.step, in_axes=(0, 0, None))(states, action, params)
+            env_action = jnp.take_along_axis(env_cands, pick[:, None, None], axis=1)[:, 0]
+            env_next, env_ts = jax.vmap(view.inner.step, in_axes=(0, 0, None))(
+                states, env_action, params)
             out = dict(obs=ts.observation, env_obs=env_obs, cands=cands, env_cands=env_cands,
                        feedback=new_ts.feedback, env_feedback=env_ts.feedback,
                        reward=new_ts.reward, env_reward=env_ts.reward,
@@ -125,7 +125,8 @@ def _generation_setup(tokenizer):
     view, params = _view("household", tokenizer)
     pieces = view.prompt_tokens().generation
     spec = GenerationSpec(tags=pieces.tags, stop_id=pieces.stop_id, pieces=pieces)
-    states, ts = vmap_reset(view, jax.random.split(jax.random.key(4), 3), params)
+    states, ts = jax.vmap(view.reset, in_axes=(0, None))(jax.random.split(jax.random.key(4), 3),
+                                                          params)
     cands, legal = jax.vmap(view.legal_actions, in_axes=(0, None))(states, params)
     n, k = 3, spec.history
     prompt = build_prompt(ts.observation, cands, legal,

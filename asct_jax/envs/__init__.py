@@ -19,7 +19,7 @@ from asct_jax.envs import (_common, household, rag_workflow, ragspace, science, 
 from asct_jax.envs._common import SIZES
 from asct_jax.envs.base import (  # noqa: F401  (re-exports)
     BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID, Environment, TimeStep,
-    action_tokens_equal, match_action, vmap_reset, vmap_step)
+    action_tokens_equal, match_action)
 
 # name -> (module, class with `from_size(size, **overrides)`).
 _REGISTRY: Dict[str, Tuple[ModuleType, Any]] = {
@@ -74,4 +74,4 @@ def module_of(name: str):
 
 __all__ = ["make", "list_envs", "module_of", "ENVS", "SIZES", "Environment", "TimeStep",
            "PAD_ID", "EOS_ID", "UNK_ID", "BOS_ID", "SEP_ID", "SPECIAL_TOKENS", "match_action",
-           "action_tokens_equal", "vmap_reset", "vmap_step"]
+           "action_tokens_equal"]

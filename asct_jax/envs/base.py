@@ -229,10 +229,3 @@ def match_action(cands: chex.Array, legal: chex.Array, action: chex.Array) -> ch
     hit = action_tokens_equal(cands, action[None, :]) & legal
     return jnp.where(jnp.any(hit), jnp.argmax(hit), -1)
 
-
-def vmap_reset(env: Environment, keys: chex.Array, params: Any):
-    return jax.vmap(env.reset, in_axes=(0, None))(keys, params)
-
-
-def vmap_step(env: Environment, states: Any, actions: chex.Array, params: Any):
-    return jax.vmap(env.step, in_axes=(0, 0, None))(states, actions, params)

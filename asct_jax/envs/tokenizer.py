@@ -74,20 +74,6 @@ def tag_ids(base_vocab_size: int) -> tuple:
     return tuple(base_vocab_size + i for i in range(len(TAG_TOKENS)))
 
 
-def decode_with_tags(ids, base_vocab_size: int) -> str:
-    """decode(ids) with the tag ids written as their tags (tests, examples)."""
-    words, run = [], []
-    for i in (int(x) for x in np.asarray(ids).reshape(-1)):
-        if i >= base_vocab_size:
-            words += [decode(run)] if run else []
-            words.append(TAG_TOKENS[i - base_vocab_size])
-            run = []
-        else:
-            run.append(i)
-    words += [decode(run)] if run else []
-    return " ".join(w for w in words if w)
-
-
 def save_tokenizer(directory: str) -> None:
     """Write the tokenizer files; reload with PreTrainedTokenizerFast.from_pretrained(dir)."""
     get_tokenizer().save_pretrained(directory)

@@ -1,4 +1,4 @@
-"""Returns and advantage estimators over turns: GAE, GRPO, GiGPO, trajectory return, VinePPO.
+"""Returns and advantage estimators over turns: GAE, GRPO, GiGPO, returns to go, VinePPO.
 
 Shapes: B episodes, T turns, A tokens per action. `turn_mask` [B, T] bool marks the turns
 that happened; it is a *prefix* mask (episode i has turns 0 .. L_i - 1, L_i <= T, and
@@ -21,7 +21,7 @@ multiple of the group size G.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import Tuple, Union
 
 import chex
 import jax
@@ -360,70 +360,6 @@ def gigpo_advantages(rewards: chex.Array, obs: chex.Array, turn_mask: chex.Array
     return a * mf
 
 
-def group_baseline(returns: chex.Array, group_size: int,
-                   leave_one_out: bool = False) -> chex.Array:
-    """Per-episode group baseline b_i (FACTOR's b, the GRPO mean):
-
-      b_i = (1/G) sum_{k in g(i)} G_k                     (default)
-      b_i = (1/(G-1)) sum_{k in g(i), k != i} G_k         (leave_one_out, RLOO)
-
-    Args:
-      returns: [B] float, B = num_groups * group_size, contiguous groups.
-    Returns:
-      [B] b_i.
-    """
-    chex.assert_rank(returns, 1)
-    b = returns.shape[0]
-    if b % group_size:
-        raise ValueError(f"batch {b} is not a multiple of group_size {group_size}")
-    grouped = returns.reshape(b // group_size, group_size)
-    total = jnp.sum(grouped, axis=1, keepdims=True)
-    if leave_one_out:
-        if group_size < 2:
-            raise ValueError("leave_one_out needs group_size >= 2")
-        base = (total - grouped) / (group_size - 1)
-    else:
-        base = jnp.broadcast_to(total / group_size, grouped.shape)
-    return base.reshape(b)
-
-
-def trajectory_return_advantages(rewards: chex.Array, turn_mask: chex.Array,
-                                 values: Optional[chex.Array] = None,
-                                 baseline: Optional[Scalar] = None,
-                                 to_go: bool = False) -> chex.Array:
-    """Trajectory-return credit: the same return for every turn, minus a baseline.
-
-      A_t = m_t * (G - V_t - b)          G = sum_k m_k r_k (or G_t = sum_{k>=t} if to_go)
-
-    Args:
-      rewards: [B, T] float.
-      turn_mask: [B, T] bool.
-      values: optional [B, T] critic values V(x_t) subtracted per turn (stop_gradient).
-      baseline: optional scalar or [B] baseline b (e.g. `group_baseline`).
-      to_go: use the return-to-go G_t instead of the whole-episode return.
-    Returns:
-      [B, T] A_t, 0 where masked.
-    """
-    _check_turns(rewards, turn_mask)
-    m = turn_mask.astype(rewards.dtype)
-    if to_go:
-        adv = returns_to_go(rewards, turn_mask)
-    else:
-        adv = episode_returns(rewards, turn_mask)[:, None] * m
-    if values is not None:
-        chex.assert_equal_shape([values, rewards])
-        adv = adv - jax.lax.stop_gradient(values)
-    if baseline is not None:
-        baseline = jnp.asarray(baseline, rewards.dtype)
-        if baseline.ndim == 1:
-            chex.assert_shape(baseline, (rewards.shape[0],))
-            baseline = baseline[:, None]
-        else:
-            chex.assert_rank(baseline, 0)
-        adv = adv - baseline
-    return adv * m
-
-
 def vineppo_advantages(rewards: chex.Array, v_hat: chex.Array, turn_mask: chex.Array,
                        gamma: Scalar = 1.0) -> chex.Array:
     """VinePPO advantage from Monte-Carlo state values (Kazemnejad et al. 2024):
@@ -455,25 +391,6 @@ def broadcast_to_tokens(adv: chex.Array, token_mask: chex.Array) -> chex.Array:
     chex.assert_type(token_mask, bool)
     chex.assert_equal_shape_prefix([adv, token_mask], 2)
     return adv[..., None] * token_mask.astype(adv.dtype)
-
-
-def masked_normalise(x: chex.Array, mask: chex.Array, eps: float = 1e-8) -> chex.Array:
-    """Whitening over the real entries (PPO advantage normalisation):
-
-      x' = m * (x - mean_m(x)) / (std_m(x) + eps),   mean/std over entries with m = 1.
-
-    Args:
-      x: [...] float; mask: same shape, bool.
-    Returns:
-      same shape, 0 where masked.
-    """
-    chex.assert_equal_shape([x, mask])
-    chex.assert_type(mask, bool)
-    m = mask.astype(x.dtype)
-    n = jnp.maximum(jnp.sum(m), 1.0)
-    mean = jnp.sum(x * m) / n
-    var = jnp.sum(m * (x - mean) ** 2) / n
-    return m * (x - mean) / (jnp.sqrt(var) + eps)
 
 
 def standardise_coefficients(coef: chex.Array, turn_mask: chex.Array, token_mask: chex.Array,
