@@ -1,4 +1,5 @@
-"""Tests of the JAX-native text environments (small configs), the registry and tokenizer.
+"""Tests of the JAX-native text environments (small configs): the protocol every one
+keeps, the registry and the settings, the base class.
 
 Compiles are kept few: per environment one module fixture jits reset, an agent step
 (policy + step) single and vmapped, and a raw step on given tokens.
@@ -10,9 +11,9 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from asct_jax.envs import EOS_ID, PAD_ID, SPECIAL_TOKENS, list_envs, make, module_of
+from asct_jax.envs import EOS_ID, PAD_ID, list_envs, make, module_of
 from asct_jax.envs import _common as C
-from asct_jax.envs.tokenizer import decode, encode_fixed, get_tokenizer, save_tokenizer
+from asct_jax.envs.tokenizer import get_tokenizer
 
 ENVS = ("rag_workflow", "household", "shop", "science")
 
@@ -62,36 +63,6 @@ def h(request):
     return Harness(request.param)
 
 
-# ---------------------------------------------------------------------------- tokenizer
-def test_tokenizer_vocab_and_roundtrip(tmp_path):
-    from transformers import PreTrainedTokenizerFast
-
-    tok = get_tokenizer()
-    vocab = tok.get_vocab()
-    assert [vocab[s] for s in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
-    words = sorted(vocab, key=vocab.get)[len(SPECIAL_TOKENS):]
-    assert words == sorted(words) and len(vocab) < 1024
-    save_tokenizer(str(tmp_path))
-    tok2 = PreTrainedTokenizerFast.from_pretrained(str(tmp_path))
-    text = "now call the deep_retrieve tool take the apple from the fridge : 42"
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    assert tok2(text, add_special_tokens=False)["input_ids"] == ids
-    assert UNK_not_in(ids)
-    assert tok2.pad_token_id == PAD_ID and tok2.eos_token_id == EOS_ID
-    fixed = encode_fixed(text, 16)
-    assert fixed.dtype == np.int32 and fixed.shape == (16,)
-    assert list(fixed[: len(ids)]) == ids and np.all(fixed[len(ids):] == PAD_ID)
-    assert decode(fixed) == text
-    with pytest.raises(ValueError):
-        encode_fixed(text, 4)
-    with pytest.raises(ValueError):
-        encode_fixed("xylophone", 4)
-
-
-def UNK_not_in(ids):
-    return 2 not in ids
-
-
 # ---------------------------------------------------------------------------- registry
 def test_registry_errors_and_overrides():
     assert set(ENVS) | {"toy_tree"} <= set(list_envs())
@@ -115,25 +86,6 @@ def test_toy_tree_registered():
     assert env.num_actions >= 2
     with pytest.raises(ValueError, match="allowed fields"):
         make("toy_tree", colour=1)
-
-
-def test_rag_component_sets_and_descriptions():
-    env, p = make("rag_workflow")
-    env_t, p_t = make("rag_workflow", component_set="transfer")
-    env_n, p_n = make("rag_workflow", describe_components=False)
-    costs = np.asarray(env.action_costs(None, p))
-    assert costs.max() / costs.min() >= 5
-    assert not np.array_equal(np.asarray(env_t.action_costs(None, p_t)), costs)
-    assert sorted(np.asarray(p_t.ctype)) == sorted(np.asarray(p.ctype))
-    c0, c1 = decode(env.t_cand[0]), decode(env_t.t_cand[1])   # both "retrieve"-type
-    assert "retrieve" in c0 and "search" in c1
-    k = jax.random.PRNGKey(0)
-    _, ts = env.reset(k, p)
-    _, ts_n = env_n.reset(k, p_n)
-    n, n_n = int(np.sum(ts.observation != PAD_ID)), int(np.sum(ts_n.observation != PAD_ID))
-    assert n - n_n == 4 * env.num_actions + 1
-    assert "costly thorough search" in decode(ts.observation)
-    assert "costly" not in decode(ts_n.observation)
 
 
 # ---------------------------------------------------------------------------- protocol
@@ -377,41 +329,6 @@ def test_array_override_keeps_dtype():
     assert p.can_research.dtype == jnp.bool_
     with pytest.raises(ValueError, match="shape"):
         make("household", task_probs=[1.0, 0.0])
-
-
-def test_household_named_status_burnt():
-    from asct_jax.envs.household import Kind, Status, Task, slot_kind
-
-    env, p = make("household", size="small")
-    s, _ = env.reset(jax.random.PRNGKey(0), p)
-    R, N = env.R, env.N
-    assert [int(slot_kind(i, R, N)) for i in range(env.num_actions)] == \
-        [Kind.GO] * R + [Kind.TAKE] * N + [Kind.PUT, Kind.CLEAN, Kind.HEAT, Kind.COOL]
-    # hold the target at the microwave: heating twice burns it
-    micro = int(p.appliances[Task.HEAT - 1])
-    s = s.replace(held=s.target, obj_loc=s.obj_loc.at[s.target].set(-1), loc=jnp.int32(micro))
-    heat = env.legal_actions(s, p)[0][R + N + 1 + (Task.HEAT - 1)]
-    s, _ = env.step(s, heat, p)
-    assert bool(s.status[s.target, Status.HOT]) and not bool(s.status[s.target, Status.BURNT])
-    s, ts = env.step(s, heat, p)
-    assert bool(s.status[s.target, Status.BURNT]) and "burnt" in decode(ts.feedback)
-
-
-def test_shop_and_rag_named_fields():
-    from asct_jax.envs.rag_workflow import DECOMPOSE, Flag, Hop
-    from asct_jax.envs.shop import Goal, Page
-
-    env, p = make("shop")
-    s, ts = env.reset(jax.random.PRNGKey(0), p)
-    assert int(s.page) == Page.SEARCH and "search" in decode(ts.observation)
-    color = get_tokenizer().decode([int(env.w_color[int(s.goal[Goal.COLOR])])])
-    assert f"in {color}" in decode(ts.observation)
-    env, p = make("rag_workflow")
-    s, _ = env.reset(jax.random.PRNGKey(0), p)
-    assert np.all(np.asarray(s.status) == Hop.NONE)
-    slot = int(np.argmax(np.asarray(p.ctype) == DECOMPOSE))
-    s, _ = env.step(s, env.legal_actions(s, p)[0][slot], p)
-    assert bool(s.flags[Flag.DECOMPOSED]) and not bool(s.flags[Flag.VERIFIED])
 
 
 # ---------------------------------------------------------------------------- base class

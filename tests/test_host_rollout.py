@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 from asct_jax.envs import make as make_env
-from asct_jax.envs.base import EOS_ID, PAD_ID, SPECIAL_TOKENS
+from asct_jax.envs.base import EOS_ID, PAD_ID
 from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
 from asct_jax.models import Decoder, get_preset
 from asct_jax.rl.host_rollout import HostShape, host_rollout, host_rollout_from
@@ -34,13 +34,11 @@ HOST_MAX_TURNS = 4  # < T: every episode ends (done) before the rollout's last t
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup():
     games = make_games(3, out=os.environ.get("ASCT_JAX_TEXTWORLD_GAMES", DEFAULT_OUT),
                        go=6)[:NUM_GAMES]
     tok = build_tokenizer(game_texts(TextWorldEnv(games, max_turns=10), range(NUM_GAMES),
                                      random_episodes=1, max_steps=10))
-    tok_dir = str(tmp_path_factory.mktemp("tok"))
-    tok.save_pretrained(tok_dir)
     cfg = get_preset("tiny", vocab_size=len(tok), max_seq_len=O + F + A + 2, hidden_size=32,
                      num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
                      intermediate_size=64)
@@ -52,7 +50,7 @@ def setup(tmp_path_factory):
     batch, host_states = host_rollout(
         policy, params, env, tok, list(range(NUM_GAMES)), SHAPE, group_size=G,
         key=jax.random.key(0), encoder=encoder)
-    return dict(games=games, tok=tok, tok_dir=tok_dir, policy=policy, params=params,
+    return dict(games=games, tok=tok, policy=policy, params=params,
                 batch=batch, host_states=host_states, encoder=encoder, env=env)
 
 
@@ -60,19 +58,6 @@ def _play_from(setup, states, key):
     env = BatchedHostEnv(setup["env"].envs[:len(states)])
     return host_rollout_from(setup["policy"], setup["params"], env, setup["tok"], states,
                              SHAPE, key=key, encoder=setup["encoder"])[0]
-
-
-def test_tokenizer_special_ids_and_reload(setup):
-    from transformers import PreTrainedTokenizerFast
-
-    tok = setup["tok"]
-    assert [tok.convert_tokens_to_ids(s) for s in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
-    assert tok.pad_token_id == PAD_ID and tok.eos_token_id == EOS_ID
-    assert len(tok) < 1000
-    back = PreTrainedTokenizerFast.from_pretrained(setup["tok_dir"])
-    text = "Take the Red Bell Pepper from the fridge."
-    assert back(text)["input_ids"] == tok(text)["input_ids"]
-    assert tok.unk_token_id not in tok("take cookbook from table")["input_ids"]
 
 
 def test_shapes_match_jax_rollout_conventions(setup):
@@ -155,17 +140,6 @@ def test_logp_old_matches_recomputed_and_rewards_sum_to_score(setup):
     scores = [s[-1].score - s[0].score for s in setup["host_states"]]
     np.testing.assert_allclose(np.asarray(batch.rewards).sum(1), scores)
     assert set(np.asarray(batch.final_info["success"]).tolist()) <= {0.0, 1.0}
-
-
-def test_candidate_selection_is_deterministic(setup):
-    enc = CommandEncoder(setup["tok"], 4)
-    cmds = ["examine a", "take red bell pepper from fridge", "go north", "go north", "look",
-            "eat meal", "inventory", "open door"]
-    kept, toks = enc.candidates(cmds, 3)
-    assert kept == ["go north", "eat meal", "open door"]  # too long / dup / observe-only out
-    assert all(len(t) == 4 and t[-1] in (EOS_ID, PAD_ID) for t in toks)
-    assert enc.stats["too_long"] == 1 and enc.stats["duplicates"] == 1
-    assert enc.candidates(cmds, 3) == (kept, toks)
 
 
 def test_one_grpo_learn_step_changes_params(setup):
