@@ -181,7 +181,6 @@ def concat_rollouts(parts: Sequence[Rollout], keep: Optional[int] = None) -> Rol
     return out.replace(group=jnp.arange(out.turn_mask.shape[0], dtype=jnp.int32))
 
 
-
 def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape: HostShape,
           *, key, greedy, encoder, select=None, force=None):
     """The turn loop of host_rollout from `states` (infos: their step infos).

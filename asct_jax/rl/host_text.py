@@ -149,7 +149,6 @@ def written_command(response: np.ndarray, mask: np.ndarray, codec, spec) -> str:
     return project(text, ())[0]
 
 
-
 def task_text(state: HostState) -> str:
     """The task part of a host observation (HostEnv puts it first, before a blank line)."""
     return state.observation.split("\n\n", 1)[0]

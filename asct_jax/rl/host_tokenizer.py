@@ -90,4 +90,3 @@ def load_or_build_tokenizer(directory: str, texts_fn, **kwargs):
     except OSError:
         pass
     return PreTrainedTokenizerFast.from_pretrained(directory)
-

@@ -76,5 +76,5 @@ from asct_jax.envs.ragspace.simulator import edge_cost, question_features  # noq
 from asct_jax.envs.ragspace.spec import (  # noqa: F401
     CAL, CHOICE_STAGES, CONTEXT, CONTROL, CUE_WORDS, DATASETS, DONE, LABELS, MAX_HOPS,
     MAX_ROUNDS, MIX, PROBE_DESCRIPTIONS, PROBE_LABEL, QUERY, RERANK, RETRIEVER, SELECTION,
-    SPLITS, STAGES, WIDTH, Q, Qtype, R, RagSpaceParams, RagSpaceState, num_legal)
+    SPLITS, STAGES, WIDTH, Q, Qtype, R, RagSpaceParams, RagSpaceState)
 from asct_jax.envs.ragspace.workflows import workflow_actions, workflow_tree  # noqa: F401

@@ -206,4 +206,3 @@ class RagSpace(C.TextEnvironment):
                            rounds=s.rounds, difficulty=s.diff, qtype=s.qtype, aux_tokens=s.aux,
                            # the description probe's selection rate (Table 6): retriever A
                            probe_chosen=s.choice[1] == R.PROBE)
-

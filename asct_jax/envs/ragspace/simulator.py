@@ -195,4 +195,3 @@ def answer(s: RagSpaceState, cx) -> Tuple[chex.Array, chex.Array]:
     f1 = (jnp.asarray(CAL["f_full"])[s.diff] * g
           - jnp.asarray(CAL["noise_pen"])[s.diff] * noise)       # f_full g - pen noise
     return in_ctx, jnp.clip(f1, 0.0, 1.0).astype(jnp.float32)
-

@@ -187,7 +187,6 @@ class RagSpaceState:
     idio: chex.Array       # [9] float32 N(0, 1) idiosyncratic fit of retrievers 0..5, queries
 
 
-
 def num_legal(stage: int, rounds: int, num_retrievers: int) -> int:
     """Legal slots 0 .. n - 1 of a stage (control at round 3: stop only)."""
     if stage == CONTROL:

@@ -71,4 +71,3 @@ def workflow_actions(num_retrievers: int = 5) -> np.ndarray:
                 paths[int(c)] = paths[p] + [k]
     out = [paths[n] + [-1] * (9 - len(paths[n])) for n in np.flatnonzero(tree.terminal)]
     return np.asarray(out, np.int32)
-
