@@ -115,7 +115,8 @@ def test_reproduce_sets_the_xla_opt_level_once_and_refuses_a_second_one(monkeypa
 
 
 def test_the_pretrained_actor_without_think_is_a_config_error():
-    from asct_jax.rl.trainer import TextShape, generation_spec
+    from asct_jax.rl.build import generation_spec
+    from asct_jax.rl.sources import TextShape
     c = base.get_config()
     c.actor.chooser, c.actor.think = "generate", "none"
     c.model.path = "some/model"
@@ -124,7 +125,8 @@ def test_the_pretrained_actor_without_think_is_a_config_error():
 
 
 def test_the_generating_pretrained_actor_without_a_chat_view_is_a_config_error():
-    from asct_jax.rl.trainer import TextShape, generation_spec
+    from asct_jax.rl.build import generation_spec
+    from asct_jax.rl.sources import TextShape
     c = base.get_config()
     c.actor.chooser = "generate"
     c.model.path = "some/model"
