@@ -18,7 +18,7 @@ from typing import Any, Mapping, Optional, Tuple, Type
 
 from asct_jax.envs import SIZES
 from asct_jax.infra.checks import Range, check
-from asct_jax.infra.distributed import DistributedConfig
+from asct_jax.infra.distributed import DistributedConfig, distributed_config
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.models.config import LORA_TARGETS, PRESETS
 from asct_jax.rl.generation import CHOOSERS, CONTINUATIONS, THINK
@@ -212,6 +212,7 @@ class RunConfig:
     record: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     def replace(self, **fields: Any) -> "RunConfig":
+        """A copy with `fields` replaced (e.g. train=dataclasses.replace(run.train, ...))."""
         return dataclasses.replace(self, **fields)
 
 
@@ -227,8 +228,7 @@ def run_config(config: Any, method: Optional[Any] = None) -> RunConfig:
     from asct_jax.infra.config_cli import config_to_dict
 
     sec = lambda cls, name, **extra: from_section(cls, config, name, **extra)  # noqa: E731
-    train = sec(TrainConfig, "train", distributed=sec(DistributedConfig, "train.distributed")
-                if "distributed" in config.train else DistributedConfig())
+    train = sec(TrainConfig, "train", distributed=distributed_config(config))
     return RunConfig(
         seed=config.seed, method=config.method, env=sec(EnvConfig, "env"),
         model=sec(ModelSetup, "model"), text=sec(TextConfig, "text"),
