@@ -46,7 +46,8 @@ MAIN_METRICS = {
 
 def held_out_eval(config, params, **options):
     """Greedy held-out metrics of `params` on ragspace with env.options updated."""
-    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from asct_jax.rl.build import build_learner
+    from asct_jax.rl.sources import JaxEnvSource
     from experiments import registry
 
     import ml_collections
@@ -76,7 +77,8 @@ def difficulty_eval(config, params) -> dict:
     episodes (its environment, eval_seed key, eval_episodes, group size 1, so the
     count-weighted mean is final/env/utility), grouped by info["difficulty"]."""
     from asct_jax.rl.rollout import rollout
-    from asct_jax.rl.trainer import JaxEnvSource, build_policy, held_out_env
+    from asct_jax.rl.build import build_policy
+    from asct_jax.rl.sources import JaxEnvSource, held_out_env
 
     tc = config.train
     source = JaxEnvSource(config)

@@ -29,7 +29,8 @@ def transfer_eval(config, summary, params):
     """Held-out episodes of the trained actor on the changed component set."""
     import copy
 
-    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from asct_jax.rl.build import build_learner
+    from asct_jax.rl.sources import JaxEnvSource
     from experiments import registry
 
     c = copy.deepcopy(config)

@@ -37,7 +37,9 @@ def measure(method: str) -> dict:
     import jax
     import numpy as np
 
-    from asct_jax.rl import trainer
+    from asct_jax.rl.build import build_learner
+    from asct_jax.rl.sources import JaxEnvSource
+    from asct_jax.rl.trainer import seed_batch
     from asct_jax.rl.train_step import SEED_AXIS, make_seeds_train_step
     from experiments import registry
     from experiments.configs import factor_table
@@ -46,10 +48,10 @@ def measure(method: str) -> dict:
     base = factor_table.get_config("smoke_warm")
     configs = [check_variant(base, {"method": method, "env.name": "shop", "seed": s})
                for s in (42, 43)]
-    source = trainer.JaxEnvSource(configs[0])
-    learners = [trainer.build_learner(c, registry.get(method), source, seed_axis=SEED_AXIS)
+    source = JaxEnvSource(configs[0])
+    learners = [build_learner(c, registry.get(method), source, seed_axis=SEED_AXIS)
                 for c in configs]
-    state, sharding, keys = trainer.seed_batch(learners, [l.init_state for l in learners])
+    state, sharding, keys = seed_batch(learners, [l.init_state for l in learners])
     step = make_seeds_train_step(learners[0], source.env, source.env_params, sharding)
     t0 = time.perf_counter()
     lowered = step.lower(state, keys)

@@ -81,7 +81,8 @@ def make_env(name: str, policy: str = "uniform"):
     env, params = envs.make(name)
     if policy == "tiny":
         from asct_jax.rl.credit import CreditContext, state_policy_fn
-        from asct_jax.rl.trainer import TextShape, build_policy
+        from asct_jax.rl.build import build_policy
+        from asct_jax.rl.sources import TextShape
         from experiments.configs import base
 
         c = base.get_config()
@@ -191,7 +192,8 @@ def step_share(method: str, num_groups: int, group_size: int, min_time: float,
     from asct_jax.rl.credit import state_policy_fn
     from asct_jax.rl.rollout import rollout
     from asct_jax.rl.train_step import make_train_step, policy_params
-    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from asct_jax.rl.build import build_learner
+    from asct_jax.rl.sources import JaxEnvSource
     from asct_jax.search.methods import paper_search_config
     from experiments import registry
     from experiments.configs import asct_ragspace

@@ -28,7 +28,8 @@ from asct_jax.rl.rollout import rollout
 from asct_jax.infra.run_logger import atomic_write_json
 from asct_jax.infra.tables import markdown_table
 from asct_jax.rl.train_step import make_learn_step, make_train_step
-from asct_jax.rl.trainer import JaxEnvSource, build_learner
+from asct_jax.rl.build import build_learner
+from asct_jax.rl.sources import JaxEnvSource
 from experiments import registry
 from experiments.configs import base
 

@@ -119,12 +119,14 @@ def rl_config(scale: str, method: str, fsdp: int = 1):
 
 def build_step(scale: str, method: str, fsdp: int = 1):
     """(learner, lowered step) of one RL step of `method` at `scale` (not compiled yet)."""
-    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from asct_jax.rl.build import build_learner
+    from asct_jax.rl.sources import JaxEnvSource
     from experiments import registry
     from experiments.bench_train import lower_train_step
 
-    source = JaxEnvSource(rl_config(scale, method, fsdp))
-    learner = build_learner(source.config, registry.get(method), source)
+    config = rl_config(scale, method, fsdp)
+    source = JaxEnvSource(config)
+    learner = build_learner(config, registry.get(method), source)
     return learner, lower_train_step(learner, source)
 
 

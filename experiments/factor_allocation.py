@@ -38,7 +38,8 @@ def allocation(config, env_name: str):
     import factor_jax as fj
     from asct_jax.rl.rollout import rollout
     from asct_jax.rl.train_step import policy_params
-    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from asct_jax.rl.build import build_learner
+    from asct_jax.rl.sources import JaxEnvSource
     from experiments import registry
     from factor_jax.methods import Schedule, factor_config, factor_pieces
 

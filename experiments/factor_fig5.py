@@ -419,7 +419,8 @@ def run(config) -> Dict[str, Any]:
     from asct_jax.infra.checkpoint import Checkpointer, NonFiniteLossError
     from asct_jax.infra.run_logger import atomic_write_json
     from asct_jax.rl.train_step import policy_params
-    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from asct_jax.rl.build import build_learner
+    from asct_jax.rl.sources import JaxEnvSource
     from experiments import registry
     from experiments.runner import train_run
 

@@ -6,12 +6,12 @@ method names exists. A new method is a `Method` in its package's METHODS tuple.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Dict, Tuple
 
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl import methods as rl_methods
 from asct_jax.rl.credit import Method
-from asct_jax.rl.ppo_config import ppo_config
+from asct_jax.rl.run_config import RunConfig, run_config
 from asct_jax.search import methods as search_methods
 from factor_jax import methods as factor_methods
 
@@ -34,11 +34,10 @@ def get(name: str) -> Method:
     return METHODS[name]
 
 
-def check(config) -> Tuple[Method, Any]:
-    """(method, its typed config) of config.method, with the update's typed config built
-    too: the experiment edge's validation of what the run will read. A bad value is a
-    one-line ConfigError naming the field and the allowed values (exit 2 from a script)."""
+def check(config) -> Tuple[Method, RunConfig]:
+    """(method, the run's typed config) of a ConfigDict: config.method's Method and every
+    section typed and checked, the method's own config included (RunConfig.method_config):
+    the experiment edge's validation of what the run will read. A bad value is a one-line
+    ConfigError naming the field and the allowed values (exit 2 from a script)."""
     method = get(config.method)
-    method_cfg = method.make_config(config)
-    ppo_config(config)
-    return method, method_cfg
+    return method, run_config(config, method)

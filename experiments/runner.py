@@ -36,12 +36,13 @@ def config_differences(stored: Mapping[str, Any], config) -> List[str]:
     return sorted(k for k in keys if a.get(k) != b.get(k))
 
 
-def start_processes(config, source=None) -> None:
-    """Joins the processes of config.train.distributed (asct_jax.infra.distributed), before
-    anything is built. Host-side games (`source`) run in one process only."""
+def start_processes(run, source=None) -> None:
+    """Joins the processes of train.distributed (asct_jax.infra.distributed; run: a
+    RunConfig), before anything is built. Host-side games (`source`) run in one process
+    only."""
     from asct_jax.infra import distributed
 
-    if distributed.initialize(config) and source is not None:
+    if distributed.initialize(run.train.distributed) and source is not None:
         raise ConfigError(f"{distributed.FIELD}.enabled", "host-side games play in one "
                           "process; several processes run the JAX-native environments",
                           "False")
@@ -54,20 +55,23 @@ def train_run(config, return_params: bool = False, source=None, return_state: bo
     from asct_jax.rl import trainer
     from experiments import registry
 
-    method, _ = registry.check(config)
-    start_processes(config, source)
-    return trainer.train(config, method, source=source, return_params=return_params,
+    method, run = registry.check(config)
+    start_processes(run, source)
+    return trainer.train(run, method, source=source, return_params=return_params,
                          return_state=return_state)
 
 
 def train_seeds_run(configs, return_params: bool = False):
-    """trainer.train_seeds (one compiled program for the seeds of one config)."""
+    """trainer.train_seeds (one compiled program for the seeds of one config), each
+    config checked and typed first (experiments.registry.check)."""
     from asct_jax.rl import trainer
     from experiments import registry
 
-    start_processes(configs[0])
-    return trainer.train_seeds(configs, registry.get(configs[0].method),
-                               return_params=return_params)
+    checked = [registry.check(c) for c in configs]
+    runs = [run for _, run in checked]
+    if runs:
+        start_processes(runs[0])
+    return trainer.train_seeds(runs, checked[0][0], return_params=return_params)
 
 
 def check_variant(base, overrides: Mapping[str, Any]):

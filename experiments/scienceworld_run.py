@@ -43,12 +43,14 @@ def game_set(config):
     """The GameSet of config.scienceworld: train variations to train on, dev to evaluate."""
     from asct_jax.envs.external.command_rules import VerbQuotaRule
     from asct_jax.envs.external.scienceworld_env import ScienceWorldEnv
-    from asct_jax.rl.host_games import GameSet
+    from asct_jax.infra.typed_config import from_section
+    from asct_jax.rl.host_games import GameSet, HostGameConfig
 
     sw = config.scienceworld
     make = functools.partial(ScienceWorldEnv, tuple(sw.tasks), simplification=sw.simplification,
                              max_turns=sw.max_turns, reward=sw.reward)
-    return GameSet(name="scienceworld", section="scienceworld",
+    return GameSet(name="scienceworld",
+                   settings=from_section(HostGameConfig, config, "scienceworld"),
                    make_train=functools.partial(make, split="train",
                                                 num_variations=sw.num_train),
                    make_eval=functools.partial(make, split="dev", num_variations=sw.num_eval),
@@ -90,12 +92,13 @@ def gold_paths(config, games, out_dir: str):
 
 def warm_start(config, games, paths, out_dir: str) -> str:
     """results/<experiment>/warm_start/: the gold-path warm start (made once)."""
-    from asct_jax.infra.config_cli import config_to_dict
+    import dataclasses
+
+    from asct_jax.rl.build import build_learner
     from asct_jax.rl.host_games import HostGames
     from asct_jax.rl.host_warm_start import host_warm_start, paths_of
     from asct_jax.rl.params_io import save_params
     from asct_jax.rl.train_step import policy_params
-    from asct_jax.rl.trainer import build_learner
     from experiments import registry
 
     ws_dir = os.path.join(out_dir, "warm_start")
@@ -104,17 +107,17 @@ def warm_start(config, games, paths, out_dir: str) -> str:
     if os.path.exists(ws_dir):   # interrupted between the checkpoint and the summary
         import shutil
         shutil.rmtree(ws_dir)
-    source = HostGames(config, games)
+    method, rc = registry.check(config)   # the edge: every section typed and checked
+    source = HostGames(rc, games)
     try:
         t0 = time.time()
-        params, info = host_warm_start(config, source, paths_of(paths))
+        params, info = host_warm_start(rc, source, paths_of(paths))
         save_params(ws_dir, params, extra={"env": "scienceworld",
-                                           "seed": config.warm_start.seed})
-        atomic_write_json(os.path.join(ws_dir, "config.json"), config_to_dict(config))
+                                           "seed": rc.warm_start.seed})
+        atomic_write_json(os.path.join(ws_dir, "config.json"), rc.record)
         wall = time.time() - t0
-        c = config.copy_and_resolve_references()
-        c.train.init_from = ws_dir
-        learner = build_learner(c, registry.get(c.method), source)
+        warm = rc.replace(train=dataclasses.replace(rc.train, init_from=ws_dir))
+        learner = build_learner(warm, method, source)
         actor = source.make_eval(learner)(policy_params(learner.init_state))
     finally:
         source.close()

@@ -41,11 +41,12 @@ def game_set(config):
     import functools
 
     from asct_jax.envs.external import TextWorldEnv
-    from asct_jax.rl.host_games import GameSet
+    from asct_jax.infra.typed_config import from_section
+    from asct_jax.rl.host_games import GameSet, HostGameConfig
 
     tw = config.textworld
     files = build_games(tw)
-    return GameSet(name="textworld", section="textworld",
+    return GameSet(name="textworld", settings=from_section(HostGameConfig, config, "textworld"),
                    make_train=functools.partial(TextWorldEnv, files["train"], tw.max_turns),
                    make_eval=functools.partial(TextWorldEnv, files["eval"], tw.max_turns),
                    num_train=len(files["train"]), num_eval=len(files["eval"]))

@@ -28,7 +28,7 @@ import jax
 
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json
-from experiments.configs.base import WARM_START_FIELDS
+from experiments.configs.base import ADDED_DEFAULTS, WARM_START_FIELDS
 from experiments.dotted import flatten, under
 
 KEYS = ("env/success", "env/score", "return", "episode_len")
@@ -57,41 +57,41 @@ def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilons,
 def run(config, out_dir: str = None):
     """Warm start, save, evaluate; returns the summary dict. out_dir: default
     results/<experiment>/warm_start."""
-    from asct_jax.infra.config_cli import config_to_dict
-    from asct_jax.rl.train_step import policy_params
-    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    import dataclasses
+
+    from asct_jax.rl.build import build_learner
     from asct_jax.rl.params_io import save_params
+    from asct_jax.rl.sources import JaxEnvSource
+    from asct_jax.rl.train_step import policy_params
     from asct_jax.rl.warm_start import warm_start
     from experiments import registry
 
-    tc = config.train
+    method, rc = registry.check(config)   # the edge: every section typed and checked
+    tc = rc.train
     out_dir = out_dir or os.path.join(tc.results_dir, tc.experiment, "warm_start")
     if os.path.exists(os.path.join(out_dir, "checkpoint")):
         raise FileExistsError(f"{out_dir} already holds a warm start; delete it or choose "
                               "another --config.train.experiment")
-    source = JaxEnvSource(config)
+    source = JaxEnvSource(rc)
     t0 = time.time()
-    params, info = warm_start(config, source)
-    save_params(out_dir, params, extra={"env": config.env.name,
-                                        "seed": config.warm_start.seed})
-    atomic_write_json(os.path.join(out_dir, "config.json"), config_to_dict(config))
+    params, info = warm_start(rc, source)
+    save_params(out_dir, params, extra={"env": rc.env.name, "seed": rc.warm_start.seed})
+    atomic_write_json(os.path.join(out_dir, "config.json"), rc.record)
     wall = time.time() - t0
     # The trainer's own step-0 evaluation of a run started from the saved params.
-    c = config.copy_and_resolve_references()
-    c.train.init_from = out_dir
-    learner = build_learner(c, registry.get(c.method), source)
+    warm = rc.replace(train=dataclasses.replace(tc, init_from=out_dir))
+    learner = build_learner(warm, method, source)
     actor = source.make_eval(learner)(policy_params(learner.init_state))
     summary = {
-        "env": config.env.name, "seed": config.warm_start.seed, "eval_episodes": tc.eval_episodes,
+        "env": rc.env.name, "seed": rc.warm_start.seed, "eval_episodes": tc.eval_episodes,
         "eval_seed": tc.eval_seed, "eval_greedy": tc.eval_greedy,
-        "warm_start": config_to_dict(config.warm_start), "warm_start_s": wall, **info,
+        "warm_start": rc.record["warm_start"], "warm_start_s": wall, **info,
         "actor": {k: actor[f"eval/{k}"] for k in KEYS + GEN_KEYS if f"eval/{k}" in actor},
         # "expert": the imitated scripted policy (warm_start.teacher), noise-free;
         # "random": epsilon 1 (the teacher is never asked).
         **{who: {k: v for k, v in m.items() if k in KEYS} for who, m in zip(
             ("expert", "random"), scripted_metrics(source, tc.eval_episodes, tc.eval_seed,
-                                                   (0.0, 1.0),
-                                                   config.warm_start.get("teacher", "expert")))},
+                                                   (0.0, 1.0), rc.warm_start.teacher))},
     }
     atomic_write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary
@@ -118,8 +118,9 @@ def _depends(config) -> dict:
 
 # Fields added after warm starts were named, at the value those warm starts had: left out
 # of the name, so that the existing warm starts keep theirs.
-KEY_NEUTRAL = {"actor.think": "required", "actor.logits_chunk": 2 ** 24,
-               "model.attention_block": 0, "model.value_detached": False}
+KEY_NEUTRAL = {k: ADDED_DEFAULTS[k] for k in ("actor.think", "actor.logits_chunk",
+                                               "model.attention_block",
+                                               "model.value_detached")}
 
 
 def depends_on(flat: dict) -> dict:

@@ -23,7 +23,8 @@ from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table
 from asct_jax.rl.train_step import make_eval, make_mesh
-from asct_jax.rl.trainer import JaxEnvSource, build_policy
+from asct_jax.rl.build import build_policy
+from asct_jax.rl.sources import JaxEnvSource
 
 KEYS = ("env/success", "env/score", "episode_len")
 

@@ -45,7 +45,8 @@ def _credit_setup(config, num_groups: int = 2, group_size: int = 2):
 
     from asct_jax.rl.credit import CreditContext
     from asct_jax.rl.rollout import rollout
-    from asct_jax.rl.trainer import JaxEnvSource, build_policy
+    from asct_jax.rl.build import build_policy
+    from asct_jax.rl.sources import JaxEnvSource
 
     config.rollout.num_groups, config.rollout.group_size = num_groups, group_size
     source = JaxEnvSource(config)

@@ -47,22 +47,23 @@ def test_inconsistent_distributed_fields_are_config_errors(fields, field):
     c = base.get_config()
     c.train.distributed.update(dict(enabled=True, **fields))
     with pytest.raises(ConfigError, match=rf"^{field}: "):
-        distributed.initialize(c)
+        distributed.initialize(distributed.distributed_config(c))
 
 
 def test_initialize_arguments_leave_empty_fields_to_the_environment():
-    block = base.get_config().train.distributed
+    c = base.get_config()
     timeouts = {"initialization_timeout": 300, "shutdown_timeout_seconds": 900}
-    assert distributed.initialize_kwargs(block) == timeouts
-    block.update(dict(coordinator_address="10.0.0.1:1234", num_processes=4, process_id=3))
-    assert distributed.initialize_kwargs(block) == {
+    assert distributed.initialize_kwargs(distributed.distributed_config(c)) == timeouts
+    c.train.distributed.update(dict(coordinator_address="10.0.0.1:1234", num_processes=4,
+                                    process_id=3))
+    assert distributed.initialize_kwargs(distributed.distributed_config(c)) == {
         **timeouts, "coordinator_address": "10.0.0.1:1234",
         "num_processes": 4, "process_id": 3}
 
 
 def test_off_by_default_and_single_process_helpers():
     assert not base.get_config().train.distributed.enabled
-    assert distributed.initialize(base.get_config()) is False   # nothing initialised
+    assert distributed.initialize(distributed.DistributedConfig()) is False   # nothing initialised
     assert distributed.is_primary() and distributed.process_index() == 0
     distributed.barrier("single")                               # a no-op
     f = jax.jit(lambda x: x + 1)

@@ -113,20 +113,3 @@ def test_reproduce_sets_the_xla_opt_level_once_and_refuses_a_second_one(monkeypa
     with pytest.raises(ConfigError, match=r"^--xla-opt-level: "):
         reproduce.use_xla_opt_level("1")
 
-
-def test_the_pretrained_actor_without_think_is_a_config_error():
-    from asct_jax.rl.trainer import TextShape, generation_spec
-    c = base.get_config()
-    c.actor.chooser, c.actor.think = "generate", "none"
-    c.model.path = "some/model"
-    with pytest.raises(ConfigError, match=r"^actor.think: .*allowed: required$"):
-        generation_spec(c, TextShape(8, 4, 4, 3, 100))
-
-
-def test_the_generating_pretrained_actor_without_a_chat_view_is_a_config_error():
-    from asct_jax.rl.trainer import TextShape, generation_spec
-    c = base.get_config()
-    c.actor.chooser = "generate"
-    c.model.path = "some/model"
-    with pytest.raises(ConfigError, match=r"^actor.chooser: "):
-        generation_spec(c, TextShape(8, 4, 4, 3, 100))

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from asct_jax.infra import config_cli
-from asct_jax.rl.trainer import JaxEnvSource, build_learner
+from asct_jax.rl.build import build_learner
+from asct_jax.rl.sources import JaxEnvSource
 from experiments import registry
 from experiments import factor_fig5 as fig5
 from experiments.configs import base

@@ -260,7 +260,8 @@ FAST = ("grpo", "factor")
 @pytest.mark.parametrize("method", [
     m if m in FAST else pytest.param(m, marks=pytest.mark.slow) for m in registry.names()])
 def test_every_method_trains_a_step_with_the_generating_actor(method, tmp_path):
-    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from asct_jax.rl.build import build_learner
+    from asct_jax.rl.sources import JaxEnvSource
     c = _generate_config(method, "rag_workflow" if method.startswith("asct") else "household")
     c.train.results_dir = str(tmp_path)
     source = JaxEnvSource(c)

@@ -144,7 +144,7 @@ def test_logp_old_matches_recomputed_and_rewards_sum_to_score(setup):
 
 def test_one_grpo_learn_step_changes_params(setup):
     from asct_jax.rl.train_step import make_learn_step
-    from asct_jax.rl.trainer import learner_for_policy
+    from asct_jax.rl.build import learner_for_policy
     from experiments.configs import base
 
     c = base.get_config()
@@ -220,7 +220,7 @@ def test_host_continuations_land_on_the_checkpoints(setup):
 
 def test_factor_learn_step_uses_host_continuations(setup):
     from asct_jax.rl.train_step import make_learn_step
-    from asct_jax.rl.trainer import learner_for_policy
+    from asct_jax.rl.build import learner_for_policy
     from experiments.configs import base
 
     c = base.get_config()

@@ -16,7 +16,9 @@ from asct_jax.models.testing import tiny_llm_folder
 from asct_jax.rl import policy as policy_lib
 from asct_jax.rl.credit import CreditContext
 from asct_jax.rl.rollout import rollout
-from asct_jax.rl.trainer import JaxEnvSource, build_policy, train
+from asct_jax.rl.build import build_policy
+from asct_jax.rl.sources import JaxEnvSource
+from asct_jax.rl.trainer import train
 from experiments import registry
 from experiments.configs import base
 

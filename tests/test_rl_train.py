@@ -41,7 +41,8 @@ def small_config(tmp_path, **train):
 
 def build(c):
     """(learner, compiled step(state, step) -> (state, host metrics)) of a config."""
-    from asct_jax.rl.trainer import JaxEnvSource, build_learner
+    from asct_jax.rl.build import build_learner
+    from asct_jax.rl.sources import JaxEnvSource
     from experiments import registry
 
     source = JaxEnvSource(c)

@@ -165,7 +165,7 @@ def test_host_rollout_of_a_generating_actor(tmp_path):
 
     from asct_jax.rl.host_games import HostGames
     from asct_jax.rl.host_warm_start import expert_rollout
-    from asct_jax.rl.trainer import build_policy
+    from asct_jax.rl.build import build_policy
     from asct_jax.rl.types import action_tokens, nonaction_tokens
     from experiments import scienceworld_run
     from experiments.configs import scienceworld as cfg

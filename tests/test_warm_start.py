@@ -16,7 +16,7 @@ from tests.test_rl_train import small_config
 
 
 def _source(c):
-    from asct_jax.rl.trainer import JaxEnvSource
+    from asct_jax.rl.sources import JaxEnvSource
     return JaxEnvSource(c)
 
 
@@ -79,7 +79,7 @@ def test_expert_turns_are_legal_actions_off_the_experts_path():
 
 @pytest.mark.slow
 def test_sft_lowers_the_loss_and_raises_held_out_expert_log_probs():
-    from asct_jax.rl.trainer import build_policy
+    from asct_jax.rl.build import build_policy
     c = small_config("/tmp")
     source = _source(c)
     policy, params = build_policy(c, source.vocab_size, source.shape, source.prompt)
@@ -115,7 +115,7 @@ def test_a_run_with_init_from_starts_from_the_warm_start(warm, tmp_path):
 
 @pytest.mark.slow
 def test_init_from_errors_name_the_field(warm, tmp_path):
-    from asct_jax.rl.trainer import build_learner
+    from asct_jax.rl.build import build_learner
     from experiments import registry
     _, _, out_dir = warm
     for init_from, fix in [(str(tmp_path / "nowhere"), {}),

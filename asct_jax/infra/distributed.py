@@ -1,6 +1,6 @@
 """Several processes, one program: JAX's own multi-process runtime from the config.
 
-    distributed.initialize(config)      # first, before any JAX computation
+    distributed.initialize(run.train.distributed)   # first, before any JAX computation
     ...                                 # the same program on every process
     if distributed.is_primary(): write the run's files
 
@@ -13,7 +13,8 @@ and the step's metrics come back fully replicated, so every process reads them. 
 0 writes the run's files (asct_jax.infra.run_logger); orbax checkpoints are written and
 read by every process together, in whatever layout the restoring run has.
 
-config.train.distributed (all processes get the same values but process_id):
+config.train.distributed (`DistributedConfig`; every process gets the same values but
+process_id):
   enabled              False: one process, nothing is initialised.
   coordinator_address  "host:port" of process 0; "" from the cluster's environment.
   num_processes        0: from the cluster's environment.
@@ -27,37 +28,51 @@ and Cloud TPU pods itself (docs/multihost.md).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any, Callable, Optional
 
 from asct_jax.infra.checks import ConfigError, Range
+from asct_jax.infra.typed_config import from_section, option
 
 FIELD = "train.distributed"
-CONSTRAINTS = {
-    f"{FIELD}.num_processes": Range(0, None, integer=True),
-    f"{FIELD}.process_id": Range(-1, None, integer=True),
-    f"{FIELD}.initialization_timeout": Range(1, None, integer=True),
-    f"{FIELD}.barrier_timeout": Range(1, None, integer=True),
-}
-
-
 BARRIER_TIMEOUT_S = 900
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    """Section train.distributed (module doc): how the processes of a run join."""
+
+    enabled: bool = option(None, "False: one process, nothing is initialised", False)
+    coordinator_address: str = option(None, "host:port of process 0 ('': from the "
+                                      "environment)", "")
+    num_processes: int = option(Range(0, None, integer=True), "0: from the environment", 0)
+    process_id: int = option(Range(-1, None, integer=True), "-1: from the environment", -1)
+    initialization_timeout: int = option(Range(1, None, integer=True), "seconds for every "
+                                         "process to join", 300)
+    barrier_timeout: int = option(Range(1, None, integer=True), "seconds a process waits "
+                                  "for the others", BARRIER_TIMEOUT_S)
+
+
 _barrier_timeout_s = BARRIER_TIMEOUT_S   # this run's train.distributed.barrier_timeout
 _barrier_count = itertools.count()
 
 
-def _fields(config: Any) -> Optional[Any]:
-    """config.train.distributed if enabled, else None (a config without it: one process)."""
-    block = config.train.get("distributed") if "train" in config else None
-    return block if block is not None and block.get("enabled", False) else None
+def distributed_config(config: Any) -> DistributedConfig:
+    """The DistributedConfig of a ConfigDict's train.distributed (defaults without one);
+    a one-line ConfigError naming the field for a value outside its rule."""
+    train = config.get("train", {})
+    if "distributed" not in train:
+        return DistributedConfig()
+    return from_section(DistributedConfig, config, FIELD)
 
 
-def initialize_kwargs(block: Any) -> dict:
-    """The arguments of jax.distributed.initialize for a train.distributed block: the
+def initialize_kwargs(cfg: DistributedConfig) -> dict:
+    """The arguments of jax.distributed.initialize for a train.distributed section: the
     fields given, the rest left to jax's cluster detection. ConfigError (one line) for
     an address without a port or a process id outside [0, num_processes)."""
-    address = str(block.get("coordinator_address", "") or "")
-    n, pid = int(block.get("num_processes", 0)), int(block.get("process_id", -1))
+    address = str(cfg.coordinator_address or "")
+    n, pid = int(cfg.num_processes), int(cfg.process_id)
     if address:
         host, sep, port = address.rpartition(":")
         if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
@@ -66,8 +81,8 @@ def initialize_kwargs(block: Any) -> dict:
     if n and pid >= n:
         raise ConfigError(f"{FIELD}.process_id", f"{pid} with num_processes = {n}",
                           f"-1 (from the cluster's environment) or 0 .. {n - 1}")
-    kwargs = {"initialization_timeout": int(block.get("initialization_timeout", 300)),
-              "shutdown_timeout_seconds": int(block.get("barrier_timeout", BARRIER_TIMEOUT_S))}
+    kwargs = {"initialization_timeout": int(cfg.initialization_timeout),
+              "shutdown_timeout_seconds": int(cfg.barrier_timeout)}
     for name, value in (("coordinator_address", address or None),
                         ("num_processes", n or None),
                         ("process_id", None if pid < 0 else pid)):
@@ -76,17 +91,16 @@ def initialize_kwargs(block: Any) -> dict:
     return kwargs
 
 
-def initialize(config: Any) -> bool:
-    """Joins the processes of config.train.distributed (jax.distributed.initialize) when
+def initialize(cfg: DistributedConfig) -> bool:
+    """Joins the processes of train.distributed (jax.distributed.initialize) when
     enabled; True if this process is part of a multi-process run. Calling it again in the
     same process (a table's second run) is a no-op. ConfigError if JAX already
     computed something in this process (it must come first) or a field is malformed."""
     import jax
 
-    block = _fields(config)
-    if block is None:
+    if not cfg.enabled:
         return jax.distributed.is_initialized()
-    kwargs = initialize_kwargs(block)
+    kwargs = initialize_kwargs(cfg)
     global _barrier_timeout_s
     _barrier_timeout_s = kwargs["shutdown_timeout_seconds"]
     if jax.distributed.is_initialized():

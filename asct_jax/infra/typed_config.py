@@ -25,10 +25,18 @@ T = TypeVar("T")
 _RULE, _DOC = "rule", "doc"
 
 
-def option(rule: Any = None, doc: str = "", default: Any = dataclasses.MISSING) -> Any:
+def option(rule: Any = None, doc: str = "", default: Any = dataclasses.MISSING,
+           factory: Any = dataclasses.MISSING) -> Any:
     """A dataclass field with its allowed values (a collection or a checks.Range; None:
-    any value) and a one-line meaning. Without `default` the section must hold it."""
-    return dataclasses.field(default=default, metadata={_RULE: rule, _DOC: doc})
+    any value) and a one-line meaning. Without `default` (or a `factory` making it) the
+    section must hold it."""
+    return dataclasses.field(default=default, default_factory=factory,
+                             metadata={_RULE: rule, _DOC: doc})
+
+
+def has_default(f: dataclasses.Field) -> bool:
+    """Whether a field may be missing from its section."""
+    return not (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
 
 def _plain(value: Any) -> Any:
@@ -53,7 +61,7 @@ def from_section(cls: Type[T], config: Any, section: str, **extra: Any) -> T:
             continue
         name = f"{section}.{f.name}" if section else f.name
         if f.name not in node:
-            if f.default is not dataclasses.MISSING:
+            if has_default(f):
                 continue
             raise ConfigError(name, "missing", "a value for this field")
         value = _plain(node[f.name])

@@ -1,16 +1,16 @@
 """Real text games driven on the host (TextWorld, ScienceWorld) as a rollout source.
 
-    summary = trainer.train(config, method, source=HostGames(config, game_set))
-    # game_set: a GameSet (experiments/textworld_run.py, experiments/scienceworld_run.py)
+    summary = trainer.train(run, method, source=HostGames(run, game_set))
+    # run: a RunConfig; game_set: a GameSet (experiments/textworld_run.py,
+    # experiments/scienceworld_run.py)
 
 Each step plays B = rollout.num_groups * G episodes with `host_rollout` (num_groups
 training games drawn without replacement, G episodes each) and hands the batch to the
 jitted learn step (credit + PPO update). Held-out evaluation plays eval_episodes episodes
 of every held-out game (games the policy never trains on) with a fixed key, so every
 method and seed is evaluated on the same episodes. The shapes and counts come from the
-game set's config section (config.textworld, config.scienceworld): max_turns, obs_len,
-feedback_len, action_len, max_candidates, eval_episodes, tokenizer_episodes, max_vocab,
-workers (environments in that many worker processes; 0: in this process).
+game set's config section (config.textworld, config.scienceworld), typed as
+`HostGameConfig` by the script that builds the GameSet.
 
 A method that restores environment states inside the jitted step
 (`Method.restores_states_in_step`: search, VinePPO) cannot run here. A method with a
@@ -33,6 +33,8 @@ import numpy as np
 
 from asct_jax.envs.external import BatchedHostEnv, HostEnv, ParallelHostEnv
 from asct_jax.envs.prompt import PromptTokens
+from asct_jax.infra.checks import Range
+from asct_jax.infra.typed_config import option
 from asct_jax.models.loading import load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import Method
 from asct_jax.rl.host_rollout import HostShape, concat_rollouts, host_rollout, host_rollout_from
@@ -40,15 +42,38 @@ from asct_jax.rl.host_text import ChatCodec, CommandEncoder
 from asct_jax.rl.host_tokenizer import game_texts, load_or_build_tokenizer
 from asct_jax.rl.rollout import episode_metrics
 from asct_jax.rl.learner import Learner
+from asct_jax.rl.run_config import RunConfig, run_config
+from asct_jax.rl.sources import EvalFn, StepFn, TextShape
 from asct_jax.rl.train_step import make_learn_step, policy_params, to_host
-from asct_jax.rl.trainer import EvalFn, StepFn, TextShape
+
+_AT_LEAST_1 = Range(1, None, integer=True)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HostGameConfig:
+    """A game set's config section (textworld, scienceworld): what HostGames reads."""
+
+    max_turns: int = option(_AT_LEAST_1, "turns per episode")
+    obs_len: int = option(_AT_LEAST_1, "observation tokens kept (the last ones)")
+    feedback_len: int = option(_AT_LEAST_1, "feedback tokens")
+    action_len: int = option(Range(2, None, integer=True), "command tokens")
+    max_candidates: int = option(_AT_LEAST_1, "K candidate commands")
+    eval_episodes: int = option(_AT_LEAST_1, "sampled episodes per held-out game")
+    tokenizer_episodes: int = option(Range(0, None, integer=True), "random episodes per "
+                                     "game for the vocabulary")
+    max_vocab: int = option(_AT_LEAST_1, "most words of the games' vocabulary")
+    workers: int = option(Range(0, None, integer=True), "environments in worker processes "
+                          "(0: in this process)", 0)
+    eval_games_at_once: int = option(Range(0, None, integer=True), "held-out games played "
+                                     "together (0: all)", 0)
 
 
 @dataclasses.dataclass(frozen=True)
 class GameSet:
     """A benchmark's games for HostGames.
 
-    name: the env name ("textworld", "scienceworld"); section: its config section.
+    name: the env name ("textworld", "scienceworld"); settings: its config section's
+      HostGameConfig.
     make_train / make_eval: picklable factories of one host environment over the training
       / held-out games (reset(seed) plays game seed % n).
     num_train / num_eval: the number of training / held-out games (seeds 0 .. n - 1).
@@ -57,7 +82,7 @@ class GameSet:
     """
 
     name: str
-    section: str
+    settings: HostGameConfig
     make_train: Callable[[], HostEnv]
     make_eval: Callable[[], HostEnv]
     num_train: int
@@ -65,14 +90,14 @@ class GameSet:
     select: Optional[Callable] = None
 
 
-def build_tokenizer_for(config, games: GameSet):
+def build_tokenizer_for(run: RunConfig, games: GameSet):
     """The word-level tokenizer of the games (built once per experiment, then loaded).
 
     Its vocabulary covers the texts of every game used (walkthrough + random episodes):
     words only, no rewards, like the fixed vocabulary of a pretrained model.
     """
-    sec = config[games.section]
-    directory = os.path.join(config.train.results_dir, config.train.experiment, "tokenizer")
+    sec = games.settings
+    directory = os.path.join(run.train.results_dir, run.train.experiment, "tokenizer")
 
     def texts():
         out = []
@@ -114,18 +139,19 @@ class HostGames:
     env = env_params = None   # no JAX-native environment to restore states in
     prompt = PromptTokens()   # the games' own word vocabulary (a ChatCodec's with a model)
 
-    def __init__(self, config, games: GameSet):
-        self.config, self.games = config, games
-        tw, rc = config[games.section], config.rollout
+    def __init__(self, run: RunConfig, games: GameSet):
+        self.run = run = run_config(run)
+        self.games = games
+        tw, rc = games.settings, run.rollout
         if rc.num_groups > games.num_train:
             raise ValueError(f"rollout.num_groups = {rc.num_groups} > the {games.num_train} "
-                             f"training games of {games.section} (groups use distinct games)")
-        if config.model.get("path"):   # a pretrained model reads the games' text as is
-            tokenizer = load_tokenizer(resolve_model_path(config.model.path))
-            self.tokenizer = ChatCodec(tokenizer, config.text.system_prompt or SYSTEM_PROMPT)
+                             f"training games of {games.name} (groups use distinct games)")
+        if run.model.path:   # a pretrained model reads the games' text as is
+            tokenizer = load_tokenizer(resolve_model_path(run.model.path))
+            self.tokenizer = ChatCodec(tokenizer, run.text.system_prompt or SYSTEM_PROMPT)
             self.prompt = self.tokenizer.prompt_tokens()
         else:
-            tokenizer = self.tokenizer = build_tokenizer_for(config, games)
+            tokenizer = self.tokenizer = build_tokenizer_for(run, games)
         self.vocab_size = len(tokenizer)
         self.shape = TextShape(tw.obs_len, tw.action_len, tw.feedback_len,
                                num_actions=tw.max_candidates, base_vocab_size=self.vocab_size)
@@ -133,11 +159,11 @@ class HostGames:
                                     feedback_len=tw.feedback_len, action_len=tw.action_len,
                                     max_candidates=tw.max_candidates)
         self.encoder = CommandEncoder(self.tokenizer, tw.action_len)
-        workers = int(tw.get("workers", 0))
+        workers = int(tw.workers)
         self.train_env = batched(games.make_train, rc.num_groups * rc.group_size, workers)
         # Held-out games played eval_games_at_once at a time (0: all; each game's episodes
         # need one environment each, a ScienceWorld one a Java process).
-        at_once = int(tw.get("eval_games_at_once", 0)) or games.num_eval
+        at_once = int(tw.eval_games_at_once) or games.num_eval
         self.eval_chunk = min(at_once, games.num_eval)
         self.eval_env = batched(games.make_eval, self.eval_chunk * tw.eval_episodes, workers)
 
@@ -147,14 +173,15 @@ class HostGames:
                              "the jitted step, which host games cannot serve")
 
     def train_seeds(self, step: int) -> List[int]:
-        rng = np.random.default_rng([self.config.seed, step])
+        rng = np.random.default_rng([self.run.seed, step])
         n = self.games.num_train
-        return [int(s) for s in rng.choice(n, self.config.rollout.num_groups, replace=False)]
+        return [int(s) for s in rng.choice(n, self.run.rollout.num_groups, replace=False)]
 
     def make_step(self, learner: Learner) -> StepFn:
         """Host rollout (+ the method's host_prepare into batch.extras), then the jitted
         credit + update."""
-        learn, policy, config = make_learn_step(learner), learner.policy, self.config
+        learn, policy, group_size = (make_learn_step(learner), learner.policy,
+                                     self.run.rollout.group_size)
         prepare = learner.method.host_prepare
 
         def play_from(params):   # pi_old played on from stored states (always B of them)
@@ -169,7 +196,7 @@ class HostGames:
             batch, host_states = host_rollout(
                 policy, policy_params(state), self.train_env, self.tokenizer,
                 self.train_seeds(step_index), self.host_shape,
-                group_size=config.rollout.group_size, key=k_roll, encoder=self.encoder,
+                group_size=group_size, key=k_roll, encoder=self.encoder,
                 select=self.games.select)
             t1 = time.time()
             if prepare is not None:
@@ -189,7 +216,7 @@ class HostGames:
 
     def make_eval(self, learner: Learner) -> EvalFn:
         """Held-out games, eval_episodes episodes each, fixed key (sampled or greedy)."""
-        tw, tc = self.config[self.games.section], self.config.train
+        tw, tc = self.games.settings, self.run.train
         key = jax.random.key(tc.eval_seed)
 
         def evaluate(params):

@@ -1,7 +1,7 @@
 """A warm start from expert paths on host games (ScienceWorld's gold paths): SFT of the
 actor on the expert's turns, then the value head on the warm actor's own returns.
 
-    params, info = host_warm_start(config, source, paths)
+    params, info = host_warm_start(run, source, paths)   # run: a RunConfig
     # source: asct_jax.rl.host_games.HostGames; paths: {train game seed: [commands]}
 
 The mirror of asct_jax.rl.warm_start for games played on the host, with the same losses
@@ -11,7 +11,7 @@ for arbitrary states, only a fixed path per game, so the episodes are the paths 
 noise-free (`expert_rollout`: the path's command is forced at every turn, made a
 candidate when the candidate rule dropped it) and SFT trains on every turn of them. The
 value head is then fitted on `warm_start.episodes` episodes the warm actor plays on
-training games (return-to-go, config.ppo.gamma).
+training games (return-to-go, ppo.gamma).
 """
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from asct_jax.infra.checks import ConfigError
 from asct_jax.rl.host_rollout import _play, concat_rollouts, host_rollout
 from asct_jax.rl.train_step import join_params, split_params
-from asct_jax.rl.trainer import build_policy
+from asct_jax.rl.build import build_policy
+from asct_jax.rl.run_config import RunConfig, run_config
 from asct_jax.rl.types import Rollout
-from asct_jax.rl.warm_start import _fit, fit_value_head, make_update, sft_loss
+from asct_jax.rl.warm_start import _fit, fit_value_head, make_update, sft_loss, sft_steps
 
 
 def expert_rollout(policy, params, source, paths: Dict[int, Sequence[str]], key
@@ -59,15 +59,14 @@ def expert_rollout(policy, params, source, paths: Dict[int, Sequence[str]], key
     return concat_rollouts(parts), jnp.asarray(np.concatenate(masks))
 
 
-def host_warm_start(config, source, paths: Dict[int, Sequence[str]]
+def host_warm_start(run: RunConfig, source, paths: Dict[int, Sequence[str]]
                     ) -> Tuple[Any, Dict[str, float]]:
     """SFT on the expert paths, then the value head (module doc). Returns (params, info)
     like asct_jax.rl.warm_start.warm_start. Keys: fold_in(key(warm_start.seed), 1..4)."""
-    ws = config.warm_start
-    if config.env.name not in ws.sft_steps:
-        raise ConfigError(f"warm_start.sft_steps.{config.env.name}", "not set",
-                          f"one of {sorted(ws.sft_steps)} or add the environment")
-    policy, params = build_policy(config, source.vocab_size, source.shape, source.prompt)
+    run = run_config(run)
+    ws = run.warm_start
+    steps = sft_steps(run)
+    policy, params = build_policy(run, source.vocab_size, source.shape, source.prompt)
     params, frozen = split_params(params)
     key = jax.random.key(ws.seed)
     k_data, k_sft, k_roll, k_value = (jax.random.fold_in(key, i) for i in range(1, 5))
@@ -76,10 +75,10 @@ def host_warm_start(config, source, paths: Dict[int, Sequence[str]]
     adam = optax.adam(ws.lr)
     sft = make_update(policy, sft_loss, adam)
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data, expert, None,
-                                       k_sft, int(ws.sft_steps[config.env.name]), ws.batch,
+                                       k_sft, steps, ws.batch,
                                        frozen)
 
-    rc, n_env = config.rollout, len(source.train_env)
+    rc, n_env = run.rollout, len(source.train_env)
     played = []
     for c0 in range(0, int(ws.episodes), n_env):
         rng = np.random.default_rng([int(ws.seed), c0])
@@ -91,7 +90,7 @@ def host_warm_start(config, source, paths: Dict[int, Sequence[str]]
                                 encoder=source.encoder, select=source.games.select)
         played.append(batch)
     played = concat_rollouts(played)
-    params, v_first, v_last = fit_value_head(policy, params, played, adam, k_value, config,
+    params, v_first, v_last = fit_value_head(policy, params, played, adam, k_value, run,
                                              frozen)
     info = {"sft_loss_first": sft_first, "sft_loss_last": sft_last,
             "value_loss_first": v_first, "value_loss_last": v_last,

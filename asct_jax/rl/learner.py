@@ -1,6 +1,6 @@
 """The learner bundle: everything the compiled steps need, built once per run.
 
-`asct_jax.rl.trainer.build_learner` makes it; the step factories of
+`asct_jax.rl.build.build_learner` makes it; the step factories of
 asct_jax.rl.train_step take it whole (make_learn_step(learner), make_train_step(learner,
 env, env_params), ...), so a new piece is one field here, not an argument everywhere.
 """

@@ -2,7 +2,7 @@
 episodes of the environment's scripted expert played with exploration noise, then the
 value head fitted to Monte-Carlo returns of the warm-started actor.
 
-    params, info = warm_start(config, JaxEnvSource(config))
+    params, info = warm_start(run, JaxEnvSource(run))   # run: a RunConfig
 
 Data (`expert_episodes`): at each turn, with probability epsilon a uniformly random legal
 candidate, else the expert's (env.expert_policy; a random one too where the expert names
@@ -15,11 +15,11 @@ SFT loss (`sft_loss`): the mean over the expert actions' real tokens of -log pi(
 y_<j), the constrained log-probs of Policy.action_log_probs. Value fit (`value_fit_loss`):
 the warm-started actor plays fresh episodes (asct_jax.rl.rollout.rollout) and V(x_t) is
 regressed on the return-to-go G_t (asct_jax.rl.advantages.returns_to_go, gamma =
-config.ppo.gamma); only the value head trains in this phase (the other weights get a zero
+ppo.gamma: RunConfig.returns); only the value head trains in this phase (the other weights get a zero
 update), so the actor the value describes is the one SFT produced.
 
-Both phases sample `config.warm_start.batch` turns per step from a fixed batch of episodes
-(`sample_turns`) and take one Adam step (config.warm_start.lr) on one jitted update,
+Both phases sample `warm_start.batch` turns per step from a fixed batch of episodes
+(`sample_turns`) and take one Adam step (warm_start.lr) on one jitted update,
 compiled once per phase.
 """
 from __future__ import annotations
@@ -39,7 +39,8 @@ from asct_jax.rl.losses import value_loss
 from asct_jax.rl.generation import GenerationChooser, GenerationSpec, scripted_writer
 from asct_jax.rl.rollout import episodes_to_rollout, rollout
 from asct_jax.rl.train_step import join_params, split_params
-from asct_jax.rl.trainer import build_policy
+from asct_jax.rl.build import build_policy
+from asct_jax.rl.run_config import RunConfig, run_config
 from asct_jax.rl.types import Rollout, merge_batch_turns, policy_inputs
 
 
@@ -179,49 +180,57 @@ def _fit(update, params, opt_state, data, weight, targets, key, steps: int, batc
                                                              float("nan"))
 
 
-def fit_value_head(policy, params, played: Rollout, optimizer, key, config, frozen=None):
+def fit_value_head(policy, params, played: Rollout, optimizer, key, run: RunConfig,
+                   frozen=None):
     """warm_start.value_steps updates of the value head alone on `played`'s Monte-Carlo
-    return-to-go (gamma = config.ppo.gamma); returns (params, first loss, last loss)."""
-    ws = config.warm_start
-    returns = returns_to_go(played.rewards, played.turn_mask, config.ppo.gamma)
+    return-to-go (gamma = ppo.gamma); returns (params, first loss, last loss)."""
+    ws = run.warm_start
+    returns = returns_to_go(played.rewards, played.turn_mask, run.returns.gamma)
     vopt = value_head_only(optimizer, params)
     vfit = make_update(policy, value_fit_loss, vopt)
     return _fit(vfit, params, vopt.init(params), played, played.turn_mask, returns, key,
                 ws.value_steps, ws.batch, frozen)
 
 
-def warm_start(config, source) -> Tuple[Any, Dict[str, float]]:
+def sft_steps(run: RunConfig) -> int:
+    """warm_start.sft_steps of run's environment (ConfigError if it has none)."""
+    steps = run.warm_start.sft_steps
+    if run.env.name not in steps:
+        raise ConfigError(f"warm_start.sft_steps.{run.env.name}", "not set",
+                          f"one of {sorted(steps)} or add the environment")
+    return int(steps[run.env.name])
+
+
+def warm_start(run: RunConfig, source) -> Tuple[Any, Dict[str, float]]:
     """SFT on the noisy expert, then the value head on the SFT actor's returns.
 
     source: a JaxEnvSource (env, env_params, vocab_size, shape, prompt). Returns (params,
-    info): params are what TrainState.params holds for config's model (with LoRA the
+    info): params are what TrainState.params holds for the run's model (with LoRA the
     trainable part; asct_jax.rl.params_io saves them, build_learner's train.init_from
-    loads them), info the first / last losses of each phase. Keys: fold_in(key(config.seed),
-    1..4).
+    loads them), info the first / last losses of each phase. Keys:
+    fold_in(key(warm_start.seed), 1..4).
     """
-    ws = config.warm_start
-    if config.env.name not in ws.sft_steps:
-        raise ConfigError(f"warm_start.sft_steps.{config.env.name}", "not set",
-                          f"one of {sorted(ws.sft_steps)} or add the environment")
-    sft_steps = int(ws.sft_steps[config.env.name])
-    policy, params = build_policy(config, source.vocab_size, source.shape, source.prompt)
+    run = run_config(run)
+    ws = run.warm_start
+    steps = sft_steps(run)
+    policy, params = build_policy(run, source.vocab_size, source.shape, source.prompt)
     params, frozen = split_params(params)
     key = jax.random.key(ws.seed)
     k_data, k_sft, k_roll, k_value = (jax.random.fold_in(key, i) for i in range(1, 5))
 
     data = jax.jit(expert_episodes, static_argnums=(0, 3, 5, 6, 7))(
         source.env, source.env_params, k_data, int(ws.episodes), float(ws.epsilon),
-        policy.pad_id, ws.get("teacher", "expert"), getattr(policy, "spec", None))
+        policy.pad_id, ws.teacher, getattr(policy, "spec", None))
     adam = optax.adam(ws.lr)
     sft = make_update(policy, sft_loss, adam)
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,
-                                       data.expert, None, k_sft, sft_steps, ws.batch,
+                                       data.expert, None, k_sft, steps, ws.batch,
                                        frozen)
 
     played = jax.jit(rollout, static_argnums=(0, 2, 5, 6))(
         policy, join_params(params, frozen), source.env, source.env_params, k_roll,
         int(ws.episodes), 1)
-    params, v_first, v_last = fit_value_head(policy, params, played, adam, k_value, config,
+    params, v_first, v_last = fit_value_head(policy, params, played, adam, k_value, run,
                                              frozen)
     info = {"sft_loss_first": sft_first, "sft_loss_last": sft_last,
             "value_loss_first": v_first, "value_loss_last": v_last,

@@ -5,7 +5,6 @@
 """
 import ml_collections
 
-from asct_jax.infra.checks import Range
 from asct_jax.models.config import LORA_TARGETS
 
 
@@ -234,18 +233,25 @@ def get_config():
 BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.results_dir",
                       "train.progress", "train.compilation_cache", "train.distributed",
                       "warm_start")
-# - added after runs were stored, with the value a config.json without them meant
-#   (actor.continuations: "chooser", what a candidate-mode run did; the few generate-mode
-#   runs stored before 2026-12-04 scored their continuations and are taken as current;
-#   actor.logits_chunk and model.attention_block change what is alive at once, and the
-#   values only in float32 summation order; every run before model.value_detached shared
-#   the trunk);
-ADDED_DEFAULTS = {"train.init_from": "", "actor.chooser": "candidates",
-                  "actor.response_len": 24, "actor.history": 2, "actor.temperature": 1.0,
-                  "actor.top_p": 1.0, "actor.invalid_penalty": 0.1,
-                  "actor.continuations": "chooser", "actor.think": "required",
-                  "actor.logits_chunk": 2 ** 24, "model.attention_block": 0,
-                  "model.value_detached": False}
+# - added after runs were stored; a config.json without one meant its default
+#   (asct_jax.rl.run_config: actor.continuations "chooser", what a candidate-mode run did;
+#   the few generate-mode runs stored before 2026-12-04 scored their continuations and are
+#   taken as current; actor.logits_chunk and model.attention_block change what is alive
+#   at once, and the values only in float32 summation order; every run before
+#   model.value_detached shared the trunk);
+ADDED_FIELDS = ("train.init_from", "actor.chooser", "actor.response_len", "actor.history",
+                "actor.temperature", "actor.top_p", "actor.invalid_penalty",
+                "actor.continuations", "actor.think", "actor.logits_chunk",
+                "model.attention_block", "model.value_detached")
+
+
+def _added_defaults() -> dict:
+    from asct_jax.rl.run_config import default_of
+
+    return {name: default_of(name) for name in ADDED_FIELDS}
+
+
+ADDED_DEFAULTS = _added_defaults()
 # - a warm start's parameters depend on them (its directory name hashes them).
 WARM_START_FIELDS = ("env", "model", "text", "actor", "warm_start", "ppo.gamma")
 
@@ -286,82 +292,49 @@ def use_test_model(c):
 
 
 def get_constraints():
-    """Allowed values come from the modules that use them: the typed configs of the update
-    and the methods declare their own fields' (asct_jax.infra.typed_config); the rest are
-    the config's own."""
-    from asct_jax.envs import ENVS, SIZES
-    from asct_jax.infra import distributed
+    """Allowed values come from the typed configs that read the fields
+    (asct_jax.infra.typed_config): the run's sections (asct_jax.rl.run_config.SECTIONS)
+    and the methods'; the method and environment names are the config's own."""
+    from asct_jax.envs import ENVS
     from asct_jax.infra.typed_config import constraints
-    from asct_jax.models.config import PRESETS
     from asct_jax.rl.methods import GAEConfig, GiGPOConfig, ReturnConfig
-    from asct_jax.rl.generation import CHOOSERS, CONTINUATIONS, THINK
-    from asct_jax.rl.policy import LABEL_SCORES
-    from asct_jax.rl.ppo_config import PPOConfig
+    from asct_jax.rl.run_config import SECTIONS, SFT_STEPS
     from asct_jax.search.methods import ASCTConfig, SearchFields, VinePPOConfig
     from experiments import registry
     from factor_jax.methods import FactorConfig, SerlConfig
 
     return {
         "method": registry.names(),
-        "env.name": ENVS,
-        "env.size": SIZES,
-        **constraints(PPOConfig, "ppo"), **constraints(ReturnConfig, "ppo"),
+        "env.name": ENVS,   # the JAX environments (a host-game config names its own)
+        **{k: v for cls, section in SECTIONS for k, v in constraints(cls, section).items()},
+        **constraints(ReturnConfig, "ppo"),
         **constraints(GAEConfig, "ppo"), **constraints(GiGPOConfig, "gigpo"),
         **constraints(ASCTConfig, "asct"), **constraints(SearchFields, "asct.search"),
         **constraints(VinePPOConfig, "vineppo"), **constraints(FactorConfig, "factor"),
         **constraints(SerlConfig, "serl"),
-        "model.preset": tuple(PRESETS),
-        "policy.label_score": LABEL_SCORES,
-        "actor.chooser": CHOOSERS,
-        "actor.response_len": Range(6, None, integer=True),
-        "actor.history": Range(0, None, integer=True),
-        "actor.temperature": Range(0.0, None, lo_open=True),
-        "actor.top_p": Range(0.0, 1.0, lo_open=True),
-        "actor.invalid_penalty": Range(0.0, None),
-        "actor.logits_chunk": Range(0, None, integer=True),
-        "model.attention_block": Range(0, None, integer=True),
-        "actor.continuations": CONTINUATIONS,
-        "actor.think": THINK,
-        "model.dtype": ("float32", "bfloat16"),
-        "model.lora_targets": LORA_TARGETS,
-        "model.lora_rank": Range(0, None, integer=True),
-        "model.lora_alpha": Range(0.0, None, lo_open=True),
-        "text.obs_len": Range(0, None, integer=True),
-        "text.action_len": Range(0, None, integer=True),
-        "text.feedback_len": Range(0, None, integer=True),
-        "rollout.num_groups": Range(1, None, integer=True),
-        "rollout.group_size": Range(1, None, integer=True),
-        "train.steps": Range(1, None, integer=True),
-        "train.eval_every": Range(1, None, integer=True),
-        "train.checkpoint_every": Range(1, None, integer=True),
-        "train.keep": Range(1, None, integer=True),
-        "train.fsdp": Range(1, None, integer=True),
-        **distributed.CONSTRAINTS,
-        "warm_start.seed": Range(0, None, integer=True),
-        "warm_start.episodes": Range(1, None, integer=True),
-        "warm_start.epsilon": Range(0.0, 1.0),
-        **{f"warm_start.sft_steps.{e}": Range(0, None, integer=True)
-           for e in get_config().warm_start.sft_steps},
-        "warm_start.value_steps": Range(0, None, integer=True),
-        "warm_start.batch": Range(1, None, integer=True),
-        "warm_start.lr": Range(0.0, 1.0, lo_open=True),
+        **{f"warm_start.sft_steps.{e}": SFT_STEPS for e in get_config().warm_start.sft_steps},
     }
 
 
 def host_game_constraints(section: str, env_name: str) -> dict:
     """The constraints of a host-game config (experiments/configs/textworld.py,
     scienceworld.py): the base's, the methods host games serve (every method that restores
-    no state inside the jitted step), and the shared fields of its `section`."""
+    no state inside the jitted step), and its `section`'s (asct_jax.rl.host_games
+    .HostGameConfig, and the game counts)."""
     from asct_jax.infra.checks import Range
+    import dataclasses
+
+    from asct_jax.infra.typed_config import constraints, has_default
+    from asct_jax.rl.host_games import HostGameConfig
     from experiments import registry
 
     host_methods = tuple(n for n in registry.names()
                          if not registry.get(n).restores_states_in_step)
-    at_least = lambda n: Range(n, None, integer=True)   # noqa: E731
+    required = {f.name for f in dataclasses.fields(HostGameConfig) if not has_default(f)}
     cons = dict(get_constraints())
     cons.update({"method": host_methods, "env.name": (env_name,), "table.methods": host_methods,
-                 **{f"{section}.{f}": at_least(1) for f in (
-                     "num_train", "num_eval", "max_turns", "obs_len", "feedback_len",
-                     "max_candidates", "eval_episodes")},
-                 f"{section}.action_len": at_least(2)})
+                 **{k: v for k, v in constraints(HostGameConfig, section).items()
+                    if k.rpartition(".")[2] in required},   # the rest may be left out
+                 **{f"{section}.{f}": Range(1, None, integer=True)
+                    for f in ("num_train", "num_eval")}})
     return cons
