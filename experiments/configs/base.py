@@ -232,6 +232,22 @@ ADDED_DEFAULTS = {"train.init_from": "", "actor.chooser": "candidates",
                   "actor.continuations": "chooser", "actor.think": "required",
                   "actor.logits_chunk": 2 ** 24, "model.attention_block": 0,
                   "model.value_detached": False}
+# - retired (issue 35: the earlier ASCT variant, kept at git tag earlier-variants); a stored
+#   run with asct.variant "paper" ignored them, so its config reads as one without them
+#   (`without_retired`); an earlier-variant run keeps them and differs;
+RETIRED_FIELDS = ("asct.variant", "asct.centring", "asct.alpha", "asct.beta_start",
+                  "asct.beta_steps", "asct.search")
+
+
+def without_retired(flat):
+    """A stored run's flattened config without RETIRED_FIELDS when they changed nothing
+    in it (asct.variant "paper" or absent)."""
+    if flat.get("asct.variant", "paper") != "paper":
+        return dict(flat)
+    return {k: v for k, v in flat.items()
+            if not any(k == p or k.startswith(p + ".") for p in RETIRED_FIELDS)}
+
+
 # - a warm start's parameters depend on them (its directory name hashes them).
 WARM_START_FIELDS = ("env", "model", "text", "actor", "warm_start", "ppo.gamma")
 
