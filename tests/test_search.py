@@ -18,7 +18,7 @@ from asct_jax import search as S
 from asct_jax.envs.base import EOS_ID, PAD_ID, Environment
 from asct_jax.envs.toy_tree import ToyTree
 from asct_jax.search.search import node_info, root_active
-import tiny_workflow as tw  # noqa: E402  (tests/tiny_workflow.py)
+import tiny_workflow as tw  # tests/tiny_workflow.py
 
 ENV = ToyTree(num_actions=4, depth=3)
 K = ENV.num_actions
