@@ -15,7 +15,7 @@ at each budget B. Per evaluator and B:
   utility     mean utility of the B trials; J_search = utility - 1e-4 tokens / B (Eq. 5);
   visits      the root visit counts, sorted per state, averaged (how each rule allocates).
 Evaluators: root_mc (balanced root actions, uniform suffixes: the paper's root-stratified
-MC), uniform, uct, agentuct (the paper's search, asct_jax.search.paper_config). Writes
+MC), uniform, uct, agentuct (the paper's search, asct_jax.search.methods.paper_rules). Writes
 results/asct_repeatability.{json,md} atomically. Runs on CPU in about a minute.
 """
 from __future__ import annotations
@@ -31,17 +31,18 @@ import numpy as np
 
 from asct_jax.envs import make
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
-from asct_jax.search import init_cache, make_selection, paper_config, search
+from asct_jax.search import SearchConfig, init_cache, search
+from asct_jax.search.methods import paper_rules
 
 EVALUATORS = ("root_mc", "uniform", "uct", "agentuct")
 BETA = 1e-4
 
 
 def evaluator(name: str, budget: int):
-    """(selection_fn, SearchConfig) of an evaluator at budget B."""
+    """(SearchRules, SearchConfig) of an evaluator at budget B."""
     if name == "root_mc":
-        return make_selection("uniform"), paper_config("uniform", budget, max_depth=1)
-    return make_selection(name), paper_config(name, budget)
+        return paper_rules("uniform"), SearchConfig(num_simulations=budget, max_depth=1)
+    return paper_rules(name), SearchConfig(num_simulations=budget)
 
 
 def fixed_states(env, params, num_questions: int):
@@ -60,16 +61,16 @@ def run(num_questions=16, repeats=4, budgets=(12, 48), seed=0):
     uniform_prior = lambda s: (jnp.zeros((k,), jnp.float32), jnp.float32(0.0))  # noqa: E731
     out = {}
     for name, b in itertools.product(EVALUATORS, budgets):
-        sel, cfg = evaluator(name, b)
-        fn = jax.jit(lambda st, key, cache: search(env, params, st, uniform_prior, key, sel, cfg,
-                                                   cache=cache))
+        rules, cfg = evaluator(name, b)
+        fn = jax.jit(lambda st, key, cache: search(env, params, st, uniform_prior, key, rules,
+                                                   cfg, cache=cache))
         t0 = time.time()
         qs, masks, toks, utils, visits = [], [], [], [], []
         for r in range(repeats):
             o = fn(states, jax.random.PRNGKey(1000 * seed + r), init_cache(env, params))
             qs.append(np.asarray(o.q))
             masks.append(np.asarray(o.legal))
-            toks.append(np.asarray(o.t_env))
+            toks.append(np.asarray(o.env_tokens))
             utils.append(np.asarray(o.search_value))
             visits.append(-np.sort(-np.asarray(o.visits), axis=-1))   # descending per state
         q = np.stack(qs)                                      # [R, S, K]

@@ -2,12 +2,8 @@
 
 Not a test: a script that measures, side by side in one process, for every batch size B
 and simulation count N:
-  * ours_puct_critic: asct_jax.search with the PUCT rule and critic leaves (what mctx does:
-    one environment step + one policy/value evaluation per simulation);
-  * ours_agentuct_rollout: the earlier ASCT configuration (agentuct_shrink, pi_old
-    rollouts to the end);
-  * paper_agentuct: the ASCT paper's search (asct_jax.search.paper_config("agentuct"): cost
-    term, cost-weighted expansion and rule continuations to the end, no depth cap) with an
+  * paper_agentuct: the ASCT paper's search (asct_jax.search.methods.paper_rules("agentuct"):
+    cost term, cost-weighted expansion and rule continuations to the end, no depth cap) with an
     execution cache when the environment is a staged workflow (ragspace): no actor pass
     but the root prior; paper_agentuct_actor: the same with pi_old continuations
     (ASCT-ActorRollout's suffixes). Their ratio with --policy tiny is what rule
@@ -37,7 +33,7 @@ share of the search spent outside the policy's forward passes.
 
 Usage:
   python experiments/bench_search.py [--env toy_tree] [--batch_sizes 256,1024]
-      [--num_simulations 16,64] [--methods ours_puct_critic,...] [--min_time 0.5]
+      [--num_simulations 16,64] [--methods paper_agentuct,...] [--min_time 0.5]
       [--step_method asct_agentuct] [--step_batch 8x2] [--out results/bench/search.json]
 """
 from __future__ import annotations
@@ -60,8 +56,8 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 
 from asct_jax import search as S  # noqa: E402
 
-METHODS = ("ours_puct_critic", "ours_agentuct_rollout", "paper_agentuct", "paper_agentuct_actor",
-           "mctx_muzero", "mctx_gumbel")
+METHODS = ("paper_agentuct", "paper_agentuct_actor", "mctx_muzero", "mctx_gumbel")
+OURS = ("paper_agentuct", "paper_agentuct_actor")
 NEG = -1e9  # finite "illegal" logit for mctx
 
 
@@ -138,26 +134,18 @@ def _mctx_fns(env, params, policy_fn, batch, num_sims, kind):
     return run
 
 
-def _ours_fn(env, params, policy_fn, num_sims, kind, max_depth):
-    if kind.startswith("paper_"):
-        cfg = S.paper_config("agentuct", num_sims, actor_rollout=kind.endswith("_actor"))
-        selection_fn = S.make_selection("agentuct")
-        cache = S.init_cache(env, params)
+def _ours_fn(env, params, policy_fn, num_sims, kind):
+    """The paper's AgentUCT search (rule or pi_old continuations), with an execution cache
+    on a staged workflow."""
+    from asct_jax.search.methods import paper_rules
 
-        def run_paper(root_states, key):
-            out = S.search(env, params, root_states, policy_fn, key, selection_fn, cfg,
-                           cache=cache)
-            return out.q, out.visits, out.aux_tokens, out.env_calls
-        return run_paper
-    if kind == "ours_puct_critic":
-        selection_fn = functools.partial(S.puct, c=1.25)
-        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=max_depth, leaf_eval="critic")
-    else:
-        selection_fn = functools.partial(S.agentuct_shrink, c=1.0, beta=1.0)
-        cfg = S.SearchConfig(num_simulations=num_sims, max_depth=max_depth, leaf_eval="rollout")
+    actor = kind.endswith("_actor")
+    cfg = S.SearchConfig(num_simulations=num_sims, node_policy=actor)
+    rules = paper_rules("agentuct", actor_suffixes=actor)
+    cache = S.init_cache(env, params)
 
     def run(root_states, key):
-        out = S.search(env, params, root_states, policy_fn, key, selection_fn, cfg)
+        out = S.search(env, params, root_states, policy_fn, key, rules, cfg, cache=cache)
         return out.q, out.visits, out.aux_tokens, out.env_calls
 
     return run
@@ -194,7 +182,7 @@ def step_share(method: str, num_groups: int, group_size: int, min_time: float,
     from asct_jax.rl.train_step import make_train_step, policy_params
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.sources import JaxEnvSource
-    from asct_jax.search.methods import paper_search_config
+    from asct_jax.search.methods import paper_search
     from experiments import registry
     from experiments.configs import asct_ragspace
 
@@ -233,12 +221,11 @@ def step_share(method: str, num_groups: int, group_size: int, min_time: float,
     out.update(rollout_compile_s=timing["compile_s"], rollout_s=timing["step_s"])
     rule, actor_rollout = STEP_METHODS[method]
     ac = learner.method_config
-    scfg = paper_search_config(ac, rule, actor_rollout)
-    sel = S.make_selection(rule, {"c_exp": ac.c_exp, "c_tok": ac.c_tok})
+    scfg, rules = paper_search(ac, rule, actor_rollout)
     roots = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch.states)  # B * T
 
     def search_alone(params, roots, key, cache):
-        o = S.search(env, env_params, roots, state_policy_fn(ctx, params), key, sel, scfg,
+        o = S.search(env, env_params, roots, state_policy_fn(ctx, params), key, rules, scfg,
                      cache=cache)
         return o.q, o.visits, o.cache
     timing, _ = time_fn(search_alone, (params, roots, jax.random.key(6), state.method_state),
@@ -257,8 +244,6 @@ def main(argv=None):
     ap.add_argument("--env", default="toy_tree")
     ap.add_argument("--policy", default="uniform", choices=("uniform", "tiny"),
                     help="pi_old on environments other than toy_tree")
-    ap.add_argument("--max_depth", type=int, default=0,
-                    help="tree depth of our search (0: the episode length)")
     ap.add_argument("--batch_sizes", default="256,1024")
     ap.add_argument("--num_simulations", default="16,64")
     ap.add_argument("--methods", default=",".join(METHODS))
@@ -289,15 +274,15 @@ def main(argv=None):
     for b, n, m in tqdm(grid, desc="bench_search"):
         keys = jax.random.split(jax.random.PRNGKey(0), b)
         roots, _ = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
-        if m.startswith(("ours", "paper")):
-            fn = _ours_fn(env, params, policy_fn, n, m, a.max_depth or env.max_turns)
+        if m in OURS:
+            fn = _ours_fn(env, params, policy_fn, n, m)
         else:
             fn = _mctx_fns(env, params, policy_fn, b, n, m)
         timing, out = time_fn(fn, (roots, jax.random.PRNGKey(1)), a.min_time)
         row = {"env": a.env, "method": m, "batch": b, "num_simulations": n, **timing,
                "sims_per_s": b * n / timing["step_s"],
                "sims_per_s_best": b * n / timing["step_s_min"]}
-        if m.startswith(("ours", "paper")):
+        if m in OURS:
             row["aux_tokens_mean"] = float(np.mean(out[2]))
             row["env_calls_mean"] = float(np.mean(out[3]))
         rows.append(row)
@@ -307,7 +292,7 @@ def main(argv=None):
     for b in batches:
         for n in sims:
             cell = {r["method"]: r for r in rows if r["batch"] == b and r["num_simulations"] == n}
-            for ours in ("ours_puct_critic", "ours_agentuct_rollout"):
+            for ours in OURS:
                 for ref in ("mctx_muzero", "mctx_gumbel"):
                     if ours in cell and ref in cell:
                         ratios.append({"batch": b, "num_simulations": n, "ours": ours, "ref": ref,

@@ -486,7 +486,7 @@ def adopt_run(config) -> Tuple[Any, Dict[str, Any]]:
     import json
 
     from asct_jax.infra.config_cli import config_to_dict
-    from experiments.configs.base import ADDED_DEFAULTS, BOOKKEEPING_FIELDS
+    from experiments.configs.base import ADDED_DEFAULTS, BOOKKEEPING_FIELDS, without_retired
     from experiments.dotted import apply_overrides, flatten, under
 
     path = os.path.join(config.train.results_dir, config.fig5.train_run)
@@ -495,7 +495,7 @@ def adopt_run(config) -> Tuple[Any, Dict[str, Any]]:
         raise config_cli.ConfigError("fig5.train_run", f"{path} holds no finished run",
                                      allowed)
     with open(os.path.join(path, "config.json")) as f:
-        stored = {**ADDED_DEFAULTS, **flatten(json.load(f))}
+        stored = {**ADDED_DEFAULTS, **without_retired(flatten(json.load(f)))}
     if stored.get("method") != "factor":
         raise config_cli.ConfigError("fig5.train_run",
                                      f"{path} trained {stored.get('method')!r}", allowed)

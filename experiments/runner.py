@@ -19,7 +19,7 @@ from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.distributed import is_primary
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import seed_table
-from experiments.configs.base import ADDED_DEFAULTS, BOOKKEEPING_FIELDS
+from experiments.configs.base import ADDED_DEFAULTS, BOOKKEEPING_FIELDS, without_retired
 from experiments.dotted import apply_overrides, flatten, under
 
 Variant = Tuple[str, Mapping[str, Any]]
@@ -30,7 +30,7 @@ def config_differences(stored: Mapping[str, Any], config) -> List[str]:
     """Dotted fields where a finished run's config.json and `config` disagree."""
     from asct_jax.infra.config_cli import config_to_dict
 
-    a = {**ADDED_DEFAULTS, **flatten(stored)}
+    a = {**ADDED_DEFAULTS, **without_retired(flatten(stored))}
     b = flatten(config_to_dict(config))
     keys = {k for k in set(a) | set(b) if not under(k, BOOKKEEPING_FIELDS)}
     return sorted(k for k in keys if a.get(k) != b.get(k))

@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from asct_jax import search as S
+from asct_jax.search.methods import paper_rules, paper_search
 from experiments import registry
 from experiments.configs import asct_ragspace, base
 
@@ -100,3 +102,27 @@ def test_utility_per_difficulty_regroups_the_held_out_evaluation(setup, tmp_path
     assert "| easy" in text and "±" in text and "Untrained base" in text
     assert (tmp_path / "difficulty.md").read_text() == text
     assert (tmp_path / "difficulty.json").exists()
+
+
+def test_paper_search_binds_c_exp_and_c_tok_once():
+    """paper_rules: each rule's selection, expansion and continuation, c_exp and c_tok
+    bound there; ActorRollout swaps in the pi_old continuation."""
+    r = paper_rules("agentuct", c_exp=1.0, c_tok=2e-4)
+    assert r.selection.func is S.agentuct and r.selection.keywords == {"c_exp": 1.0, "c_tok": 2e-4}
+    assert r.expansion.func is S.cost_weighted_expansion and r.expansion.keywords == {"c_tok": 2e-4}
+    assert r.continuation.func is S.cost_weighted_continuation
+    assert r.continuation.keywords == {"c_tok": 2e-4}
+    u = paper_rules("uct", c_exp=1.0, actor_suffixes=True)
+    assert u.selection.keywords == {"c_exp": 1.0} and u.expansion is S.uniform_expansion
+    assert u.continuation is S.actor_continuation
+    assert paper_rules("uniform") == S.SearchRules(S.uniform, S.uniform_expansion,
+                                                   S.uniform_continuation)
+    with pytest.raises(ValueError, match="rule"):
+        paper_rules("puct")
+    ac = registry.get("asct_actor_rollout").make_config(base.get_config())
+    cfg, rules = paper_search(ac, "uniform", actor_rollout=True)
+    assert (cfg.num_simulations, cfg.max_depth, cfg.node_policy) == (12, 1, True)
+    assert rules.continuation is S.actor_continuation
+    cfg, rules = paper_search(ac, "agentuct")
+    assert (cfg.max_depth, cfg.node_policy) == (None, False)
+    assert rules.selection.keywords == {"c_exp": 1.4, "c_tok": 1e-4}

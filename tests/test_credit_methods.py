@@ -16,7 +16,6 @@ from experiments.configs import base
 def setup(credit_setup):
     c = base.use_test_model(base.get_config())
     c.env.name = "rag_workflow"
-    c.asct.search.num_simulations = 4
     c.vineppo.k = 2
     return credit_setup(c)      # conftest: 2 x 2 episodes of the fresh policy
 

@@ -30,6 +30,20 @@ def test_config_differences_names_fields_and_ignores_bookkeeping(tmp_path):
     assert config_differences(config_to_dict(c), c) == []
 
 
+def test_config_differences_drops_fields_retired_where_they_changed_nothing(tmp_path):
+    """A run stored before issue 35 holds the earlier ASCT variant's fields: with
+    asct.variant "paper" they changed nothing and are dropped; an earlier-variant run
+    differs."""
+    c = _config(tmp_path)
+    stored = config_to_dict(c)
+    stored["asct"].update(variant="paper", centring="policy_weighted", alpha=1.0,
+                          search={"num_simulations": 16, "c": 1.0})
+    assert config_differences(stored, c) == []
+    stored["asct"]["variant"] = "earlier"
+    assert "asct.variant" in config_differences(stored, c)
+    assert "asct.search.c" in config_differences(stored, c)
+
+
 def test_run_grid_reuses_a_matching_run(tmp_path):
     c = _config(tmp_path)
     run = apply_overrides(c, {"method": "grpo", "seed": 5})

@@ -35,7 +35,6 @@ def llm_config(folder, tmp_path=None, **model):
     c.env.name = "household"
     c.rollout.num_groups, c.rollout.group_size = 2, 2
     c.ppo.minibatches, c.ppo.epochs = 2, 1
-    c.asct.search.num_simulations = 2
     c.vineppo.k = 2
     c.factor.continuations = 1
     c.text.obs_len, c.text.action_len, c.text.feedback_len = 72, 16, 16

@@ -1,4 +1,6 @@
-"""Tests of asct_jax.search (tree, selection, the search's stages, search, mc_return) on ToyTree.
+"""Tests of asct_jax.search's loop (search.search: simulate, expand, backward, search, with
+the paper's rules passed as callables), its config and mc_return, on ToyTree and on
+TinyWorkflow (tests/tiny_workflow.py).
 
 ToyTree's values are enumerable exactly (ToyTree.exact_q), so the search's Q table is
 compared with exact values at a tolerance set by the number of visits: 4 standard errors
@@ -10,12 +12,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from asct_jax import search as S
 from asct_jax.envs.base import EOS_ID, PAD_ID, Environment
 from asct_jax.envs.toy_tree import ToyTree
 from asct_jax.search.search import node_info, root_active
+import tiny_workflow as tw  # tests/tiny_workflow.py
 
 ENV = ToyTree(num_actions=4, depth=3)
 K = ENV.num_actions
@@ -31,22 +34,29 @@ def _roots(params, b, seed=0):
     return states
 
 
+def _rules(selection, expansion=S.uniform_expansion, continuation=S.uniform_continuation):
+    return S.SearchRules(selection, expansion, continuation)
+
+
+UNIFORM_ACTOR = _rules(S.uniform, continuation=S.actor_continuation)   # pi_old suffixes
+
+
 @functools.lru_cache(maxsize=None)
-def _jit_search(selection_fn, config):
-    """One compiled search per (selection function, config); policy logits and params are
-    traced inputs."""
+def _jit_search(rules, config):
+    """One compiled search per (rules, config); policy logits and params are traced
+    inputs."""
 
     def fn(params, logits, values, states, key):
         pi = ENV.policy_fn(params, logits, values)
-        return S.search(ENV, params, states, pi, key, selection_fn, config)
+        return S.search(ENV, params, states, pi, key, rules, config)
 
     return jax.jit(fn)
 
 
-def _run(selection_fn, config, params, b, logits=None, values=None, seed=0):
+def _run(rules, config, params, b, logits=None, values=None, seed=0):
     logits = _logits() if logits is None else logits
     values = np.zeros(ENV.num_nodes, np.float32) if values is None else values
-    out = _jit_search(selection_fn, config)(
+    out = _jit_search(rules, config)(
         params, logits, values, _roots(params, b, seed), jax.random.PRNGKey(seed + 1))
     return jax.device_get(out)
 
@@ -114,8 +124,8 @@ def test_q_converges_depth1_rollout():
     slightly downward.)"""
     params = ENV.make_params(seed=4)
     logits = _logits(2)
-    cfg = S.SearchConfig(num_simulations=48, max_depth=1, leaf_eval="rollout")
-    out = _run(S.uniform_sample, cfg, params, b=128, logits=logits)
+    cfg = S.SearchConfig(num_simulations=48, max_depth=1, node_policy=True)
+    out = _run(UNIFORM_ACTOR, cfg, params, b=128, logits=logits)
     ex = ENV.exact_q(params, ENV.policy_probs(params, logits))
     legal = np.asarray(params.legal[0])
     assert np.all(out.q_mask[:, ~legal] == 0) and np.all(out.q_mask[:, legal])
@@ -125,17 +135,18 @@ def test_q_converges_depth1_rollout():
         assert abs(est - ex["q"][0, a]) <= 4 * std / np.sqrt(n) + 1e-5, (a, est, ex["q"][0, a], n)
 
 
-DEPTH2_UNIFORM = S.SearchConfig(num_simulations=64, max_depth=2, leaf_eval="rollout")
+DEPTH2_UNIFORM = S.SearchConfig(num_simulations=64, max_depth=2, node_policy=True)
 
 
 def test_q_converges_depth2_uniform_mixture():
-    """max_depth=2, uniform rule: the first simulation through a ends at the new child
-    (r(a) + rollout of pi_old: Q^pi), every later one takes a uniform b at the child then a
-    rollout (Q^mix, mix = uniform at depth 1, pi_old elsewhere). Exact expectation of the
-    pooled estimate: (B_a Q^pi + (N_a - B_a) Q^mix) / N_a."""
+    """max_depth=2, Uniform rule, pi_old suffixes: the first simulation through a ends at
+    the new child (r(a) + rollout of pi_old: Q^pi), every later one takes the least-visited
+    b at the child (ties at random: each b equally often in expectation) then a rollout
+    (Q^mix, mix = uniform at depth 1, pi_old elsewhere). Exact expectation of the pooled
+    estimate: (B_a Q^pi + (N_a - B_a) Q^mix) / N_a."""
     params = ENV.make_params(seed=5)
     logits = _logits(3)
-    out = _run(S.uniform_sample, DEPTH2_UNIFORM, params, b=128, logits=logits)
+    out = _run(UNIFORM_ACTOR, DEPTH2_UNIFORM, params, b=128, logits=logits)
     probs = ENV.policy_probs(params, logits)
     mix = probs.copy()
     lv1 = ENV.levels == 1
@@ -149,36 +160,34 @@ def test_q_converges_depth2_uniform_mixture():
         assert abs(est - expect) <= 4 * np.sqrt(var / n) + 1e-5, (a, est, expect, n)
 
 
-def test_critic_leaf_eval_is_exact_and_compiled_once():
-    """Deterministic rewards, critic = exact V^pi: Q(root, a) = r(a) + V^pi(child) exactly.
-    The search compiles once for every (traced) beta; done roots are not searched."""
+def test_done_roots_are_not_searched_and_compile_once():
+    """A done root gets no trial and no cost; new params, roots and keys are inputs (one
+    compilation)."""
     params = ENV.make_params(seed=6)
-    logits = _logits(4)
-    ex = ENV.exact_q(params, ENV.policy_probs(params, logits))
-    cfg = S.SearchConfig(num_simulations=8, max_depth=1, leaf_eval="critic", charge="expansion")
-    fn = S.make_search_fn(ENV, ENV.policy_fn(params, logits, ex["v"]), S.make_selection("agentuct_shrink"), cfg)
+    cfg = S.SearchConfig(num_simulations=8, max_depth=1)
+    rules = _rules(S.uct)
+    fn = _jit_search(rules, cfg)
     roots = _roots(params, 4)
-    out = jax.device_get(fn(params, roots, jax.random.PRNGKey(0), beta=jnp.float32(1.0)))
-    legal = np.asarray(params.legal[0])
-    np.testing.assert_allclose(out.q[:, legal], np.broadcast_to(ex["q"][0, legal], (4, legal.sum())), atol=1e-5)
-    np.testing.assert_allclose(out.root_value, ex["v"][0], atol=1e-5)
-    assert np.all(out.env_calls == np.minimum(8, legal.sum()))  # critic: only the expansions
-    costs = np.asarray(params.costs)
-    assert np.all(out.aux_tokens == costs[legal].sum())  # each legal root edge expanded once
     done = roots.replace(done=jnp.array([False, True, False, True]))
-    out2 = jax.device_get(fn(params, done, jax.random.PRNGKey(1), beta=jnp.float32(3.0)))
-    assert fn._cache_size() == 1  # one compilation for every beta value
-    assert np.all(out2.visits[[1, 3]] == 0) and np.all(out2.env_calls[[1, 3]] == 0)
-    assert np.all(out2.aux_tokens[[1, 3]] == 0) and np.all(out2.visits[[0, 2]].sum(1) == 8)
+    logits, values = _logits(4), np.zeros(ENV.num_nodes, np.float32)
+    out = jax.device_get(fn(params, logits, values, done, jax.random.PRNGKey(1)))
+    before = fn._cache_size()
+    fn(ENV.make_params(seed=7), logits, values, roots, jax.random.PRNGKey(2))
+    assert fn._cache_size() == before
+    assert np.all(out.visits[[1, 3]] == 0) and np.all(out.env_calls[[1, 3]] == 0)
+    assert np.all(out.aux_tokens[[1, 3]] == 0) and np.all(out.visits[[0, 2]].sum(1) == 8)
+    np.testing.assert_array_equal(out.aux_tokens, out.env_tokens + out.actor_tokens)
 
 
 # ------------------------------------------------------------- tree invariants, costs
-RULE_CFGS = {  # rule -> (selection function, SearchConfig)
-    "uct": (S.make_selection("uct_prior", c=1.0), S.SearchConfig(num_simulations=64, max_depth=3)),
-    "agentuct": (S.make_selection("agentuct_shrink", {"c": 1.0, "beta": 2.0}),
+RULE_CFGS = {  # rule -> (SearchRules, SearchConfig): the paper's, with a depth cap of 3
+    "uniform": (_rules(S.uniform), S.SearchConfig(num_simulations=64, max_depth=3)),
+    "uct": (_rules(functools.partial(S.uct, c_exp=1.0)), S.SearchConfig(num_simulations=64, max_depth=3)),
+    "agentuct": (_rules(functools.partial(S.agentuct, c_exp=1.0, c_tok=0.1),
+                        functools.partial(S.cost_weighted_expansion, c_tok=0.1),
+                        functools.partial(S.cost_weighted_continuation, c_tok=0.1)),
                  S.SearchConfig(num_simulations=64, max_depth=3)),
-    "puct": (S.puct, S.SearchConfig(num_simulations=64, max_depth=3, leaf_eval="critic")),
-    "uniform": (S.uniform_sample, DEPTH2_UNIFORM),
+    "uniform_actor": (UNIFORM_ACTOR, DEPTH2_UNIFORM),
 }
 
 
@@ -217,7 +226,6 @@ def test_visit_counts_add_up(rule_runs, rule):
 def test_agentuct_spends_fewer_tokens_than_uct(rule_runs):
     params, runs = rule_runs
     uct_tok, agent_tok = runs["uct"].aux_tokens.mean(), runs["agentuct"].aux_tokens.mean()
-    # (Over ToyTree seeds 0-11 the ratio is 0.22-0.78, 0.42 for this one.)
     assert agent_tok < 0.7 * uct_tok, (agent_tok, uct_tok)
     # Root visits lean to cheaper actions: a lower visit-weighted mean root-action cost.
     costs = np.asarray(params.costs)
@@ -225,7 +233,7 @@ def test_agentuct_spends_fewer_tokens_than_uct(rule_runs):
     assert mean_cost["agentuct"] < mean_cost["uct"], mean_cost
 
 
-UCT = S.make_selection("uct_prior")
+UCT = _rules(S.uct)
 
 
 @given(seed=st.integers(0, 10_000), p=st.floats(0.2, 0.9))
@@ -235,7 +243,7 @@ def test_illegal_and_unrestorable_never_searched(seed, p):
     restorable = rng.random(K) < 0.7
     restorable[rng.integers(K)] = True
     env_params = env_params.replace(restorable=jnp.asarray(restorable))
-    cfg = S.SearchConfig(num_simulations=16, max_depth=3, leaf_eval="critic")
+    cfg = S.SearchConfig(num_simulations=16, max_depth=3)
     out = _run(UCT, cfg, env_params, b=2)
     t = out.tree
     ok = np.asarray(env_params.legal[0]) & restorable
@@ -244,100 +252,30 @@ def test_illegal_and_unrestorable_never_searched(seed, p):
     assert np.all(t.legal[b, n, a]) and np.all(restorable[a])
     if ok.any():
         assert np.all(out.visits.sum(1) == 16)
-    # Traversal charging with critic leaves: every simulation pays every edge of its path.
-    np.testing.assert_allclose(out.aux_tokens, (t.children_visits * t.costs).sum((1, 2)), rtol=1e-6)
-    np.testing.assert_array_equal(out.env_calls, t.children_visits.sum((1, 2)))
-
-
-# ------------------------------------------------------------------------ selection
-def _stats(visits, vsum, logp, mask, costs, value=0.0):
-    return S.NodeStats(
-        child_visits=jnp.asarray(visits, jnp.int32), child_value_sum=jnp.asarray(vsum, jnp.float32),
-        prior_logp=jnp.asarray(logp, jnp.float32), mask=jnp.asarray(mask, bool),
-        costs=jnp.asarray(costs, jnp.float32), value=jnp.float32(value))
-
-
-_RULES_JIT = {r: jax.jit(S.make_selection(r, {"c": 1.0, "beta": 1.0, "eps": 1e-6})) for r in S.RULES}
-
-
-@given(
-    mask=st.lists(st.booleans(), min_size=5, max_size=5).filter(any),
-    visits=st.lists(st.integers(0, 5), min_size=5, max_size=5),
-    seed=st.integers(0, 2**16),
-)
-def test_rules_never_pick_illegal(mask, visits, seed):
-    rng = np.random.default_rng(seed)
-    logp = np.where(rng.random(5) < 0.2, -np.inf, rng.normal(size=5))
-    node = _stats(visits, rng.normal(size=5) * np.array(visits), logp, mask, rng.random(5) * 10)
-    for rule, fn in _RULES_JIT.items():
-        a = int(fn(jax.random.PRNGKey(seed), node))
-        assert mask[a], (rule, a, mask)
-
-
-def test_rule_formulas():
-    mask = [True, True, True, False]
-    # Unvisited first, by the prior (UCT) / by prior / (1 + beta cost_hat) (AgentUCT).
-    node = _stats([1, 0, 0, 0], [0.5, 0, 0, 0], np.log([0.1, 0.2, 0.6, 0.1]), mask, [1, 1, 20, 1])
-    assert int(_RULES_JIT["uct_prior"](None, node)) == 2
-    assert int(_RULES_JIT["agentuct_shrink"](None, node)) == 1  # 0.6/(1+2.73) < 0.2/(1+0.14)
-    # All visited: explicit UCB1 / AgentUCT scores.
-    n = np.array([4, 1, 2, 0.0]); qs = np.array([0.5, 0.1, 0.3, 9.0]) * n
-    node = _stats(n, qs, np.log([0.3, 0.3, 0.3, 0.1]), mask, [1.0, 2.0, 6.0, 1.0])
-    ln = np.log(7 + 1)
-    ucb = qs[:3] / n[:3] + np.sqrt(ln / (n[:3] + 1e-6))
-    assert int(_RULES_JIT["uct_prior"](None, node)) == int(np.argmax(ucb))
-    ch = np.array([1.0, 2.0, 6.0]) / 3.0
-    agent = qs[:3] / n[:3] + np.sqrt(ln / (n[:3] + 1e-6)) / (1 + ch)
-    assert int(_RULES_JIT["agentuct_shrink"](None, node)) == int(np.argmax(agent))
-    np.testing.assert_allclose(S.cost_hat(jnp.array([1.0, 2.0, 6.0, 100.0]), jnp.array(mask)), [1 / 3, 2 / 3, 2, 100 / 3], rtol=1e-6)
-    pu = qs[:3] / n[:3] + 0.3 * np.sqrt(7 + 1) / (1 + n[:3])
-    assert int(_RULES_JIT["puct"](None, node)) == int(np.argmax(pu))
+    # Traversal charging: every simulation pays every edge of its path, plus its
+    # continuation's steps; rule continuations score nothing.
+    path_tokens = (t.children_visits * t.costs).sum((1, 2))
+    assert np.all(out.env_tokens >= path_tokens - 1e-3) and np.all(out.actor_tokens == 0)
+    assert np.all(out.env_calls >= t.children_visits.sum((1, 2)))
 
 
 # --------------------------------------------------------------------------- config
 @pytest.mark.parametrize("field,value", [
-    ("leaf_eval", "mc"), ("num_simulations", 0), ("max_depth", 0), ("num_leaf_rollouts", 0),
-    ("charge", "all"),
+    ("num_simulations", 0), ("max_depth", 0), ("num_leaf_rollouts", 0),
 ])
 def test_config_errors_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
-        S.make_search_config({field: value})
-    with pytest.raises(ValueError, match="unknown"):
-        S.make_search_config({"num_sims": 4})
-    with pytest.raises(ValueError, match="unknown.*rule"):  # the rule is a function now
-        S.make_search_config({"rule": "uct"})
-
-
-@pytest.mark.parametrize("rule,field,value", [
-    ("ucb", "rule", None), ("uct", "c", -1.0), ("uniform", "eps", 0.0), ("agentuct", "beta", -2.0),
-    ("uct", "unknown", None),
-])
-def test_selection_errors_name_the_field(rule, field, value):
-    with pytest.raises(ValueError, match=field):
-        if field == "unknown":
-            S.make_selection(rule, cc=1.0)
-        else:
-            S.make_selection(rule, {} if value is None else {field: value})
-
-
-def test_make_selection_binds_the_rules_own_hyperparameters():
-    """The asct.search ConfigDict holds search and selection fields together: each side
-    reads its own; a rule is bound only the hyperparameters its signature names."""
-    import ml_collections
-
-    cd = ml_collections.ConfigDict(dict(num_simulations=4, max_depth=2, c=0.5, beta=2.0,
-                                        leaf_eval="critic", charge="expansion"))
-    assert set(S.RULES) == {"uniform", "uct", "agentuct", "uniform_sample", "uct_prior",
-                            "agentuct_shrink", "puct", "prior_sample"}
-    assert S.make_search_config(cd) == S.SearchConfig(num_simulations=4, max_depth=2,
-                                                      leaf_eval="critic", charge="expansion")
-    assert S.make_selection("uniform", cd).keywords == {}
-    assert S.make_selection("puct", cd).keywords == {"c": 0.5}
-    assert S.make_selection("uct_prior", cd).keywords == {"c": 0.5}
-    beta = jnp.float32(4.0)
-    agent = S.make_selection("agentuct_shrink", cd, beta=beta, eps=None)
-    assert agent.func is S.agentuct_shrink and agent.keywords == {"c": 0.5, "beta": beta}
-    assert S.make_selection("agentuct_shrink", {"unvisited_first": False}).keywords == {"unvisited_first": False}
+        S.SearchConfig(**{field: value})
+    with pytest.raises(ValueError, match="SearchConfig"):
+        S.search(ENV, None, _roots(ENV.make_params(seed=0), 1), None, None, UCT, {"max_depth": 1})
+    with pytest.raises(ValueError, match="SearchRules"):
+        S.search(ENV, None, _roots(ENV.make_params(seed=0), 1), None, None, S.uct,
+                 S.SearchConfig())
+    with pytest.raises(ValueError, match="staged workflow"):
+        params = ENV.make_params(seed=0)
+        S.search(ENV, params, _roots(params, 1), ENV.policy_fn(params, _logits()),
+                 jax.random.PRNGKey(0), UCT, S.SearchConfig(),
+                 cache=S.init_cache(tw.WF, tw.make_params()))
 
 
 # ------------------------------------------------------------------ search stages
@@ -451,44 +389,124 @@ def test_backward_updates_exactly_the_path(rule_runs):
 
 
 def test_custom_selection_fn_is_used():
-    """search follows the selection function it is given: always the last selectable
-    candidate makes one chain per tree, every simulation through the same root action."""
+    """search follows the selection function it is given (no expansion rule): always the
+    last selectable candidate makes one chain per tree, every simulation through the same
+    root action; with the uniform expansion rule untried root actions come first."""
     params = ENV.make_params(seed=0)  # all 4 root actions legal
-    cfg = S.SearchConfig(num_simulations=8, max_depth=3, leaf_eval="critic")
-    out = _run(_last_selectable, cfg, params, b=4)
+    cfg = S.SearchConfig(num_simulations=8, max_depth=3)
+    out = _run(_rules(_last_selectable, None), cfg, params, b=4)
     t = out.tree
     assert np.all(out.visits[:, K - 1] == 8) and np.all(out.visits[:, : K - 1] == 0)
     b, n, a = np.nonzero(t.children_index >= 0)
     last = K - 1 - np.argmax(t.searchable[b, n][:, ::-1], axis=1)
     np.testing.assert_array_equal(a, last)
     assert np.all(np.bincount(b, minlength=4) <= 3)  # a chain: at most D edges per tree
-    # The same rule passed as a partial or built from a config by name gives the same search.
-    cfg2 = S.SearchConfig(num_simulations=8, max_depth=3)
-    o1 = _run(functools.partial(S.agentuct_shrink, c=1.3, beta=0.7), cfg2, params, b=4)
-    o2 = _run(S.make_selection("agentuct_shrink", {"c": 1.3, "beta": 0.7, "num_simulations": 8}), cfg2, params, b=4)
-    for f in ("q", "visits", "aux_tokens", "env_calls"):
-        np.testing.assert_array_equal(getattr(o1, f), getattr(o2, f))
-    assert not np.array_equal(o1.visits, out.visits)
+    expanding = _run(_rules(_last_selectable), cfg, params, b=4)
+    assert np.all(expanding.visits >= 1)
 
 
-def test_simulation_cost_charges():
-    """traversal: the path's edges plus the leaf evaluation; expansion: the expanded edge
-    plus the leaf evaluation; nothing for an inactive tree's leaf evaluation."""
-    params = ENV.make_params(seed=0)
-    t = jax.tree.map(jnp.asarray, _run(S.make_selection("uct_prior"), S.SearchConfig(
-        num_simulations=16, max_depth=3, leaf_eval="critic"), params, b=2).tree)
-    path = S.BackupPath(nodes=jnp.array([[2, 0, 0], [0, 0, 0]], jnp.int32),
-                        actions=jnp.array([[1, 3, 0], [2, 0, 0]], jnp.int32),
-                        valid=jnp.array([[True, True, False], [True, False, False]]))
-    sel = S.Selection(parent=jnp.array([2, 0], jnp.int32), action=jnp.array([1, 2], jnp.int32),
-                      expand=jnp.array([True, True]), leaf=jnp.array([-1, -1], jnp.int32))
-    expanded = jnp.array([True, False])
-    active = jnp.array([True, False])
-    leaf_cost = S.Cost(jnp.array([100.0, 100.0]), jnp.array([5, 5], jnp.int32))
-    costs = np.asarray(params.costs)
-    trav = S.simulation_cost("traversal", t, path, sel, expanded, active, leaf_cost)
-    np.testing.assert_array_equal(trav.aux_tokens, [costs[1] + costs[3] + 100.0, costs[2]])
-    np.testing.assert_array_equal(trav.env_calls, [2 + 5, 1])
-    exp_ = S.simulation_cost("expansion", t, path, sel, expanded, active, leaf_cost)
-    np.testing.assert_array_equal(exp_.aux_tokens, [costs[1] + 100.0, 0.0])
-    np.testing.assert_array_equal(exp_.env_calls, [1 + 5, 0])
+# ------------------------------------------------------------ root actions, visits
+@pytest.mark.parametrize("rule", tw.RULES)
+def test_every_root_action_first(rule):
+    """Trial s writes its expansion at slot s + 1: the first |A(s)| slots are the root's
+    children, one per legal root action, so after |A| trials each has exactly 1 visit.
+    TinyWorkflow with the root's a0 masked, and (AgentUCT, T_hat = action_costs) ToyTree,
+    seed 3: root actions {0, 1, 3} legal."""
+    ch = np.asarray(tw.make_params().children).copy()
+    ch[0, 0] = -1
+    out = jax.device_get(tw.wf_search(rule)(tw.make_params(children=ch), tw.roots([0, 1, 1]),
+                                         jax.random.PRNGKey(2)))
+    assert np.all(out.tree.parents[:, 1:3] == 0)
+    assert np.all(np.sort(out.tree.action_from_parent[:, 1:3], 1) == [1, 2])
+    assert np.all(out.visits[:, 0] == 0) and np.all(out.visits.sum(1) == 12)
+    if rule != "agentuct":
+        return
+    params = tw.TOY.make_params(seed=3, legal_prob=0.6)
+    legal = np.asarray(params.legal[0])
+    out = jax.device_get(tw.toy_search(rule, 12)(params, tw.toy_roots(params, 8), jax.random.PRNGKey(1)))
+    na = int(legal.sum())
+    assert na == 3
+    t = out.tree
+    assert np.all(t.parents[:, 1:na + 1] == 0)
+    for b in range(8):
+        assert sorted(t.action_from_parent[b, 1:na + 1]) == list(np.flatnonzero(legal))
+    assert np.all(out.visits.sum(1) == 12) and np.all(out.visits[:, legal] >= 1)
+
+
+KEEP_ROOT = st.lists(st.booleans(), min_size=3, max_size=3).filter(any)
+KEEP_INNER = st.lists(st.sampled_from([(True, True), (True, False), (False, True)]),
+                      min_size=3, max_size=3)
+
+
+def _masked(keep_root, keep_inner):
+    """TinyWorkflow with the candidates of the root (keep_root [3]) and of prefixes 1, 2, 5
+    (keep_inner: 3 x which of their 2 children) masked; each keeps >= 1 legal child."""
+    ch = np.asarray(tw.make_params().children).copy()
+    ch[0] = np.where(keep_root, ch[0], -1)
+    for node, kp in zip((1, 2, 5), keep_inner):
+        ch[node, :2] = np.where(kp, ch[node, :2], -1)
+    return ch, tw.make_params(children=ch)
+
+
+@settings(max_examples=10)
+@given(b=st.sampled_from([4, 12]), rule=st.sampled_from(tw.RULES), keep_root=KEEP_ROOT,
+       keep_inner=KEEP_INNER, seed=st.integers(0, 999))
+def test_visit_counts_add_up_on_a_workflow(b, rule, keep_root, keep_inner, seed):
+    """Drawn: B in {4, 12}, the rule, the legal root actions (|A| in 1..3) and inner
+    candidates of TinyWorkflow, the key. Root visits sum to B, every legal root action is
+    tried (B > |A|), and every expanded non-terminal node has 1 + the sum of its children's
+    visits (no depth cap); an edge's visits are its child's."""
+    ch, params = _masked(keep_root, keep_inner)
+    out = jax.device_get(tw.wf_search(rule, b)(params, tw.roots([0, 1, 0]), jax.random.PRNGKey(seed)))
+    t = out.tree
+    legal = ch[0] >= 0
+    assert np.all(out.visits.sum(1) == b) and np.all(t.node_visits[:, 0] == b)
+    assert np.all(out.visits[:, legal] >= 1) and np.all(out.visits[:, ~legal] == 0)
+    used = t.node_visits > 0
+    used[:, 0] = False
+    inner = used & ~t.terminal & t.searchable.any(-1)
+    assert np.all(t.node_visits[inner] == 1 + t.children_visits.sum(-1)[inner])
+    bb, n, a = np.nonzero(t.children_index >= 0)
+    assert np.all(t.children_visits[bb, n, a] == t.node_visits[bb, t.children_index[bb, n, a]])
+    np.testing.assert_allclose(out.search_value, (out.q * out.visits).sum(1) / b, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- masks
+@settings(max_examples=10)
+@given(keep_root=KEEP_ROOT, keep_inner=KEEP_INNER, rule=st.sampled_from(tw.RULES),
+       seed=st.integers(0, 999))
+def test_masks_really_mask(keep_root, keep_inner, rule, seed):
+    """Drawn: the legal candidates as in test_visit_counts_add_up, the rule, the key.
+    Illegal root actions are never visited, tree edges are legal, and no continuation
+    takes an illegal action (it would return -100)."""
+    ch, params = _masked(keep_root, keep_inner)
+    out = jax.device_get(tw.wf_search(rule)(params, tw.roots([0, 1, 0]), jax.random.PRNGKey(seed)))
+    legal = ch[0] >= 0
+    assert np.all(out.visits[:, ~legal] == 0) and np.all(~out.q_mask[:, ~legal])
+    t = out.tree
+    b, n, a = np.nonzero(t.children_index >= 0)
+    assert np.all(ch[t.states.node[b, n], a] >= 0)
+    assert np.all(out.q >= 0) and np.all(t.children_value_sum >= 0)
+
+
+# --------------------------------------------------------------- UCT vs AgentUCT
+@settings(max_examples=10)
+@given(b=st.sampled_from([4, 12]), u01=st.tuples(st.floats(0, 0.85), st.floats(0, 0.85)),
+       gap=st.floats(0.05, 0.15), c_big=st.floats(4e4, 1e5), seed=st.integers(0, 999))
+def test_uct_and_agentuct_visit_differently(b, u01, gap, c_big, seed):
+    """Drawn: B in {4, 12} (> |A| = 3), the utilities u0, u1 in [0, 0.85] of the cheap root
+    actions, the expensive action's margin u2 = max(u0, u1) + gap, its nominal tokens
+    c_big in [4e4, 1e5], the key. After the 3 forced first tries U_bar = u exactly; UCT
+    then takes a2 (the best, equal bonuses), while AgentUCT never does again:
+    c_tok T_hat(a2) >= 4 exceeds any bonus gap + utility gap (<= 1.4 sqrt(log 13) + 1)."""
+    u = [u01[0], u01[1], max(u01) + gap]
+    params = tw.cost_tree(c_big, u)
+    st_ = tw.roots([0, 1, 1])
+    key = jax.random.PRNGKey(seed)
+    out_uct = jax.device_get(tw.wf_search("uct", b)(params, st_, key))
+    out_agent = jax.device_get(tw.wf_search("agentuct", b)(params, st_, key))
+    assert np.all(out_uct.visits[:, 2] >= 2)
+    assert np.all(out_agent.visits[:, 2] == 1)
+    assert np.all(out_uct.visits.sum(1) == b) and np.all(out_agent.visits.sum(1) == b)
+    np.testing.assert_allclose(out_agent.q[:, 2], u[2], rtol=1e-6)
+    assert np.all(out_agent.env_tokens < out_uct.env_tokens)

@@ -169,18 +169,18 @@ def test_summary_records_the_warm_start_fields(warm):
 
 
 def test_table_config_args_with_warm():
-    from experiments.configs import asct_table, base, factor_fig5, factor_table
+    from experiments.configs import asct_ragspace, base, factor_fig5, factor_table
     c = factor_table.get_config("quick_warm")
     assert c.table.warm_start and c.train.experiment == "factor_table_quick_warm"
     assert c.ppo.lr == base.WARM_START_LR < factor_table.get_config("quick").ppo.lr
     assert "gigpo" in c.table.methods
     assert not factor_table.get_config("quick").table.warm_start
-    c = asct_table.get_config("warm")
-    assert c.table.warm_start and c.train.experiment == "asct_table_warm"
+    c = asct_ragspace.get_config("warm")
+    assert c.table.warm_start and c.train.experiment == "asct_ragspace_warm"
     f = factor_fig5.get_config("smoke_warm")
     assert f.fig5.warm_start and f.fig5.name == "fig5_smoke_warm" and f.train.steps == 10
-    with pytest.raises(ValueError, match="'medium_warm'.*got 'tiny_warm'"):
-        asct_table.get_config("tiny_warm")
+    with pytest.raises(ValueError, match="'smoke_warm'.*got 'tiny_warm'"):
+        asct_ragspace.get_config("tiny_warm")
 
 
 def test_shared_warm_start_name_depends_on_what_its_environment_reads():

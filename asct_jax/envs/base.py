@@ -18,11 +18,15 @@ Token ids below are shared by all text environments (see `asct_jax.envs.tokenize
 """
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 import chex
 import jax
 import jax.numpy as jnp
+
+# Staged workflows' prefix tree, re-exported for the environments that build one; the
+# search's protocol for them is asct_jax.search.workflow.
+from asct_jax.envs.workflow import WorkflowTree  # noqa: F401
 
 # Special token ids of the shared environment vocabulary.
 PAD_ID = 0
@@ -31,27 +35,6 @@ UNK_ID = 2
 BOS_ID = 3
 SEP_ID = 4
 SPECIAL_TOKENS = ("<pad>", "<eos>", "<unk>", "<bos>", "<sep>")
-
-
-class WorkflowTree(NamedTuple):
-    """The enumerated tree of every workflow prefix of a staged-workflow environment
-    (ragspace): node 0 is the empty prefix, an edge (p, k) takes candidate k at p.
-
-    The execution cache of the search (asct_jax.search.cache) and AgentUCT's cost-aware
-    remaining-cost estimate T_hat read it. P nodes, K candidate slots.
-
-    Attributes:
-      children: [P, K] int32, the node reached by candidate k at node p; -1 where illegal.
-      terminal: [P] bool, the prefix is a complete workflow.
-      edge_tokens: [P, K] float32, nominal auxiliary tokens of executing (p, k) (the
-        allocation proxy; the ledger charges the realized `action_costs`); 0 where illegal.
-      depth: [P] int32, decisions in the prefix.
-    """
-
-    children: chex.Array
-    terminal: chex.Array
-    edge_tokens: chex.Array
-    depth: chex.Array
 
 
 @chex.dataclass(frozen=True)
@@ -193,25 +176,6 @@ class Environment:
     def restorable(self, state: Any, params: Any) -> chex.Array:
         """[K] bool: False for actions with side effects that cannot be searched from."""
         return jnp.ones((self.num_actions,), bool)
-
-    # ---------------------------------------------- staged workflows (optional, ragspace)
-    def workflow(self, params: Any) -> Optional[WorkflowTree]:
-        """The enumerated workflow tree, or None (not a staged workflow: no execution
-        cache, and T_hat falls back to `action_costs`)."""
-        return None
-
-    def workflow_node(self, state: Any, params: Any) -> chex.Array:
-        """int32 []: the WorkflowTree node of the state's executed prefix."""
-        raise NotImplementedError(f"{self.name} is not a staged workflow")
-
-    def question_id(self, state: Any, params: Any) -> chex.Array:
-        """int32 [] in [0, num_questions): the task the state answers (cache namespace row).
-        Given (question_id, workflow_node) the state is fully determined."""
-        raise NotImplementedError(f"{self.name} is not a staged workflow")
-
-    def num_questions(self, params: Any) -> int:
-        """Size of the question pool over every split (static)."""
-        raise NotImplementedError(f"{self.name} is not a staged workflow")
 
     @property
     def tokenizer(self):

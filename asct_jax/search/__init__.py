@@ -1,59 +1,29 @@
-"""ASCT tree-search kernels: batched tree arrays, selection rules, search, execution cache,
-credit."""
-from asct_jax.search.cache import ExecutionCache, init_cache, t_hat_table
-from asct_jax.search.credit import (CENTRE_MODES, asct_advantage, centre_q,
-                                    policy_weighted_advantage)
+"""ASCT tree search, shaped as mctx: types, the batched tree, the search loop taking its
+rules as callables, selection / expansion / continuation rules, the execution cache and
+its accounting, the credit kernel."""
+from asct_jax.search.accounting import trial_cost
+from asct_jax.search.cache import ExecutionCache, init_cache, remaining_costs, t_hat_table
+from asct_jax.search.continuation import (actor_continuation, continue_episode,
+                                          cost_weighted_continuation, evaluate_leaf,
+                                          uniform_continuation)
+from asct_jax.search.credit import policy_weighted_advantage
 from asct_jax.search.rollout_value import mc_return, rollout_return
-from asct_jax.search.search import (
-    CONTINUATIONS,
-    EXPANSIONS,
-    PAPER_EXPANSION,
-    BackupPath,
-    Cost,
-    EnvModel,
-    SearchConfig,
-    SearchOutput,
-    SearchState,
-    Selection,
-    Trace,
-    backward,
-    evaluate_leaf,
-    expand,
-    make_search_config,
-    make_search_fn,
-    paper_config,
-    remaining_costs,
-    search,
-    simulate,
-    simulation_cost,
-)
-from asct_jax.search.selection import (
-    HYPERPARAMS,
-    RULES,
-    NodeStats,
-    SelectionFn,
-    agentuct,
-    agentuct_scores,
-    agentuct_shrink,
-    cost_hat,
-    linear_schedule,
-    make_selection,
-    puct,
-    uct,
-    uct_prior,
-    uct_scores,
-    uniform,
-    uniform_sample,
-)
+from asct_jax.search.search import backward, expand, search, simulate
+from asct_jax.search.selection import (agentuct, agentuct_scores, cost_weighted_expansion,
+                                       prior_sample, uct, uct_scores, uniform,
+                                       uniform_expansion)
 from asct_jax.search.tree import Tree, init_tree
+from asct_jax.search.types import (BackupPath, Cost, EnvModel, NodeStats, SearchConfig,
+                                   SearchOutput, SearchRules, SearchState, Selection, Trace)
+from asct_jax.search.workflow import StagedWorkflow, workflow_of
 
 __all__ = [
-    "BackupPath", "CENTRE_MODES", "CONTINUATIONS", "Cost", "EXPANSIONS", "EnvModel",
-    "ExecutionCache", "HYPERPARAMS", "PAPER_EXPANSION", "RULES", "NodeStats", "SearchConfig",
-    "SearchOutput", "SearchState", "Selection", "SelectionFn", "Trace", "Tree", "agentuct",
-    "agentuct_scores", "agentuct_shrink", "asct_advantage", "backward", "centre_q",
-    "cost_hat", "evaluate_leaf", "expand", "init_cache", "init_tree", "linear_schedule",
-    "make_search_config", "make_search_fn", "make_selection", "mc_return", "paper_config", "policy_weighted_advantage",
-    "puct", "remaining_costs", "rollout_return", "search", "simulate", "simulation_cost",
-    "t_hat_table", "uct", "uct_prior", "uct_scores", "uniform", "uniform_sample",
+    "BackupPath", "Cost", "EnvModel", "ExecutionCache", "NodeStats", "SearchConfig",
+    "SearchOutput", "SearchRules", "SearchState", "Selection", "StagedWorkflow", "Trace",
+    "Tree", "actor_continuation", "agentuct", "agentuct_scores", "backward",
+    "continue_episode", "cost_weighted_continuation", "cost_weighted_expansion",
+    "evaluate_leaf", "expand", "init_cache", "init_tree", "mc_return",
+    "policy_weighted_advantage", "prior_sample", "remaining_costs", "rollout_return",
+    "search", "simulate", "t_hat_table", "trial_cost", "uct", "uct_scores", "uniform",
+    "uniform_continuation", "uniform_expansion", "workflow_of",
 ]

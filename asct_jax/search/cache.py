@@ -1,17 +1,14 @@
 """The search's execution cache (the ASCT paper's WTB) and AgentUCT's remaining-cost T_hat.
 
-A staged-workflow environment (`env.workflow(params)` is a `WorkflowTree`, base.py) names
-every workflow prefix by a node p in [0, P); a question q in [0, Q) and p determine the
-state. The cache holds, per question, which prefixes a search has executed:
+A staged-workflow environment (search.workflow: `workflow_of(env, params)` is a
+`WorkflowTree`) names every workflow prefix by a node p in [0, P); a question q in [0, Q)
+and p determine the state. The cache holds, per question, which prefixes a search has executed:
 
   executed[q, p] = True  <=>  some earlier trial (of this method and seed, over the whole
                               training run) executed the edge into prefix p of question q.
 
 Executing a cached prefix costs no new auxiliary tokens; a partial hit executes only the
-uncached suffix. The search's ledger (`charge`) charges each executed edge's *realized*
-`env.action_costs` iff its child prefix is not cached and no earlier entry of the same step
-(lower tree index, or earlier in the same tree) claims it, then marks it: the totals equal
-those of executing the trees one after another in index order.
+uncached suffix (the ledger that charges and marks it: search.accounting).
 
 T_hat(v, a), the expected uncached remaining cost of taking a at v (WorkflowTree's nominal
 `edge_tokens` as the proxy):
@@ -24,8 +21,9 @@ Computed for every node at once by a bottom-up DP over the depth levels (`t_hat_
   n(p) = 1 if p is terminal else sum_{a legal} n(child(p, a))              (number of paths)
   c(p) = 0 if p is terminal else sum_{a legal} [n(child) uc(p, a) + c(child)]  (their costs)
   T_hat(v, a) = uc(v, a) + c(child) / n(child).
-Everything is pure and jit-able; shapes in the docstrings (Q questions, P prefixes,
-K candidates, B trees, E ledger entries per tree).
+`remaining_costs` reads the table at every node of the search trees. Everything is pure
+and jit-able; shapes in the docstrings (Q questions, P prefixes, K candidates, B trees,
+N tree nodes).
 """
 from __future__ import annotations
 
@@ -35,9 +33,9 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from asct_jax.envs.base import WorkflowTree
-
-_NO_KEY = jnp.iinfo(jnp.int32).max
+from asct_jax.envs.workflow import WorkflowTree
+from asct_jax.search.tree import Tree
+from asct_jax.search.workflow import workflow_of
 
 
 @chex.dataclass(frozen=True)
@@ -64,8 +62,8 @@ class ExecutionCache:
 
 def init_cache(env, params: Any) -> Optional[ExecutionCache]:
     """An empty cache for `env`'s question pool, or None when env is not a staged
-    workflow (`env.workflow(params)` is None: no cache, every execution is charged)."""
-    wf = env.workflow(params)
+    workflow (workflow_of is None: no cache, every execution is charged)."""
+    wf = workflow_of(env, params)
     if wf is None:
         return None
     shape = (env.num_questions(params), wf.children.shape[0])
@@ -134,45 +132,46 @@ def t_hat_table(wf: WorkflowTree, executed: chex.Array, num_levels: int) -> chex
     return jnp.where(legal, uc + mean[jnp.clip(wf.children, 0)], 0.0)  # uc(v,a) + E_suffix[uc]
 
 
-# ----------------------------------------------------------------------------- ledger
-def first_claims(qid: chex.Array, prefix: chex.Array, valid: chex.Array) -> chex.Array:
-    """[M] bool: entry i is the first valid entry (lowest index) with its (qid, prefix).
-
-    A segment-min by sorting the keys (qid, prefix, i) lexicographically. qid, prefix,
-    valid: [M].
-    """
-    chex.assert_equal_shape([qid, prefix, valid])
-    m = qid.shape[0]
-    idx = jnp.arange(m, dtype=jnp.int32)
-    q = jnp.where(valid, qid.astype(jnp.int32), _NO_KEY)
-    p = jnp.where(valid, prefix.astype(jnp.int32), _NO_KEY)
-    qs, ps, order = jax.lax.sort((q, p, idx), num_keys=3)
-    head = jnp.concatenate([jnp.ones((1,), bool), (qs[1:] != qs[:-1]) | (ps[1:] != ps[:-1])])
-    return jnp.zeros((m,), bool).at[order].set(head) & valid
+# ----------------------------------------------------------- T_hat of the search trees
+def tree_prefixes(model, tree: Tree) -> chex.Array:
+    """[B, N] i32: the WorkflowTree node of every tree node's state (workflow envs)."""
+    fn = lambda s: model.env.workflow_node(s, model.env_params)  # noqa: E731
+    return jax.vmap(jax.vmap(fn))(tree.states).astype(jnp.int32)
 
 
-def charge(cache: ExecutionCache, qid: chex.Array, prefix: chex.Array,
-           valid: chex.Array, table: str = "executed") -> Tuple[ExecutionCache, chex.Array]:
-    """The ledger of one simulation step of B trees (table "executed": edges executed;
-    "scored": actor decisions scored, `prefix` then names the deciding node).
+def remaining_costs(model, tree: Tree, qid: chex.Array,
+                    cache: Optional[ExecutionCache]) -> Tuple[Optional[chex.Array], chex.Array]:
+    """T_hat of the trees (the DP above over the WorkflowTree with each tree's question
+    row of the cache, all uncached without a cache).
 
-    Args:
-      cache: the cache before the step.
-      qid: [B] i32, each tree's question.
-      prefix: [B, E] i32, the prefix each executed edge reaches, tree-major in execution
-        order.
-      valid: [B, E] bool, the entry is an executed edge.
+    Args: model: search.types.EnvModel; tree: the batched Tree; qid: [B] i32;
+      cache: ExecutionCache or None.
 
     Returns:
-      (the cache with every valid entry marked,
-       charged [B, E] bool: valid, not cached before the step, and the first entry of the
-       step with its (qid, prefix): pay its realized tokens and count an env call.)
+      (table [B, P, K] f32: T_hat(v, a) of every prefix v of each tree's question, None
+       for an environment without a workflow;
+       node_t_hat [B, N, K] f32: T_hat of every tree node; env.action_costs (tree.costs)
+       without a workflow.)
     """
-    chex.assert_equal_shape([prefix, valid])
-    chex.assert_shape(qid, prefix.shape[:1])
-    q = jnp.broadcast_to(qid[:, None], prefix.shape).astype(jnp.int32)
-    new = valid & ~lookup(cache, q, prefix, table)
-    first = first_claims(q.reshape(-1), prefix.reshape(-1), new.reshape(-1)).reshape(prefix.shape)
-    row = jnp.where(valid, q, cache.num_questions)  # out of range: dropped
-    marked = getattr(cache, table).at[row, prefix].set(True, mode="drop")
-    return cache.replace(**{table: marked}), new & first
+    env = model.env
+    wf = workflow_of(env, model.env_params)
+    if wf is None:
+        return None, tree.costs
+    p = wf.children.shape[0]
+    chex.assert_shape(wf.children, (p, env.num_actions))
+    rows = (jnp.zeros((tree.batch_size, p), bool) if cache is None
+            else cache.executed[qid])
+    table = jax.vmap(t_hat_table, in_axes=(None, 0, None))(
+        wf, rows, int(env.max_turns) + 1)                                   # [B, P, K]
+    pref = jnp.clip(tree_prefixes(model, tree), 0, p - 1)
+    return table, jnp.take_along_axis(table, pref[..., None], axis=1)
+
+
+def state_t_hat(model, table: Optional[chex.Array], state: Any) -> chex.Array:
+    """[K] f32: T_hat(state, .) of ONE state: its row of `table` [P, K] (workflow envs),
+    else env.action_costs(state)."""
+    env, p = model.env, model.env_params
+    if table is None:
+        return jnp.asarray(env.action_costs(state, p), jnp.float32)
+    v = jnp.clip(env.workflow_node(state, p), 0, table.shape[0] - 1)
+    return table[v]

@@ -17,9 +17,9 @@ asct_uniform / asct_uct / asct_agentuct / asct_actor_rollout: the ASCT paper (ar
      trajectory-return advantage (counted; 0 % with B >= |A(s)|).
   asct_actor_rollout is the paper's ASCT-ActorRollout control: root actions balanced
   (least visited), pi_old suffixes (a depth-1 tree with actor continuations).
-  asct.variant = "earlier" keeps the blog-summary variant of the earlier tables
-  (uniform_sample / uct_prior / agentuct_shrink rules, asct.search.*, centre_q then
-  A = Q' - V_phi).
+  Each rule's callables (selection, expansion, continuation) are bound here, c_exp and
+  c_tok in one place (`paper_rules`). (An earlier, blog-summary variant of the search
+  and its centring is retired: git tag `earlier-variants`, commit b3a9d91.)
 
 vineppo (the paper's workflow-adapted VinePPO): at every visited state B = vineppo.k
 continuations of the frozen actor (root action ~ pi_old with replacement, then pi_old
@@ -46,42 +46,46 @@ from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, from_turn
                                 state_policy_fn, turn_states, value_targets_mc)
 from asct_jax.rl.types import Rollout
 from asct_jax.rl.types import merge_batch_turns as _flat
+from asct_jax.search import selection
 from asct_jax.search.cache import init_cache
-from asct_jax.search.credit import (CENTRE_MODES, asct_advantage, centre_q,
-                                    policy_weighted_advantage)
+from asct_jax.search.continuation import (actor_continuation, cost_weighted_continuation,
+                                          uniform_continuation)
+from asct_jax.search.credit import policy_weighted_advantage
 from asct_jax.search.rollout_value import mc_return
-from asct_jax.search.search import CHARGES, LEAF_EVALS, make_search_config, paper_config, search
-from asct_jax.search.selection import linear_schedule, make_selection
+from asct_jax.search.search import search
+from asct_jax.search.types import SearchConfig, SearchRules
 
-VARIANTS = ("paper", "earlier")
 CONTINUATIONS = ("rule", "actor")
 # J_search's token weight (the paper's beta = 1e-4 per auxiliary token, Eq. 5).
 BETA_REPORT = 1e-4
-# The earlier variant's rules, by the paper rule they stood for.
-EARLIER_RULES = {"uniform": "uniform_sample", "uct": "uct_prior", "agentuct": "agentuct_shrink"}
+PAPER_RULES = ("uniform", "uct", "agentuct")
 
 
-@dataclasses.dataclass(frozen=True)
-class SearchFields:
-    """The earlier variant's search fields (section asct.search; asct.variant="earlier")."""
-
-    num_simulations: int = option(Range(1, None, integer=True), "simulations per tree")
-    max_depth: int = option(Range(1, None, integer=True), "edges from the root, at most")
-    c: float = option(Range(0.0, None), "exploration constant of UCT / AgentUCT")
-    beta: float = option(Range(0.0, None), "AgentUCT cost weight (the schedule's end)")
-    leaf_eval: str = option(tuple(LEAF_EVALS), "how a leaf is valued")
-    num_leaf_rollouts: int = option(Range(1, None, integer=True), "rollouts per leaf")
-    charge: str = option(tuple(CHARGES), "how tree steps are charged")
-
-    def as_dict(self):
-        return dataclasses.asdict(self)
+def paper_rules(rule: str, c_exp: float = 1.4, c_tok: float = 1e-4,
+                actor_suffixes: bool = False) -> SearchRules:
+    """The ASCT paper's SearchRules of `rule` ("uniform", "uct", "agentuct"): its
+    selection; untried children drawn uniformly (Uniform, UCT) or cost-weighted
+    (AgentUCT); continuations by the same draw, or by pi_old (actor_suffixes:
+    ASCT-ActorRollout, asct.continuation = "actor"). The one place c_exp and c_tok are
+    bound."""
+    if rule not in PAPER_RULES:
+        raise ValueError(f"rule must be one of {PAPER_RULES}, got {rule!r}")
+    if rule == "agentuct":
+        rules = SearchRules(
+            functools.partial(selection.agentuct, c_exp=c_exp, c_tok=c_tok),
+            functools.partial(selection.cost_weighted_expansion, c_tok=c_tok),
+            functools.partial(cost_weighted_continuation, c_tok=c_tok))
+    else:
+        sel = (selection.uniform if rule == "uniform"
+               else functools.partial(selection.uct, c_exp=c_exp))
+        rules = SearchRules(sel, selection.uniform_expansion, uniform_continuation)
+    return rules._replace(continuation=actor_continuation) if actor_suffixes else rules
 
 
 @dataclasses.dataclass(frozen=True)
 class ASCTConfig:
     """ASCT's fields (section asct; the selection rule comes from the method name)."""
 
-    variant: str = option(VARIANTS, "the paper's search and credit, or the earlier one")
     trials: int = option(Range(1, None, integer=True), "terminal trials per searched state (B)")
     states_per_episode: int = option(Range(0, None, integer=True),
                                      "visited states searched per episode (0: every one)")
@@ -89,11 +93,6 @@ class ASCTConfig:
     cache: bool = option(None, "execution cache of workflow prefixes (method state)")
     c_exp: float = option(Range(0.0, None), "exploration constant of UCT / AgentUCT")
     c_tok: float = option(Range(0.0, None), "AgentUCT's cost weight per token")
-    centring: str = option(CENTRE_MODES, "how Q_hat is centred by pi_old")
-    alpha: float = option(None, "weight of log pi_old in the logpi centring (earlier)")
-    beta_start: float = option(Range(0.0, None), "earlier AgentUCT cost weight at step 0")
-    beta_steps: int = option(Range(0, None, integer=True), "steps of the earlier beta schedule")
-    search: SearchFields = option(None, "the earlier variant's tree search (asct.search)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,8 +105,7 @@ class VinePPOConfig:
 
 def asct_config(config) -> ASCTConfig:
     """ASCTConfig of config.asct (ConfigError naming asct.<field> on a bad value)."""
-    return from_section(ASCTConfig, config, "asct",
-                        search=from_section(SearchFields, config, "asct.search"))
+    return from_section(ASCTConfig, config, "asct")
 
 
 def choose_turns(turn_mask, key, num: int):
@@ -136,20 +134,23 @@ def _scatter(idx, valid, rows, t):
     return jnp.einsum("bst,bsk->btk", onehot, rows.astype(jnp.float32))
 
 
-def paper_search_config(ac: ASCTConfig, rule: str, actor_rollout: bool = False):
-    """The SearchConfig of the paper's variant of `rule` (asct.trials, asct.c_tok,
-    asct.continuation; ActorRollout: a depth-1 tree with pi_old suffixes)."""
+def paper_search(ac: ASCTConfig, rule: str, actor_rollout: bool = False):
+    """(SearchConfig, SearchRules) of the paper's search with `rule`: asct.trials terminal
+    trials, no depth cap, one continuation to the end per trial (no value function), c_exp
+    and c_tok from asct; pi_old continuations with asct.continuation = "actor" or
+    ActorRollout (then a depth-1 tree: balanced roots, pi_old suffixes)."""
     actor = actor_rollout or ac.continuation == "actor"
-    extra = {"max_depth": 1} if actor_rollout else {}
-    return paper_config(rule, ac.trials, actor_rollout=actor, c_tok=ac.c_tok, **extra)
+    config = SearchConfig(num_simulations=ac.trials, max_depth=1 if actor_rollout else None,
+                          num_leaf_rollouts=1, node_policy=actor)
+    return config, paper_rules(rule, ac.c_exp, ac.c_tok, actor_suffixes=actor)
 
 
 def search_metrics(out, valid_flat, used_fallback, turn_mask):
     """The paper's search metrics of one step: T_aux split into T_env and T_actor, the
     env calls, J_search = (sum of trial utilities - beta T_aux) / K, the root visits."""
     v = valid_flat
-    t_env = jnp.sum(jnp.where(v, out.t_env, 0.0))
-    t_actor = jnp.sum(jnp.where(v, out.t_actor, 0.0))
+    t_env = jnp.sum(jnp.where(v, out.env_tokens, 0.0))
+    t_actor = jnp.sum(jnp.where(v, out.actor_tokens, 0.0))
     trials = jnp.where(v, jnp.sum(out.visits, -1), 0).astype(jnp.float32)
     k = jnp.maximum(jnp.sum(trials), 1.0)
     utility_sum = jnp.sum(jnp.where(v, out.search_value, 0.0) * trials)
@@ -172,17 +173,18 @@ def search_metrics(out, valid_flat, used_fallback, turn_mask):
     }
 
 
-def paper_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout, key, rule,
-                     cache, actor_rollout=False):
-    """A_t [B, T] of the paper (module docstring), the updated cache and the metrics."""
+def searched_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout, key,
+                        step, rule: str, cache=None, actor_rollout: bool = False):
+    """A_t [B, T] of the paper (module docstring), the updated cache (None without one)
+    and the metrics. step: the credit signature's, unused (the search has no schedule)."""
+    del step
     b, t = batch.turn_mask.shape
     k_turns, k_search = jax.random.split(key)
     idx, valid = _roots(ac, batch, k_turns)
     roots = jax.tree.map(_flat, turn_states(batch, idx))
-    scfg = paper_search_config(ac, rule, actor_rollout)
-    sel = make_selection(rule, {"c_exp": ac.c_exp, "c_tok": ac.c_tok})
+    scfg, rules = paper_search(ac, rule, actor_rollout)
     out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), k_search,
-                 sel, scfg, cache=cache)
+                 rules, scfg, cache=cache)
     kk = out.q.shape[-1]
     s = idx.shape[1]
     q_bt = _scatter(idx, valid, out.q.reshape(b, s, kk), t)
@@ -198,42 +200,6 @@ def paper_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout,
     return a, out.cache, metrics
 
 
-def earlier_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout, key, step,
-                       rule: str):
-    """A_t [B, T] of the earlier variant (asct.variant = "earlier"), plus its metrics."""
-    b, t = batch.turn_mask.shape
-    k_turns, k_search = jax.random.split(key)
-    idx, valid = choose_turns(batch.turn_mask, k_turns, max(ac.states_per_episode, 1))
-    s = idx.shape[1]
-    roots = jax.tree.map(_flat, turn_states(batch, idx))
-    scfg = make_search_config(ac.search.as_dict())
-    beta = linear_schedule(step, ac.beta_start, ac.search.beta, ac.beta_steps)
-    selection_fn = make_selection(EARLIER_RULES[rule], ac.search.as_dict(), beta=beta)
-    out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), k_search,
-                 selection_fn, scfg)
-    centring = "logpi" if ac.centring == "policy_weighted" else ac.centring
-    q_c = centre_q(out.q, out.q_mask, out.prior_logp, centring, ac.alpha)
-    kk = q_c.shape[-1]
-    q_bt = _scatter(idx, valid, q_c.reshape(b, s, kk), t)
-    mask_bt = _scatter(idx, valid, out.q_mask.reshape(b, s, kk), t) > 0
-    searched = jnp.einsum("bst->bt", jax.nn.one_hot(idx, t) * valid[..., None]) > 0
-    g = adv.returns_to_go(batch.rewards, batch.turn_mask)
-    a, used_fallback = asct_advantage(q_bt, mask_bt, batch.action_index, batch.values,
-                                      g - batch.values, searched, batch.turn_mask)
-    metrics = search_metrics(out, valid.reshape(-1), used_fallback, batch.turn_mask)
-    metrics["asct/beta"] = jnp.asarray(beta, jnp.float32)
-    return a, metrics
-
-
-def searched_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout, key,
-                        step, rule: str, cache=None, actor_rollout: bool = False):
-    """(A_t [B, T], the updated cache or None, metrics) by asct.variant."""
-    if ac.variant == "earlier":
-        a, metrics = earlier_advantages(ac, ctx, params, batch, key, step, rule)
-        return a, cache, metrics
-    return paper_advantages(ac, ctx, params, batch, key, rule, cache, actor_rollout)
-
-
 def _cache_state(use_cache: bool, ctx: CreditContext):
     """The method state: an empty ExecutionCache, or None (no cache, or not a workflow)."""
     return init_cache(ctx.env, ctx.env_params) if use_cache else None
@@ -241,7 +207,7 @@ def _cache_state(use_cache: bool, ctx: CreditContext):
 
 def _asct_factory(rule: str, actor_rollout: bool = False):
     def factory(cfg: ASCTConfig, ctx: CreditContext):
-        use_cache = cfg.cache and cfg.variant == "paper"
+        use_cache = cfg.cache
 
         def credit(params, batch: Rollout, key, step, mstate=None):
             a, cache, metrics = searched_advantages(
@@ -254,7 +220,7 @@ def _asct_factory(rule: str, actor_rollout: bool = False):
 
 
 def _cache_init(cfg, ctx: CreditContext, params, key):
-    return _cache_state(cfg.cache and getattr(cfg, "variant", "paper") == "paper", ctx)
+    return _cache_state(cfg.cache, ctx)
 
 
 def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollouts: int,
@@ -303,15 +269,14 @@ def vine_values(ctx: CreditContext, params, batch: Rollout, key, k: int, cache):
     Returns (v_hat, the updated cache, metrics)."""
     b, t = batch.turn_mask.shape
     roots = jax.tree.map(_flat, batch.states)
-    scfg = make_search_config(dict(num_simulations=k, max_depth=1, expansion="prior",
-                                   continuation="actor", leaf_eval="rollout",
-                                   num_leaf_rollouts=1))
+    scfg = SearchConfig(num_simulations=k, max_depth=1, num_leaf_rollouts=1, node_policy=True)
+    rules = SearchRules(selection.prior_sample, None, actor_continuation)
     out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), key,
-                 make_selection("prior_sample"), scfg, cache=cache)
+                 rules, scfg, cache=cache)
     live = batch.turn_mask.reshape(-1)
     v_hat = jnp.where(batch.turn_mask, out.search_value.reshape(b, t), 0.0)
-    t_env = jnp.sum(jnp.where(live, out.t_env, 0.0))
-    t_actor = jnp.sum(jnp.where(live, out.t_actor, 0.0))
+    t_env = jnp.sum(jnp.where(live, out.env_tokens, 0.0))
+    t_actor = jnp.sum(jnp.where(live, out.actor_tokens, 0.0))
     trials = jnp.sum(jnp.where(live[:, None], out.visits, 0)).astype(jnp.float32)
     metrics = {"aux_tokens": t_env + t_actor, "t_env": t_env, "t_actor": t_actor,
                "env_calls": jnp.sum(jnp.where(live, out.env_calls, 0)).astype(jnp.float32),

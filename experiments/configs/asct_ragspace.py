@@ -1,5 +1,5 @@
 """The ASCT table on the RAGSpace analogue (asct_jax/envs/ragspace.py), as the ASCT paper
-defines the methods (arXiv 2609.35215; ../shared/METHODS.md section 1).
+defines the methods (arXiv 2609.35215).
 
     python -m experiments.asct_ragspace --config experiments/configs/asct_ragspace.py:quick
     python -m experiments.asct_ragspace --config experiments/configs/asct_ragspace.py:quick_warm
@@ -17,8 +17,7 @@ questions, 2 epochs); the reduced scales shorten training and keep every per-sta
 Evaluation: greedy on the test split (400 questions), as the paper's.
 
 Ablations by override, e.g. --config.asct.trials=48, --config.asct.c_tok=0,
---config.asct.cache=False, --config.asct.continuation=actor,
---config.asct.centring=policy_mean (the earlier, uniform-renormalised variant) or
+--config.asct.cache=False, --config.asct.continuation=actor or
 --config.policy.label_score=sum.
 """
 import ml_collections

@@ -109,26 +109,12 @@ def get_config():
     # state, rule continuations, the execution cache, c_exp 1.4, c_tok 1e-4, A = Q_hat -
     # sum_a pi_old Q_hat (standardised within the iteration: ppo.normalise_advantages).
     c.asct = ml_collections.ConfigDict()
-    c.asct.variant = "paper"        # paper | earlier (the blog-summary variant below)
     c.asct.trials = 12              # B terminal trials per searched state
     c.asct.states_per_episode = 0   # 0: every visited state; k: k chosen turns per episode
     c.asct.continuation = "rule"    # rule (uniform / cost-weighted) | actor (ActorRollout)
     c.asct.cache = True             # execution cache of workflow prefixes (method state)
     c.asct.c_exp = 1.4
     c.asct.c_tok = 1e-4
-    c.asct.centring = "policy_weighted"   # policy_weighted | earlier: logpi | policy_mean | none
-    # The earlier variant's fields (asct.variant = "earlier", the rag_workflow pages).
-    c.asct.alpha = 1.0
-    c.asct.beta_start = 1.0         # AgentUCT cost weight schedule: beta_start -> search.beta
-    c.asct.beta_steps = 1
-    c.asct.search = ml_collections.ConfigDict()
-    c.asct.search.num_simulations = 16
-    c.asct.search.max_depth = 2
-    c.asct.search.c = 1.0
-    c.asct.search.beta = 1.0
-    c.asct.search.leaf_eval = "rollout"
-    c.asct.search.num_leaf_rollouts = 1
-    c.asct.search.charge = "traversal"
     c.gigpo = ml_collections.ConfigDict()   # GiGPO (asct_jax/rl/methods.py)
     c.gigpo.gamma = 0.95            # discount of the step return R_t in the anchor term
     c.gigpo.omega = 1.0             # weight of the anchor-state (step) advantage
@@ -252,6 +238,22 @@ def _added_defaults() -> dict:
 
 
 ADDED_DEFAULTS = _added_defaults()
+# - retired (issue 35: the earlier ASCT variant, kept at git tag earlier-variants); a stored
+#   run with asct.variant "paper" ignored them, so its config reads as one without them
+#   (`without_retired`); an earlier-variant run keeps them and differs;
+RETIRED_FIELDS = ("asct.variant", "asct.centring", "asct.alpha", "asct.beta_start",
+                  "asct.beta_steps", "asct.search")
+
+
+def without_retired(flat):
+    """A stored run's flattened config without RETIRED_FIELDS when they changed nothing
+    in it (asct.variant "paper" or absent)."""
+    if flat.get("asct.variant", "paper") != "paper":
+        return dict(flat)
+    return {k: v for k, v in flat.items()
+            if not any(k == p or k.startswith(p + ".") for p in RETIRED_FIELDS)}
+
+
 # - a warm start's parameters depend on them (its directory name hashes them).
 WARM_START_FIELDS = ("env", "model", "text", "actor", "warm_start", "ppo.gamma")
 
@@ -299,7 +301,7 @@ def get_constraints():
     from asct_jax.infra.typed_config import constraints
     from asct_jax.rl.methods import GAEConfig, GiGPOConfig, ReturnConfig
     from asct_jax.rl.run_config import SECTIONS, SFT_STEPS
-    from asct_jax.search.methods import ASCTConfig, SearchFields, VinePPOConfig
+    from asct_jax.search.methods import ASCTConfig, VinePPOConfig
     from experiments import registry
     from factor_jax.methods import FactorConfig, SerlConfig
 
@@ -309,7 +311,7 @@ def get_constraints():
         **{k: v for cls, section in SECTIONS for k, v in constraints(cls, section).items()},
         **constraints(ReturnConfig, "ppo"),
         **constraints(GAEConfig, "ppo"), **constraints(GiGPOConfig, "gigpo"),
-        **constraints(ASCTConfig, "asct"), **constraints(SearchFields, "asct.search"),
+        **constraints(ASCTConfig, "asct"),
         **constraints(VinePPOConfig, "vineppo"), **constraints(FactorConfig, "factor"),
         **constraints(SerlConfig, "serl"),
         **{f"warm_start.sft_steps.{e}": SFT_STEPS for e in get_config().warm_start.sft_steps},

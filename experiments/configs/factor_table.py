@@ -49,7 +49,7 @@ def get_config(arg: str = "full"):
         c.table.methods = ("grpo", "serl", "factor", "gigpo")
         c.table.envs = ("shop",)
         c.table.seeds = (42, 43)
-        if arg == "smoke":   # `experiments.reproduce --quick` (see asct_table.py)
+        if arg == "smoke":   # `experiments.reproduce --quick` (see asct_ragspace.py)
             c.train.experiment = "factor_table_smoke"
             c.train.steps = c.train.eval_every = 10
             c.train.eval_episodes = 64

@@ -1,0 +1,230 @@
+"""The search's types (mctx's `base.py`): its static config, the callables it takes, what
+it steps with, what it carries and what it returns. B trees, K candidates, D the depth
+cap, E ledger entries per tree; [] for ONE tree / node.
+
+Token counts have one meaning each, everywhere in search/:
+  env_tokens   t_env, the realized env.action_costs of the executed environment steps;
+  actor_tokens t_actor, the actor-scoring tokens of pi_old continuation decisions;
+  aux_tokens   T_aux = env_tokens + actor_tokens (the paper's auxiliary tokens).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple, Optional, Tuple
+
+import chex
+import jax.numpy as jnp
+
+from asct_jax.search.cache import ExecutionCache
+from asct_jax.search.tree import Tree
+
+# ONE state -> (log pi_old [K] over the candidates, critic value []).
+PolicyFn = Callable[[Any], Tuple[chex.Array, chex.Array]]
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """Static search configuration (hashable: a jit static argument). The rules and their
+    hyperparameters (c_exp, c_tok) are not here: they are bound into the callables of
+    SearchRules (search.methods.paper_rules).
+
+    Attributes:
+      num_simulations: trials per tree (>= 1); the tree holds num_simulations + 1 nodes.
+      max_depth: D, edges from the root at most (>= 1), or None: env.max_turns (no cap).
+      num_leaf_rollouts: continuations per leaf evaluation (their mean return).
+      node_policy: evaluate policy_fn at every expanded node (its prior and critic in the
+        tree); False: a uniform prior and value 0 below the root.
+    """
+
+    num_simulations: int = 12
+    max_depth: Optional[int] = None
+    num_leaf_rollouts: int = 1
+    node_policy: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.num_simulations, int) or self.num_simulations < 1:
+            raise ValueError(f"num_simulations must be an int >= 1, got {self.num_simulations!r}")
+        if self.max_depth is not None and (not isinstance(self.max_depth, int) or self.max_depth < 1):
+            raise ValueError(f"max_depth must be None or an int >= 1, got {self.max_depth!r}")
+        if not isinstance(self.num_leaf_rollouts, int) or self.num_leaf_rollouts < 1:
+            raise ValueError(f"num_leaf_rollouts must be an int >= 1, got {self.num_leaf_rollouts!r}")
+
+    def depth(self, env) -> int:
+        """D (static): max_depth, or env.max_turns when None."""
+        return int(env.max_turns) if self.max_depth is None else self.max_depth
+
+
+@chex.dataclass(frozen=True)
+class NodeStats:
+    """What a selection or expansion rule sees of ONE node, all [K] except `value` and
+    `visits` [].
+
+    Attributes:
+      child_visits: [K] int32, n(v, a).
+      child_value_sum: [K] float32, sum of the utilities backed up through a.
+      prior_logp: [K] float32, log pi_old(a|s) (-inf allowed where illegal).
+      mask: [K] bool, selectable (legal and restorable).
+      costs: [K] float32, env.action_costs of a.
+      value: [] float32, the critic V(s) stored at the node.
+      t_hat: [K] float32, T_hat(v, a), the expected uncached remaining cost (search.cache);
+        None: `costs`.
+      visits: [] int32, n(v): trials through the node; None: sum_a n(v, a).
+    """
+
+    child_visits: chex.Array
+    child_value_sum: chex.Array
+    prior_logp: chex.Array
+    mask: chex.Array
+    costs: chex.Array
+    value: chex.Array
+    t_hat: chex.Array = None
+    visits: chex.Array = None
+
+
+# (key, NodeStats) -> int32 [] candidate: which child a descent takes at a node.
+SelectionFn = Callable[[chex.PRNGKey, NodeStats], chex.Array]
+# (key, NodeStats) -> (any untried selectable child [] bool, the one drawn [] i32).
+ExpansionFn = Callable[[chex.PRNGKey, NodeStats], Tuple[chex.Array, chex.Array]]
+# (model, table [P, K] | None, state, cands [K, A], legal [K]) -> (logits [K] of the
+# step's candidate, actor-scoring tokens [] f32, the deciding workflow node [] i32 or -1
+# when no actor decides): one step of a continuation (search.continuation).
+ContinuationFn = Callable[..., Tuple[chex.Array, chex.Array, chex.Array]]
+
+
+class SearchRules(NamedTuple):
+    """The callables of one search, their hyperparameters bound (functools.partial):
+    selection at every node; expansion at a node with untried children (None: selection
+    decides there too); the continuation policy of leaf evaluations."""
+
+    selection: SelectionFn
+    expansion: Optional[ExpansionFn]
+    continuation: ContinuationFn
+
+
+class EnvModel(NamedTuple):
+    """What the search steps and evaluates with (closed over, never vmapped).
+
+    env: an `asct_jax.envs.base.Environment` (static); env_params: its params (pytree,
+    may be traced); policy_fn: ONE state -> (logp [K], value []).
+    """
+
+    env: Any
+    env_params: Any
+    policy_fn: PolicyFn
+
+
+class Cost(NamedTuple):
+    """What executing actions inside the search cost, all of one shape ([] for one trial
+    of one tree, [B] batched): env_tokens f32 (t_env), env_calls i32 (environment steps
+    charged), actor_tokens f32 (t_actor)."""
+
+    env_tokens: chex.Array
+    env_calls: chex.Array
+    actor_tokens: chex.Array
+
+    @property
+    def aux_tokens(self) -> chex.Array:
+        """T_aux = t_env + t_actor."""
+        return self.env_tokens + self.actor_tokens
+
+
+class NodeInfo(NamedTuple):
+    """What the environment and the policy say about ONE state: prior_logp [K] f32 (-inf
+    where illegal), value [] f32, legal [K] bool, searchable [K] bool (legal & restorable),
+    costs [K] f32."""
+
+    prior_logp: chex.Array
+    value: chex.Array
+    legal: chex.Array
+    searchable: chex.Array
+    costs: chex.Array
+
+
+class Selection(NamedTuple):
+    """Where `simulate`'s descent ended, [B] each.
+
+    parent: i32, the last node reached; action: i32, the candidate chosen there.
+    expand: bool, (parent, action) is a new edge to expand; else `leaf` is re-evaluated.
+    leaf: i32, the node to evaluate when not expanding (NO_PARENT when expanding).
+    """
+
+    parent: chex.Array
+    action: chex.Array
+    expand: chex.Array
+    leaf: chex.Array
+
+
+class BackupPath(NamedTuple):
+    """The edges `backward` updated, deepest first, [B, D] each: edge i goes from node
+    nodes[i] through actions[i]; valid[i] False past the root (or for an inactive tree)."""
+
+    nodes: chex.Array
+    actions: chex.Array
+    valid: chex.Array
+
+
+class Trace(NamedTuple):
+    """The edges a trial executed, [..., E] each (the ledger's entries): prefix i32, the
+    WorkflowTree node the edge reaches (0 for other environments); tokens f32, its
+    realized env tokens; valid bool, the entry is an executed edge; decided i32, the node
+    whose actor decision chose the edge (-1: chosen by a rule, no actor scoring);
+    actor f32, that decision's actor-scoring tokens."""
+
+    prefix: chex.Array
+    tokens: chex.Array
+    valid: chex.Array
+    decided: chex.Array
+    actor: chex.Array
+
+
+def empty_trace(n: int) -> Trace:
+    """A Trace of n entries, none valid."""
+    return Trace(jnp.zeros((n,), jnp.int32), jnp.zeros((n,), jnp.float32),
+                 jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32),
+                 jnp.zeros((n,), jnp.float32))
+
+
+class SearchState(NamedTuple):
+    """State of `search`'s loop over trials: the trees, the cost so far ([B]) and the
+    execution cache (None without one)."""
+
+    tree: Tree
+    cost: Cost
+    cache: Optional[ExecutionCache] = None
+
+
+@chex.dataclass(frozen=True)
+class SearchOutput:
+    """What `search` returns (B trees, K candidates).
+
+    Attributes:
+      q: [B, K] f32, Q(s, a): mean backed-up return through root action a (0 if unvisited).
+      visits: [B, K] i32, trials through each root action (sum = trials run).
+      q_mask: [B, K] bool, visits > 0: the actions with an estimate.
+      prior_logp: [B, K] f32, log pi_old(a|s) at the root (-inf where illegal).
+      root_value: [B] f32, the critic V(s) at the root (policy_fn's value).
+      search_value: [B] f32, mean backed-up return of all trials from the root.
+      legal: [B, K] bool, legal root candidates.
+      searchable: [B, K] bool, legal and restorable root candidates.
+      env_tokens: [B] f32, t_env charged (after reuse with a cache).
+      actor_tokens: [B] f32, t_actor charged (after reuse with a cache).
+      aux_tokens: [B] f32, T_aux = env_tokens + actor_tokens.
+      env_calls: [B] i32, environment steps charged (uncached ones with a cache).
+      tree: the final Tree.
+      cache: the updated ExecutionCache (None when searched without one).
+    """
+
+    q: chex.Array
+    visits: chex.Array
+    q_mask: chex.Array
+    prior_logp: chex.Array
+    root_value: chex.Array
+    search_value: chex.Array
+    legal: chex.Array
+    searchable: chex.Array
+    env_tokens: chex.Array
+    actor_tokens: chex.Array
+    aux_tokens: chex.Array
+    env_calls: chex.Array
+    tree: Tree
+    cache: Optional[ExecutionCache] = None
