@@ -162,7 +162,8 @@ class Diagnostics:
                         "se": float(d.std(ddof=1) / np.sqrt(k)) if k > 1 else float("nan"),
                         "n": k,
                         "changed_frac": float(changed[rows, v + 1].mean()) if k else float("nan"),
-                        "forced_token_frac": float(forced[which][rows].mean()) if k else float("nan"),
+                        "forced_token_frac": (float(forced[which][rows].mean()) if k
+                                              else float("nan")),
                     }
         out.update(table=table, credit_mean_pos=float(credit[:n_pos].mean()) if n_pos else None,
                    credit_mean_neg=float(credit[n_pos:].mean()) if n > n_pos else None,

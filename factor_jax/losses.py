@@ -11,7 +11,6 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from asct_jax.rl import losses as rl_losses
 from factor_jax._checks import check_range
 
 
@@ -96,9 +95,42 @@ def factor_policy_loss(logp: chex.Array, logp_old: chex.Array, coef: chex.Array,
     }
 
 
-# forward_kl (the per-position KL of the distillation term) lives in the substrate's
-# losses, where the policies' passes compute it (TokenOutputs.kl); re-exported here.
-forward_kl = rl_losses.forward_kl
+def forward_kl(teacher_logp_all: chex.Array, student_logp_all: chex.Array,
+               support_mask: chex.Array) -> chex.Array:
+    """Per-token forward KL from the hindsight teacher to the policy over the allowed
+    tokens of each position (the distillation term of FACTOR's objective, which the
+    authors call SERL's action-only KL; compute_serl_action_kl in their factor/hta.py),
+    reduced in the update's own pass (factor_jax.teacher.kl_reduce):
+
+      KL_j(pi_T || pi_theta) = sum_k mask_{k,j} p_T,{k,j} (log p_T,{k,j} - log p_theta,{k,j})
+
+    For our constrained-decoding actor, entry [k, j] is the log-prob of candidate k's token
+    at position j (of the distribution renormalised over the allowed tokens) and
+    support_mask marks the distinct allowed tokens at j, each once; a position with one
+    allowed token (a forced token) has KL 0. The authors' full-vocabulary version is this
+    with K = V (every vocabulary entry once, all of them allowed). The teacher is a
+    constant (stop-gradient). Entries off the support are zeroed first (garbage there
+    changes nothing); a supported entry with p_T = 0 contributes 0.
+
+    Args:
+      teacher_logp_all: [..., K, A] float, log pi_T(c_{k,j} | x, Phi, y_<j).
+      student_logp_all: [..., K, A] float, log pi_theta(c_{k,j} | x, y_<j) (differentiated).
+      support_mask: [..., K, A] bool.
+    Returns:
+      [..., A] float, KL per position (>= 0 when both are distributions on the support).
+    """
+    chex.assert_equal_shape([teacher_logp_all, student_logp_all, support_mask])
+    chex.assert_type([teacher_logp_all, student_logp_all, support_mask],
+                     [float, float, bool])
+    if support_mask.ndim < 2:
+        raise ValueError(f"forward_kl needs [..., K, A] inputs, got rank {support_mask.ndim}")
+    log_t = jax.lax.stop_gradient(jnp.where(support_mask, teacher_logp_all, 0.0))
+    p_t = jnp.where(support_mask, jnp.exp(log_t), 0.0)
+    on = p_t > 0  # supported entries the teacher gives mass (0 * log 0 = 0)
+    log_t = jnp.where(on, log_t, 0.0)
+    log_s = jnp.where(on, student_logp_all, 0.0)
+    terms = jnp.where(on, p_t * (log_t - log_s), 0.0)  # p_T (log p_T - log p_theta)
+    return jnp.sum(terms, axis=-2)
 
 
 def kl_token_mean(kl: chex.Array, action_mask: chex.Array) -> chex.Array:

@@ -48,7 +48,7 @@ from asct_jax.rl.types import merge_batch_turns as _flat
 from factor_jax import critic as tac_critic
 from factor_jax.continuations import Continuations, checkpoint_targets, run_continuations
 from factor_jax.host_continuations import continue_on_host
-from factor_jax.teacher import teacher_outputs
+from factor_jax.teacher import TEACHER_DIST, kl_reduce, teacher_outputs
 
 REWARD_RULES = ("auto",) + fj.REWARD_RULES  # factor.reward_rule; auto: the env's own
 OUTCOMES = ("auto", "success", "score", "return")  # factor.outcome: what G is
@@ -292,12 +292,9 @@ def _factor_factory(action_credit: ActionCredit = tac_action_credit,
             real = jnp.any(batch.token_mask, axis=-1)
             alloc = jnp.any(p.alloc_mask, axis=-1)
             cons = jnp.where(alloc, fj.conservation_error(p.weights, p.alloc_mask), 0.0)
-            b = batch.turn_mask.shape[0]
-            loss_inputs = {"a_seq": p.a_seq,
-                           "kl_weight": jnp.broadcast_to(p.kl_weight, (b,))}
-            if fc.kl_coef > 0:
-                loss_inputs.update(teacher_dist=p.teacher_dist,
-                                   teacher_support=p.teacher_support)
+            loss_inputs = {"a_seq": p.a_seq, "kl_weight": p.kl_weight}
+            if fc.kl_coef > 0:   # the teacher's distributions, for kl_reduce
+                loss_inputs[TEACHER_DIST] = p.teacher_dist
             metrics = {
                 "aux_tokens": p.cont.aux_tokens, "env_calls": p.cont.env_calls,
                 "factor/conservation_err_max": jnp.max(cons),
@@ -336,20 +333,25 @@ def _factor_policy_loss(fc: FactorConfig, ctx: CreditContext):
 
 def _factor_kl_loss(fc: FactorConfig, ctx: CreditContext):
     """lambda_k * token-mean forward KL(pi_T || pi_theta) over action tokens; None at
-    factor.kl_coef = 0."""
+    factor.kl_coef = 0. The per-token KL is the update's pass reduced by kl_reduce."""
     if fc.kl_coef <= 0:
         return None
 
     def aux_loss(out, mb: Rollout, credit: Credit):
-        li = credit.loss_inputs
-        kl = fj.kl_token_mean(out.kl, action_tokens(mb))   # forward_kl, in the policy's pass
-        return li["kl_weight"][0] * kl, {"teacher_kl": kl}
+        kl = fj.kl_token_mean(out.reduced, action_tokens(mb))   # forward_kl, per token
+        return credit.loss_inputs["kl_weight"] * kl, {"teacher_kl": kl}
     return aux_loss
+
+
+def _factor_dist_reduce(fc: FactorConfig, ctx: CreditContext):
+    """The update's pass reduced to the per-token KL to the teacher; None at kl_coef 0."""
+    return kl_reduce if fc.kl_coef > 0 else None
 
 
 def _factor_method(name: str, factory) -> Method:
     return Method(name, factory, make_config=factor_config,
                   make_policy_loss=_factor_policy_loss, make_aux_loss=_factor_kl_loss,
+                  make_dist_reduce=_factor_dist_reduce,
                   init_state=init_critic_state, update_state=installs_credit_state,
                   host_prepare=continue_on_host)
 
