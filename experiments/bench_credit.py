@@ -1,8 +1,9 @@
 """Credit-kernel throughput: FACTOR (TAC + HTA + APM + C) and GAE vs NumPy and rlax.
 
 Not a test: a script that measures, side by side in one process,
-  * factor_jax's jitted pipeline (coefficients only; aux outputs dead-code-eliminated),
-    without and with APM clipping, vs a vectorised NumPy reference of the same maths;
+  * factor_jax's jitted pipeline as FACTOR trains with it (tac_credit -> hindsight_delta
+    -> hta_scores -> apm_weights at eta = ETA -> token_coefficients), vs a vectorised
+    NumPy reference of the same maths;
   * the reverse scans over turns of asct_jax.rl.advantages (jitted): `gae` (closed form,
     A = delta @ U) vs its previous reverse-lax.scan form (`gae_scan_reference`),
     rlax.truncated_generalized_advantage_estimation (vmapped over episodes, jitted),
@@ -52,6 +53,8 @@ from factor_jax.synthetic import random_batch  # noqa: E402
 FACTOR_INPUTS = ("rewards", "values", "baseline", "turn_mask", "teacher_logp",
                  "student_logp", "token_mask")
 GAE_LAMBDA = 0.95
+ETA = 0.7      # the authors' eta_0: the mixture's softmax share
+CLIP_D = 3.0   # the authors' clip on delta
 
 
 # ------------------------------------------------------------------------ timing helpers
@@ -134,17 +137,19 @@ def memcpy_bandwidth(nbytes: int = 256 << 20, min_time: float = 1.0) -> Dict[str
 
 
 # ------------------------------------------------------------------- kernels under test
-def factor_jax_coef(clip=None):
-    def fn(rewards, values, baseline, turn_mask, teacher_logp, student_logp, token_mask):
-        coef, _ = fj.factor_coefficients(rewards, values, baseline, turn_mask, teacher_logp,
-                                         student_logp, token_mask, clip=clip)
-        return coef
-    return fn
+def factor_jax_coef(rewards, values, baseline, turn_mask, teacher_logp, student_logp,
+                    token_mask):
+    """The coefficients C [B, T, A] of factor_jax's kernels, as factor_pieces chains them."""
+    credit = fj.tac_credit(rewards, values, baseline, turn_mask)
+    delta = fj.hindsight_delta(teacher_logp, student_logp, token_mask)
+    scores = fj.hta_scores(delta, credit, token_mask, CLIP_D)
+    weights = fj.apm_weights(scores, token_mask, ETA)
+    return fj.token_coefficients(credit, weights, token_mask)
 
 
 def factor_numpy(rewards, values, baseline, turn_mask, teacher_logp, student_logp,
                  token_mask, tau=1.0):
-    """Vectorised NumPy reference of TAC + HTA + APM (exp, no clip) + C."""
+    """Vectorised NumPy reference of TAC + HTA + APM (the mixture at ETA) + C."""
     v = np.where(turn_mask, values, 0.0)
     v_now = v.copy()
     v_now[:, 0] = baseline
@@ -152,13 +157,14 @@ def factor_numpy(rewards, values, baseline, turn_mask, teacher_logp, student_log
     v_next[:, :-1] = np.where(turn_mask[:, 1:], v[:, 1:], 0.0)
     credit = np.where(turn_mask, np.where(turn_mask, rewards, 0.0) + v_next - v_now, 0.0)
     delta = np.where(token_mask, teacher_logp - student_logp, 0.0)
-    s = np.sign(credit)[..., None] * delta / tau
+    s = np.sign(credit)[..., None] * np.clip(delta, -CLIP_D, CLIP_D) / tau
     s = np.where(token_mask, s, -np.inf)
     mx = s.max(-1, keepdims=True)
     mx = np.where(np.isfinite(mx), mx, 0.0)
-    e = np.where(token_mask, np.exp(np.maximum(s - mx, fj.apm.LOG_FLOOR)), 0.0)
+    e = np.where(token_mask, np.exp(s - mx), 0.0)
     length = token_mask.sum(-1, keepdims=True)
-    omega = e * length / np.maximum(e.sum(-1, keepdims=True), 1.0)
+    soft = e / np.where(e.sum(-1, keepdims=True) > 0, e.sum(-1, keepdims=True), 1.0)
+    omega = np.where(token_mask, (1.0 - ETA) + ETA * length * soft, 0.0)
     return (credit[..., None] * omega).astype(np.float32)
 
 
@@ -359,13 +365,12 @@ def bench_size(B: int, T: int, A: int, min_time: float, copy_Bps: float) -> List
     r_np = _steady(factor_numpy, nargs, min_time)
     ref = factor_numpy(*nargs)
     add("factor", "numpy", nargs, r_np, tokens, ref)
-    for impl, clip in (("factor_jax", None), ("factor_jax clip[0.8,1.2]", (0.8, 1.2))):
-        res = _jit_bench(factor_jax_coef(clip), fargs, min_time)
-        add("factor", impl, fargs, res, tokens, res["output"], ref if clip is None else None)
+    res = _jit_bench(factor_jax_coef, fargs, min_time)
+    add("factor", "factor_jax", fargs, res, tokens, res["output"], ref)
     # Same kernel writing C into the donated teacher_logp buffer (no fresh allocation).
     t_index = FACTOR_INPUTS.index("teacher_logp")
     t0 = time.perf_counter()
-    donated = jax.jit(factor_jax_coef(None), donate_argnums=t_index).lower(*fargs).compile()
+    donated = jax.jit(factor_jax_coef, donate_argnums=t_index).lower(*fargs).compile()
     compile_s = time.perf_counter() - t0
     res = dict(_steady_donated(donated, fargs, t_index, min_time), compile_s=compile_s)
     add("factor", "factor_jax (donated out)", fargs, res, tokens, ref)
@@ -380,14 +385,13 @@ def bench_size(B: int, T: int, A: int, min_time: float, copy_Bps: float) -> List
 
 def factor_summary(rows: List[Dict], bw: Dict) -> str:
     """FACTOR lines, side by side from this process: the pipeline's GB/s against the numpy
-    copy and the jitted JAX copy (fresh output vs x+1 fresh, donated vs x+1 donated), and
-    clipped vs unclipped steady time (compile time apart)."""
+    copy and the jitted JAX copy (fresh output vs x+1 fresh, donated vs x+1 donated)."""
     lines = ["", f"FACTOR pipeline (load {os.getloadavg()[0]:.1f}; numpy copy "
              f"{bw['numpy_copy_Bps'] / 1e9:.2f} GB/s, JAX x+1 {bw['jax_elementwise_fresh_Bps'] / 1e9:.2f}"
              f" fresh / {bw['jax_elementwise_donated_Bps'] / 1e9:.2f} donated GB/s)"]
     for size in dict.fromkeys(r["size"] for r in rows if r["kernel"] == "factor"):
         fr = {r["impl"]: r for r in rows if r["kernel"] == "factor" and r["size"] == size}
-        plain, clip = fr["factor_jax"], fr["factor_jax clip[0.8,1.2]"]
+        plain = fr["factor_jax"]
         don = fr["factor_jax (donated out)"]
         lines.append(
             f"  {size} ({plain['B'] * plain['T'] * plain['A'] / 1e6:.1f} M tok): "
@@ -395,9 +399,7 @@ def factor_summary(rows: List[Dict], bw: Dict) -> str:
             f"{100 * plain['bytes_per_s'] / bw['jax_elementwise_fresh_Bps']:.0f} % JAX copy (fresh); "
             f"donated out {don['bytes_per_s'] / 1e9:.2f} GB/s = {100 * don['frac_of_memcpy']:.0f} % numpy, "
             f"{100 * don['bytes_per_s'] / bw['jax_elementwise_donated_Bps']:.0f} % JAX copy (donated); "
-            f"clipped / unclipped steady {clip['steady_s'] / plain['steady_s']:.2f}x "
-            f"({clip['steady_s'] * 1e3:.2f} vs {plain['steady_s'] * 1e3:.2f} ms; compile "
-            f"{clip['compile_s']:.2f} vs {plain['compile_s']:.2f} s)")
+            f"steady {plain['steady_s'] * 1e3:.2f} ms, compile {plain['compile_s']:.2f} s")
     text = "\n".join(lines)
     print(text)
     return text

@@ -5,14 +5,14 @@ a choice among the candidates, or on forced ones (docs/results/warm_tables.md).
 
 For each environment: one batch of the (warm-started, by default) actor, FACTOR's pieces
 (factor_jax.methods.factor_pieces: continuations -> critic -> TAC -> HTA -> weights, at
-the first step with HTA active) with
-factor.alloc_tokens = "all", and per credit sign the share of the actions' credit that
-lands on choice tokens (fj.choice_tokens),
+the first step with HTA active) over every action token, and per credit sign the share
+of the actions' credit that lands on choice tokens (fj.choice_tokens),
 
     share = mean over actions of (1/L_t) sum_j omega_{t,j} [j is a choice],
 
-against the uniform weights' share, n_choice / L_t (also the share under "choice", whose
-weights have mean 1 over the choice tokens). Under constrained decoding a forced
+against the uniform weights' share, n_choice / L_t (also the share weights with mean 1
+over the choice tokens would give: the retired factor.alloc_tokens = "choice", git tag
+earlier-variants). Under constrained decoding a forced
 token has log pi = 0 for all parameters, so credit on it moves nothing; the net credit on
 choice tokens, sum over actions of A_t share_t, is what the update pushes with. Writes
 results/<experiment>/allocation.{json,md}. A diagnostic on one batch, not a training run.
@@ -45,7 +45,6 @@ def allocation(config, env_name: str):
 
     c = config.copy_and_resolve_references()
     c.env.name = env_name
-    c.factor.alloc_tokens = "all"   # the choice tokens' share is then the weights' to measure
     if c.table.warm_start:
         from experiments.warm_start import shared
         c.train.init_from = shared(c)

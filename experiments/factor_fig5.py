@@ -13,9 +13,9 @@ three panels on fresh diagnostic batches (`config.fig5.*`). With fig5.train_run
 (a) Conservation. On a batch rolled out with the late parameters, FACTOR's token weights
     omega are computed exactly as the `factor` credit computes them (continuations ->
     critic step -> TAC -> HTA -> APM, same calls, same key use as factor_jax/methods.py,
-    at the first step with eta_k > 0, experiments.factor_fig5.credit_step), and the
-    distribution of |mean_j omega_{t,j} - 1| over the actions with a choice token (the
-    tokens the weights spread over, factor.alloc_tokens) is plotted; the no-APM
+    at the first step with eta_k > 0, factor_jax.figure5.credit_step), and the
+    distribution of |mean_j omega_{t,j} - 1| over the actions (the tokens the weights
+    spread over: the action's tokens) is plotted; the no-APM
     softmax variant (fj.softmax_weights, weights summing to 1, error 1 - 1/L_t) is
     overlaid for contrast. The feedback control (METHODS.md section 5): the same Delta
     with the feedback removed from the teacher's prompt (its header and footer kept) and
@@ -81,7 +81,8 @@ jitted and vmapped over states, rollouts and variants (jax.lax.map in chunks of
 `fig5.chunk` rollouts to bound memory); only the choice of which states/actions to use is
 made on the host (so the compiled shapes are padded to whole chunks). The kernels are
 factor_jax.diagnostics (conservation, mc_state_values, mc_credit, perturbable_actions,
-perturbed_actions, perturbation_returns); this file runs them.
+perturbed_actions, perturbation_returns), run by factor_jax.figure5.Diagnostics; this
+file trains, builds it from config.fig5, and plots.
 
 Runtime on 2 shared (loaded) CPU cores, measured: quick 88 s from scratch (30 s of it the
 4 training steps; 35 s when the finished training run is reused); full default 445 s
@@ -105,11 +106,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import factor_jax as fj
-from asct_jax.envs.base import UNK_ID
 from asct_jax.infra import config_cli
-from asct_jax.rl.credit import state_actor
-from asct_jax.rl.rollout import rollout
-from factor_jax.methods import factor_config, factor_pieces
+from factor_jax import figure5
+from factor_jax.methods import factor_config
 
 
 def filler_id() -> int:
@@ -121,34 +120,6 @@ def filler_id() -> int:
 
 
 # ----------------------------------------------------------------------------- panels
-
-def credit_step(config) -> int:
-    """The 0-based step the diagnostics compute the credit at: the first step with HTA
-    active (k = the schedule's eta_start), so omega is the authors' mixture, not the
-    warm-up's or the late uniform weights."""
-    from factor_jax.methods import Schedule
-    return Schedule.of(factor_config(config)).eta_start - 1
-
-
-def factor_parts(ctx, config, params, batch, key, mstate, step):
-    """The `factor` credit's pieces (factor_jax.methods.factor_pieces, the same code the
-    credit runs, with the method state `mstate` of the parameters' run), panel (a)'s
-    conservation errors (with the softmax, no-APM weights of the same clipped scores),
-    TAC's telescoping error [B] and the feedback control: Delta with the teacher's
-    feedback removed (header and footer kept). Jittable (ctx, config static).
-
-    Returns (FactorPieces, fj.Conservation, tac_sum_err [B], delta_no_feedback [B, T, A])."""
-    from factor_jax.methods import teacher_log_probs
-    fc = factor_config(config)
-    p = factor_pieces(fc, ctx, params, batch, key, step, mstate)
-    scores = fj.sign_aware_scores(jnp.clip(p.delta, -fc.clip_d, fc.clip_d), p.credit,
-                                  p.alloc_mask)
-    cons = fj.conservation(p.weights, scores, p.alloc_mask, tau=fc.tau)
-    no_feedback = batch.replace(feedback=jnp.zeros_like(batch.feedback))   # PAD only
-    delta_nf = fj.hindsight_delta(teacher_log_probs(ctx, params, no_feedback),
-                                  batch.logp_old, batch.token_mask)
-    return p, cons, jnp.abs(jnp.sum(p.credit, axis=1) - p.a_seq), delta_nf
-
 
 def feedback_control(delta, delta_nf, mask) -> Dict[str, float]:
     """Pearson r between Delta and Delta without the feedback over the tokens where
@@ -162,134 +133,31 @@ def feedback_control(delta, delta_nf, mask) -> Dict[str, float]:
             if sel.any() else 0.0}
 
 
-def _take(tree, *idx):
-    return jax.tree.map(lambda x: x[idx], tree)
-
-
-def _pad_idx(n: int, multiple: int) -> int:
-    return max(multiple, -(-n // multiple) * multiple)
-
-
-class Diagnostics:
-    """The jitted factor_jax.diagnostics kernels for one experiment (env, policy, credit
-    context, config), and the host-side choice of which states and actions they see."""
-
-    def __init__(self, config, env, env_params, policy, ctx):
-        self.config, self.env, self.env_params, self.ctx = config, env, env_params, ctx
-        self.policy = policy
-        f5 = config.fig5
-        self.M, self.R = int(f5.mc_rollouts), int(f5.perturb_rollouts)
-        self.modes = tuple(f5.perturb_modes)
-        self.mc_states_per_chunk = max(1, int(f5.chunk) // self.M)
-        self.filler = filler_id()
-        ng, gs = int(f5.num_groups), int(f5.group_size)
-        if gs != ctx.group_size:
-            raise config_cli.ConfigError(
-                "fig5.group_size", f"{gs} differs from rollout.group_size "
-                f"{ctx.group_size} (the credit's group baseline uses the latter)",
-                str(ctx.group_size))
-        self.collect = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, ng, gs))
-        self.parts = jax.jit(lambda p, batch, k, ms: factor_parts(
-            ctx, config, p, batch, k, ms, credit_step(config)))
-        self._mc = jax.jit(lambda p, states, keys: fj.mc_state_values(
-            env, env_params, state_actor(ctx, p), states, keys, self.M,
-            self.mc_states_per_chunk))
-        self._perturb = jax.jit(self._perturb_returns)
-        self._eligible = jax.jit(fj.perturbable_actions)
-
-    def mc_credit(self, params, batch, pieces, key):
-        """Panel (b): A^MC [B, T] (numpy) and V_MC [B, T] (0 at t = 0 and on padding)."""
-        tm = np.asarray(batch.turn_mask)
-        bi, ti = np.nonzero(tm & (np.arange(tm.shape[1])[None] >= 1))
-        n = len(bi)
-        v = np.zeros(tm.shape, np.float32)
-        if n:
-            n_pad = _pad_idx(n, self.mc_states_per_chunk)
-            bi_p = np.concatenate([bi, np.full(n_pad - n, bi[0])])
-            ti_p = np.concatenate([ti, np.full(n_pad - n, ti[0])])
-            states = _take(batch.states, bi_p, ti_p)
-            keys = jax.random.split(key, n_pad)
-            v[bi, ti] = np.asarray(self._mc(params, states, keys))[:n]
-        a_mc = fj.mc_credit(batch.rewards, jnp.asarray(v), pieces.baseline, batch.turn_mask)
-        return np.asarray(a_mc), v
-
-    def _perturb_returns(self, params, states, actions, hi, lo, cands, legal, keys):
-        var = fj.perturbed_actions(actions, hi, lo, cands, legal, self.modes, self.filler,
-                                   UNK_ID)
-        return fj.perturbation_returns(self.env, self.env_params,
-                                       state_actor(self.ctx, params), states, var, keys,
-                                       int(self.config.fig5.chunk))
-
-    def select_actions(self, batch, pieces, seed):
-        """Host: up to fig5.perturb_actions eligible actions of each credit sign (random)."""
-        f5 = self.config.fig5
-        pos, neg, hi, lo = (np.asarray(x) for x in self._eligible(
-            pieces.credit, pieces.weights, pieces.alloc_mask, f5.min_abs_credit))
-        rng = np.random.default_rng(seed)
-        chosen = {}
-        for name, sel in (("pos", pos), ("neg", neg)):
-            bi, ti = np.nonzero(sel)
-            take = rng.permutation(len(bi))[: int(f5.perturb_actions)]
-            chosen[name] = (bi[take], ti[take])
-        return chosen, hi, lo
-
-    def perturbation(self, params, batch, pieces, key, seed) -> Dict[str, Any]:
-        """Panel (c): the return-change table (see the module docstring)."""
-        chosen, hi, lo = self.select_actions(batch, pieces, seed)
-        bi = np.concatenate([chosen["pos"][0], chosen["neg"][0]])
-        ti = np.concatenate([chosen["pos"][1], chosen["neg"][1]])
-        n_pos, n = len(chosen["pos"][0]), len(bi)
-        out: Dict[str, Any] = {"n_pos": n_pos, "n_neg": n - n_pos, "modes": self.modes}
-        if n == 0:
-            return out
-        n_pad = 2 * int(self.config.fig5.perturb_actions)  # one compiled shape
-        bi_p = np.concatenate([bi, np.full(n_pad - n, bi[0])])
-        ti_p = np.concatenate([ti, np.full(n_pad - n, ti[0])])
-        keys = jax.random.split(key, n_pad * self.R).reshape(n_pad, self.R)
-        ret, changed = self._perturb(params, _take(batch.states, bi_p, ti_p),
-                                     jnp.asarray(np.asarray(batch.actions)[bi_p, ti_p]),
-                                     jnp.asarray(hi[bi_p, ti_p]), jnp.asarray(lo[bi_p, ti_p]),
-                                     jnp.asarray(np.asarray(batch.cand_tokens)[bi_p, ti_p]),
-                                     jnp.asarray(np.asarray(batch.cand_mask)[bi_p, ti_p]), keys)
-        ret, changed = np.asarray(ret)[:n], np.asarray(changed)[:n]
-        delta = (ret[:, 1:] - ret[:, :1]).mean(-1)  # [n, V-1] per-action mean change
-        credit = np.asarray(pieces.credit)[bi, ti]
-        # A token with log pi_old = 0 had a single allowed continuation (forced: structure
-        # words shared by every candidate, EOS): its hindsight delta is 0.
-        logp = np.asarray(batch.logp_old)[bi, ti]
-        forced = {"high": logp[np.arange(n), hi[bi, ti]] == 0.0,
-                  "low": logp[np.arange(n), lo[bi, ti]] == 0.0}
-        table = {}
-        for m, mode in enumerate(self.modes):
-            for w, which in enumerate(("high", "low")):
-                v = 2 * m + w
-                for sign, rows in (("pos", slice(0, n_pos)), ("neg", slice(n_pos, n))):
-                    d = delta[rows, v]
-                    k = len(d)
-                    table[f"{mode}/{which}/{sign}"] = {
-                        "mean": float(d.mean()) if k else float("nan"),
-                        "se": float(d.std(ddof=1) / np.sqrt(k)) if k > 1 else float("nan"),
-                        "n": k,
-                        "changed_frac": float(changed[rows, v + 1].mean()) if k else float("nan"),
-                        "forced_token_frac": float(forced[which][rows].mean()) if k else float("nan"),
-                    }
-        out.update(table=table, credit_mean_pos=float(credit[:n_pos].mean()) if n_pos else None,
-                   credit_mean_neg=float(credit[n_pos:].mean()) if n > n_pos else None,
-                   original_return_mean=float(ret[:, 0].mean()),
-                   rollouts_per_action=self.R)
-        return out
+def diagnostics(config, env, env_params, policy, ctx) -> figure5.Diagnostics:
+    """factor_jax.figure5.Diagnostics of an experiment, with config.fig5's settings."""
+    f5 = config.fig5
+    if int(f5.group_size) != ctx.group_size:
+        raise config_cli.ConfigError(
+            "fig5.group_size", f"{f5.group_size} differs from rollout.group_size "
+            f"{ctx.group_size} (the credit's group baseline uses the latter)",
+            str(ctx.group_size))
+    return figure5.Diagnostics(
+        factor_config(config), env, env_params, policy, ctx, num_groups=int(f5.num_groups),
+        mc_rollouts=int(f5.mc_rollouts), perturb_rollouts=int(f5.perturb_rollouts),
+        perturb_modes=tuple(f5.perturb_modes), perturb_actions=int(f5.perturb_actions),
+        min_abs_credit=f5.min_abs_credit, chunk=int(f5.chunk), filler=filler_id())
 
 
 # ----------------------------------------------------------------------------- driver
 
 def run_diagnostics(config, pieces, early_params, late_params,
-                    diag: Optional[Diagnostics] = None) -> Dict[str, Any]:
+                    diag: Optional[figure5.Diagnostics] = None) -> Dict[str, Any]:
     """All three panels' numbers (and, under "_arrays", the arrays the figure needs).
 
     early_params, late_params: (policy parameters, method state) of each phase.
     pieces: (env, env_params, policy, CreditContext), see exp_parts; `diag` reuses the
     compiled functions of an existing Diagnostics for the same pieces and config."""
-    diag = diag if diag is not None else Diagnostics(config, *pieces)
+    diag = diag if diag is not None else diagnostics(config, *pieces)
     key = jax.random.fold_in(jax.random.key(config.seed), 10_000 + int(config.fig5.seed))
     k = dict(zip(("roll_early", "roll_late", "cred_early", "cred_late", "mc_early",
                   "mc_late", "perturb"), jax.random.split(key, 7)))

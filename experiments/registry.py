@@ -2,7 +2,7 @@
 
 Filled by explicit imports of the packages that define methods, from the bottom of the
 dependency chain up (asct_jax.rl -> asct_jax.search -> factor_jax); no other list of
-method names exists. A new method is a `Method` in its package's METHODS tuple.
+method names exists. A new method is a `Method` in its module's METHODS tuple.
 """
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from asct_jax.rl import methods as rl_methods
 from asct_jax.rl.credit import Method
 from asct_jax.rl.run_config import RunConfig, run_config
 from asct_jax.search import methods as search_methods
+from factor_jax import asct_factor, baselines
 from factor_jax import methods as factor_methods
 
 METHODS: Dict[str, Method] = {}
-for _method in (*rl_methods.METHODS, *search_methods.METHODS, *factor_methods.METHODS):
+for _method in (*rl_methods.METHODS, *search_methods.METHODS, *factor_methods.METHODS,
+                *baselines.METHODS, *asct_factor.METHODS):
     if _method.name in METHODS:
         raise ValueError(f"credit method {_method.name!r} is defined twice")
     METHODS[_method.name] = _method

@@ -1,8 +1,8 @@
 """FACTOR diagnostics, the paper's Figure 5 (docs/methods.md, FACTOR > Diagnostics):
 conservation, calibration of TAC against Monte-Carlo credit, token perturbation.
 
-Pure, jit- and vmap-able kernels; experiments/factor_fig5.py runs them (training, the
-choice of states and actions on the host, plotting). Shapes: [B, T] per action,
+Pure, jit- and vmap-able kernels; factor_jax.figure5 runs them (with the choice of states
+and actions on the host), experiments/factor_fig5.py trains and plots. Shapes: [B, T] per action,
 [B, T, A] per token, N selected states / actions, K candidates, V action variants,
 R rollouts.
 """
@@ -34,16 +34,6 @@ def conservation_error(weights: chex.Array, token_mask: chex.Array) -> chex.Arra
     total = jnp.sum(jnp.where(token_mask, weights, 0.0), axis=-1)
     err = jnp.abs(total / jnp.maximum(length, 1.0) - 1.0)
     return jnp.where(length > 0, err, 0.0)
-
-
-def credit_conservation_error(credit: chex.Array, rewards: chex.Array,
-                              baseline: chex.Array, turn_mask: chex.Array) -> chex.Array:
-    """|sum_t A*_t - (G - b)| per episode (TAC's telescoping identity). [B]."""
-    chex.assert_equal_shape([credit, rewards, turn_mask])
-    chex.assert_rank(baseline, 1)
-    total = jnp.sum(jnp.where(turn_mask, credit, 0.0), axis=-1)
-    ret = jnp.sum(jnp.where(turn_mask, rewards, 0.0), axis=-1)
-    return jnp.abs(total - (ret - baseline))
 
 
 @chex.dataclass(frozen=True)
@@ -96,6 +86,40 @@ def extreme_tokens(weights: chex.Array, token_mask: chex.Array) -> Tuple[chex.Ar
     return hi.astype(jnp.int32), lo.astype(jnp.int32)
 
 
+def choice_tokens(actions: chex.Array, cand_tokens: chex.Array, cand_mask: chex.Array,
+                  token_mask: chex.Array) -> chex.Array:
+    """The action tokens at which the actor had a choice under constrained decoding
+    (experiments/factor_allocation.py measures the share of credit they get).
+
+    Token j of action y is a choice iff a legal candidate that agrees with y on y_{<j}
+    has another token at j:
+
+      choice_j = OR_k [ legal_k  AND  c_{k,<j} = y_{<j}  AND  c_{k,j} != y_j ]
+
+    Elsewhere the constraint leaves one continuation, so log pi(y_j | x, y_<j) = 0 for
+    every parameter (no gradient) and delta_j = 0 whatever the teacher reads: credit on
+    such a *forced* token moves nothing (a free-form LLM action has no forced tokens).
+
+    Args:
+      actions: [..., A] int, the action's tokens (EOS then PAD).
+      cand_tokens: [..., K, A] int, the candidates it was chosen from.
+      cand_mask: [..., K] bool, legal candidates.
+      token_mask: [..., A] bool, real action tokens.
+    Returns:
+      [..., A] bool, a subset of token_mask.
+    """
+    chex.assert_rank([actions, token_mask], cand_mask.ndim)
+    chex.assert_rank(cand_tokens, actions.ndim + 1)
+    chex.assert_equal_shape([actions, token_mask])
+    chex.assert_equal_shape_prefix([cand_tokens, cand_mask], cand_mask.ndim)
+    same = cand_tokens == actions[..., None, :]                        # [..., K, A]
+    # c_{k,<j} = y_{<j}: an exclusive running AND along the tokens.
+    prefix = jnp.cumprod(jnp.concatenate(
+        [jnp.ones_like(same[..., :1]), same[..., :-1]], axis=-1), axis=-1).astype(bool)
+    other = cand_mask[..., None] & prefix & ~same
+    return jnp.any(other, axis=-2) & token_mask
+
+
 # ------------------------------------------------------------------ (a) conservation
 
 @chex.dataclass(frozen=True)
@@ -116,18 +140,18 @@ class Conservation:
 
 
 def conservation(weights: chex.Array, scores: chex.Array, token_mask: chex.Array,
-                 tau: float = 1.0, transform="exp") -> Conservation:
+                 tau: float = 1.0) -> Conservation:
     """|mean_j omega_{t,j} - 1| of FACTOR's APM weights and, for contrast, of the softmax
     weights (sum to 1) computed from the same HTA scores.
 
     Args:
       weights: [B, T, A] float, APM weights omega. scores: [B, T, A] float, HTA scores.
-      token_mask: [B, T, A] bool. tau, transform: as apm_weights.
+      token_mask: [B, T, A] bool. tau: as softmax_weights.
     Returns:
       Conservation.
     """
     chex.assert_equal_shape([weights, scores, token_mask])
-    soft = softmax_weights(scores, token_mask, tau=tau, transform=transform)
+    soft = softmax_weights(scores, token_mask, tau=tau)
     real = jnp.any(token_mask, axis=-1)
     cons = lambda w: jnp.where(real, conservation_error(w, token_mask), 0.0)  # noqa: E731
     return Conservation(real=real, weights_softmax=soft, cons_apm=cons(weights),

@@ -1,9 +1,10 @@
-"""FACTOR, its ablations, SERL and ASCT + FACTOR as credit methods (`Method` records,
-see asct_jax.rl.credit; docs/methods.md, FACTOR), as the authors' code defines them
-(Super-MariOvO/FACTOR; SERL: OliverLeeXZ/SERL).
+"""FACTOR and its ablations as credit methods (`Method` records, see asct_jax.rl.credit;
+docs/methods.md, FACTOR), as the authors' code defines them (Super-MariOvO/FACTOR). Its
+baselines SERL and grpo_extended are in factor_jax.baselines, ASCT + FACTOR in
+factor_jax.asct_factor.
 
 FACTOR at step k (1-indexed; the train step's counter is k - 1):
-  rewards    per benchmark (factor_jax.reward_construction, the analogue's outcome_rule):
+  rewards    per benchmark (factor_jax.reward_construction, the env's rule in OUTCOME_RULES):
              terminal reward, A_seq and V~(x_0) = b of every trajectory;
   critic     checkpoints (one per half) -> M continuations of pi_old of <= horizon turns
              -> Monte-Carlo targets into a replay of the last W steps -> one Adam step of
@@ -11,21 +12,17 @@ FACTOR at step k (1-indexed; the train step's counter is k - 1):
              (factor_jax.critic; the method state);
   how much   k <= warm-up: A*_t = A_seq / T; after: A*_t = r_t + V~(x_{t+1}) - V~(x_t)
              with the target head, r_t = 0 but the terminal reward (TAC);
-  where      s = sign(A*) clip(Delta, -d, d), omega = L (1 - eta_k) / L + L eta_k softmax(s / tau)
-             (factor_jax.hta_weights), eta_k active for k in [start, end];
+  where      s = sign(A*) clip(Delta, -d, d) (factor_jax.hta_scores),
+             omega = L (1 - eta_k) / L + L eta_k softmax(s / tau) (factor_jax.apm_weights),
+             eta_k active for k in [start, end];
   loss       L_act (action-mean surrogate on C = A* omega) + L_nonact (token-mean on A_seq)
              + lambda_k * token-mean forward KL(teacher || policy) on action tokens.
-The step constants (warm-up 10, eta 11..49 / 50, lambda 50, Polyak 0.995, SERL's 10 and 50)
+The step constants (warm-up 10, eta 11..49 / 50, lambda 50, Polyak 0.995)
 are given for 150-step runs and scale with train.steps (factor.scale_schedules).
 
 factor_no_tac  A_t = A_seq / T_i (the authors' credit without a critic) -> HTA + APM
 factor_no_hta  TAC -> omega = 1
 factor_no_apm  TAC -> the softmax alone (weights sum to 1: credit shrunk by 1/L_t)
-serl           GRPO advantage, action tokens reweighted by clipped exp(sign(A) Delta),
-               lam 0.5 -> 0 over 50 steps; teacher = a copy of the policy re-synced
-               every 10 steps (method state)
-grpo_extended  GRPO; the experiment gives it FACTOR's environment-call budget
-asct_factor    ASCT-AgentUCT's searched A_t as "how much", HTA + APM as "where"
 
 The hindsight teacher of FACTOR is pi_old (the behaviour parameters, frozen for the
 update) reading [x_t | SEP o_{t+1} | y_t]. Every continuation step is counted in
@@ -44,21 +41,17 @@ import factor_jax as fj
 from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
-from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, installs_credit_state,
-                                state_actor, value_targets_mc)
-from asct_jax.rl.methods import GRPO
+from asct_jax.rl.credit import (CreditContext, Method, installs_credit_state, state_actor,
+                                value_targets_mc)
 from asct_jax.rl.types import Credit, Rollout, action_tokens, nonaction_tokens, policy_inputs
 from asct_jax.rl.types import merge_batch_turns as _flat
-from asct_jax.search.methods import ASCTConfig, asct_config, searched_advantages
 from factor_jax import critic as tac_critic
 from factor_jax.continuations import Continuations, checkpoint_targets, run_continuations
 from factor_jax.host_continuations import continue_on_host
+from factor_jax.teacher import TEACHER_DIST, kl_reduce, teacher_outputs
 
 REWARD_RULES = ("auto",) + fj.REWARD_RULES  # factor.reward_rule; auto: the env's own
 OUTCOMES = ("auto", "success", "score", "return")  # factor.outcome: what G is
-NORMALISE = ("none", "batch_std")       # factor.normalise: scale of the coefficients
-ALLOC_TOKENS = ("all", "choice")        # factor.alloc_tokens: what HTA + APM weigh
-WEIGHTS = ("mixture", "softmax", "uniform")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,42 +79,12 @@ class FactorConfig:
     kl_coef: float = option(Range(0.0, None), "weight of lambda_k KL (1: the authors')")
     kl_decay: int = option(Range(1, None, integer=True), "lambda_k = max(1 - k/decay, 0)")
     scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
-    alloc_tokens: str = option(ALLOC_TOKENS, "tokens HTA + APM weigh")
-    normalise: str = option(NORMALISE, "none (authors'), or divide C by the batch std")
     train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
-
-
-@dataclasses.dataclass(frozen=True)
-class SerlConfig:
-    """SERL's fields (section serl)."""
-
-    lam0: float = option(Range(0.0, 1.0), "lambda at the first step")
-    decay_steps: int = option(Range(0, None, integer=True), "steps of lambda's decay to 0")
-    resync_every: int = option(Range(1, None, integer=True), "teacher re-synced every n steps")
-    clip: float = option(Range(0.0, None), "weights clipped to [1 - clip, 1 + clip]")
-    scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
-    train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
-
-
-@dataclasses.dataclass(frozen=True)
-class AsctFactorConfig:
-    """asct_factor's fields: ASCT's search (section asct) and FACTOR's allocation (factor)."""
-
-    asct: ASCTConfig
-    factor: FactorConfig
 
 
 def factor_config(config) -> FactorConfig:
     """FactorConfig of config.factor (ConfigError naming factor.<field> on a bad value)."""
     return from_section(FactorConfig, config, "factor", train_steps=int(config.train.steps))
-
-
-def serl_config(config) -> SerlConfig:
-    return from_section(SerlConfig, config, "serl", train_steps=int(config.train.steps))
-
-
-def asct_factor_config(config) -> AsctFactorConfig:
-    return AsctFactorConfig(asct=asct_config(config), factor=factor_config(config))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,9 +115,10 @@ class Schedule:
                         polyak=float(min(max(polyak, 0.0), fc.critic_polyak)))
 
 
-def outcome_rule(fc: FactorConfig, env) -> tuple:
-    """(reward rule, outcome key) of the run: the config's, else the analogue's."""
-    rule, outcome = getattr(env, "outcome_rule", ("raw", "return"))
+def run_outcome_rule(fc: FactorConfig, env) -> tuple:
+    """(reward rule, outcome key) of the run: the config's, else the env's
+    (fj.OUTCOME_RULES; env None on host games)."""
+    rule, outcome = fj.outcome_rule(getattr(env, "name", ""))
     return (rule if fc.reward_rule == "auto" else fc.reward_rule,
             outcome if fc.outcome == "auto" else fc.outcome)
 
@@ -174,38 +138,6 @@ def terminal_rewards(terminal, turn_mask):
     n = jnp.sum(turn_mask, axis=1)
     last = jnp.arange(turn_mask.shape[1])[None, :] == (n - 1)[:, None]
     return jnp.where(last & turn_mask, terminal[:, None], 0.0).astype(jnp.float32)
-
-
-def allocation_mask(alloc_tokens: str, batch: Rollout):
-    """[B, T, A] bool, the tokens HTA + APM spread an action's credit over: every real
-    action token ("all", the authors'; a generating actor's tokens inside the action
-    tags), or ("choice") those where constrained decoding
-    left the actor a choice (fj.choice_tokens; a forced token has no gradient)."""
-    if alloc_tokens == "all":
-        return action_tokens(batch)
-    return fj.choice_tokens(batch.actions, batch.cand_tokens, batch.cand_mask,
-                            batch.token_mask)
-
-
-def teacher_outputs(ctx: CreditContext, params, batch: Rollout):
-    """Hindsight teacher on the batch: (token log-probs [B, T, A] (0 on padding), its
-    constrained distributions dist_logp, support [B, T, K, A])."""
-    b, t = batch.turn_mask.shape
-    logp, dist, support = ctx.policy.teacher_outputs(
-        params, _flat(policy_inputs(batch)), _flat(batch.feedback), _flat(batch.actions),
-        _flat(batch.cand_tokens), _flat(batch.cand_mask))
-    shape = lambda x: x.reshape((b, t) + x.shape[1:])
-    return jnp.where(batch.token_mask, shape(logp), 0.0), shape(dist), shape(support)
-
-
-def teacher_log_probs(ctx: CreditContext, params, batch: Rollout):
-    """Hindsight teacher log-probs [B, T, A] (0 on padding)."""
-    b, t = batch.turn_mask.shape
-    logp = ctx.policy.teacher_log_probs(params, _flat(policy_inputs(batch)),
-                                        _flat(batch.feedback),
-                                        _flat(batch.actions), _flat(batch.cand_tokens),
-                                        _flat(batch.cand_mask))
-    return jnp.where(batch.token_mask, logp.reshape(b, t, -1), 0.0)
 
 
 def batch_features(ctx: CreditContext, params, batch: Rollout):
@@ -230,8 +162,9 @@ class FactorPieces:
     Attributes:
       coef: [B, T, A] C_{t,j} = A*_t omega_{t,j}.
       credit: [B, T] A*_t. a_seq, baseline, returns: [B] A_seq, V~(x_0), the outcome G.
-      delta: [B, T, A] log pi_T - log pi_old. weights: [B, T, A] omega (mean 1 over
-        alloc_mask tokens). alloc_mask: [B, T, A] bool.
+      delta: [B, T, A] log pi_T - log pi_old. scores: [B, T, A] s (HTA).
+        weights: [B, T, A] omega (mean 1 over alloc_mask tokens). alloc_mask: [B, T, A]
+        bool, the tokens the weights spread over (the action tokens).
       teacher, teacher_dist, teacher_support: the teacher's token log-probs [B, T, A] and
         distributions in the policy's layout ([B, T, K, A] over candidates; [B, T, A, V]
         and a support [B, T, 1, 1] for the generating actor).
@@ -247,6 +180,7 @@ class FactorPieces:
     baseline: chex.Array
     returns: chex.Array
     delta: chex.Array
+    scores: chex.Array
     weights: chex.Array
     alloc_mask: chex.Array
     teacher: chex.Array
@@ -264,7 +198,7 @@ class FactorPieces:
 
 # The two stages a FACTOR method chooses (docs/methods.md, FACTOR > Ablations):
 #   action credit (tac [B, T], a_seq [B], turn_mask) -> A_t [B, T]: "how much";
-#   token weights (delta, credit, mask, eta, fc) -> omega [B, T, A]: "where".
+#   token weights (scores [B, T, A], mask, eta, fc) -> omega [B, T, A]: "where".
 ActionCredit = Callable[..., Any]
 TokenWeights = Callable[..., Any]
 
@@ -279,19 +213,18 @@ def split_action_credit(tac, a_seq, turn_mask):
     return fj.warmup_credit(a_seq, turn_mask)
 
 
-def mixture_token_weights(delta, credit, mask, eta, fc):
-    """HTA + APM as the authors': omega = L ((1 - eta) / L + eta softmax(s / tau))."""
-    return fj.hta_weights(delta, credit, mask, eta, tau=fc.tau, clip_d=fc.clip_d)
+def mixture_token_weights(scores, mask, eta, fc):
+    """APM as the authors': omega = L ((1 - eta) / L + eta softmax(s / tau))."""
+    return fj.apm_weights(scores, mask, eta, tau=fc.tau)
 
 
-def uniform_token_weights(delta, credit, mask, eta, fc):
+def uniform_token_weights(scores, mask, eta, fc):
     """omega = 1 on every allocated token ("without HTA")."""
-    return fj.uniform_weights(mask, delta.dtype)
+    return fj.uniform_weights(mask, scores.dtype)
 
 
-def softmax_token_weights(delta, credit, mask, eta, fc):
+def softmax_token_weights(scores, mask, eta, fc):
     """The softmax of the clipped scores alone, summing to 1 ("without APM")."""
-    scores = fj.sign_aware_scores(jnp.clip(delta, -fc.clip_d, fc.clip_d), credit, mask)
     return fj.softmax_weights(scores, mask, tau=fc.tau)
 
 
@@ -313,7 +246,7 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
     step: the train step's 0-based counter (k = step + 1). The defaults are `factor`;
     the ablations pass other stages."""
     sched = Schedule.of(fc)
-    rule, outcome = outcome_rule(fc, ctx.env)
+    rule, outcome = run_outcome_rule(fc, ctx.env)
     k = jnp.asarray(step, jnp.int32) + 1
     k_cont, k_push, k_step = jax.random.split(key, 3)
     g = episode_outcomes(batch, outcome)
@@ -336,15 +269,15 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
     teacher, dist, support = teacher_outputs(ctx, params, batch)
     delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
     eta = fj.eta_schedule(k, fc.eta0, sched.eta_start, sched.eta_end, sched.eta_decay)
-    mask = allocation_mask(fc.alloc_tokens, batch)
-    weights = token_weights(delta, credit, mask, eta, fc)
+    mask = action_tokens(batch)
+    scores = fj.hta_scores(delta, credit, mask, fc.clip_d)
+    weights = token_weights(scores, mask, eta, fc)
     coef = fj.token_coefficients(credit, weights, mask)
-    if fc.normalise == "batch_std":   # an earlier choice of ours, not the authors'
-        coef = coef / jnp.maximum(jnp.std(g), 0.05)
     kl_weight = fc.kl_coef * fj.kl_schedule(k, sched.kl_decay)
     return FactorPieces(coef=coef, credit=credit, a_seq=a_seq, baseline=baseline, returns=g,
-                        delta=delta, weights=weights, alloc_mask=mask, teacher=teacher,
-                        teacher_dist=dist, teacher_support=support, values=values,
+                        delta=delta, scores=scores, weights=weights, alloc_mask=mask,
+                        teacher=teacher, teacher_dist=dist, teacher_support=support,
+                        values=values,
                         targets=targets, eta=eta, kl_weight=kl_weight, warm=warm,
                         critic=critic_state, critic_metrics=cm, cont=cont)
 
@@ -359,12 +292,9 @@ def _factor_factory(action_credit: ActionCredit = tac_action_credit,
             real = jnp.any(batch.token_mask, axis=-1)
             alloc = jnp.any(p.alloc_mask, axis=-1)
             cons = jnp.where(alloc, fj.conservation_error(p.weights, p.alloc_mask), 0.0)
-            b = batch.turn_mask.shape[0]
-            loss_inputs = {"a_seq": p.a_seq,
-                           "kl_weight": jnp.broadcast_to(p.kl_weight, (b,))}
-            if fc.kl_coef > 0:
-                loss_inputs.update(teacher_dist=p.teacher_dist,
-                                   teacher_support=p.teacher_support)
+            loss_inputs = {"a_seq": p.a_seq, "kl_weight": p.kl_weight}
+            if fc.kl_coef > 0:   # the teacher's distributions, for kl_reduce
+                loss_inputs[TEACHER_DIST] = p.teacher_dist
             metrics = {
                 "aux_tokens": p.cont.aux_tokens, "env_calls": p.cont.env_calls,
                 "factor/conservation_err_max": jnp.max(cons),
@@ -403,88 +333,25 @@ def _factor_policy_loss(fc: FactorConfig, ctx: CreditContext):
 
 def _factor_kl_loss(fc: FactorConfig, ctx: CreditContext):
     """lambda_k * token-mean forward KL(pi_T || pi_theta) over action tokens; None at
-    factor.kl_coef = 0."""
+    factor.kl_coef = 0. The per-token KL is the update's pass reduced by kl_reduce."""
     if fc.kl_coef <= 0:
         return None
 
     def aux_loss(out, mb: Rollout, credit: Credit):
-        li = credit.loss_inputs
-        kl = fj.kl_token_mean(out.kl, action_tokens(mb))   # forward_kl, in the policy's pass
-        return li["kl_weight"][0] * kl, {"teacher_kl": kl}
+        kl = fj.kl_token_mean(out.reduced, action_tokens(mb))   # forward_kl, per token
+        return credit.loss_inputs["kl_weight"] * kl, {"teacher_kl": kl}
     return aux_loss
 
 
-def _serl(sc: SerlConfig, ctx: CreditContext):
-    """SERL: C = A ((1 - lam) + lam w) on action tokens, w = clip(exp(clip(sign(A) Delta,
-    -20, 20)), 1 - clip, 1 + clip), Delta = log pi_T - log pi_theta; the teacher is the
-    method state's copy of the policy."""
-    decay = (fj.scale_steps(sc.decay_steps, sc.train_steps)
-             if sc.scale_schedules and sc.decay_steps else sc.decay_steps)
-
-    def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
-        g = adv.episode_returns(batch.rewards, batch.turn_mask)
-        a = adv.grpo_advantages(g, ctx.group_size)
-        lam = fj.serl_lambda(step + 1, sc.lam0, decay)
-        teacher_params = _join_like(mstate["teacher"], params)
-        run = any_over_seeds(lam > 0, ctx)          # lam = 0: pure GRPO, no teacher pass
-        teacher = jax.lax.cond(run, lambda: teacher_log_probs(ctx, teacher_params, batch),
-                               lambda: batch.logp_old)
-        delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
-        coef = fj.serl_coefficients(a, delta, action_tokens(batch), batch.token_mask, lam,
-                                    sc.clip)
-        return Credit(coef=coef, value_targets=value_targets_mc(batch),
-                      metrics={"aux_tokens": jnp.float32(0.0), "env_calls": jnp.float32(0.0),
-                               "serl/lambda": jnp.asarray(lam, jnp.float32)})
-    return credit
-
-
-def _trainable(params):
-    """The trained part of join_params-form parameters (LoRA: the adapters)."""
-    return params[0] if isinstance(params, tuple) else params
-
-
-def _join_like(trained, params):
-    return (trained,) + tuple(params[1:]) if isinstance(params, tuple) else trained
-
-
-def _serl_init(sc: SerlConfig, ctx: CreditContext, params, key):
-    """SERL's state: the teacher, a copy of the initial policy."""
-    return {"teacher": jax.tree.map(jnp.copy, _trainable(params))}
-
-
-def _serl_update(sc: SerlConfig, ctx: CreditContext, mstate, inputs):
-    """Re-sync the teacher to the student after every `resync_every`-th step."""
-    every = (fj.scale_steps(sc.resync_every, sc.train_steps) if sc.scale_schedules
-             else sc.resync_every)
-    sync = (inputs.step + 1) % every == 0
-    new = _trainable(inputs.params)
-    teacher = jax.tree.map(lambda n, o: jnp.where(sync, n, o), new, mstate["teacher"])
-    return {"teacher": teacher}, {"serl_resync": sync.astype(jnp.float32)}
-
-
-def _asct_factor(cfg: AsctFactorConfig, ctx: CreditContext):
-    """ASCT-AgentUCT's A_t as the action credit, HTA + APM (factor_jax.hta_weights with
-    FACTOR's eta schedule) as the token allocation; mean_j C_{t,j} = A_t per action."""
-    fc = cfg.factor
-    sched = Schedule.of(fc)
-
-    def credit(params, batch: Rollout, key, step, mstate=None):
-        a, _, metrics = searched_advantages(cfg.asct, ctx, params, batch, key, step,
-                                            "agentuct")   # no cache: a stateless method
-        teacher = teacher_log_probs(ctx, params, batch)
-        delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
-        eta = fj.eta_schedule(jnp.asarray(step, jnp.int32) + 1, fc.eta0, sched.eta_start,
-                              sched.eta_end, sched.eta_decay)
-        mask = allocation_mask(fc.alloc_tokens, batch)
-        weights = mixture_token_weights(delta, a, mask, eta, fc)
-        coef = fj.token_coefficients(a, weights, mask)
-        return Credit(coef=coef, value_targets=value_targets_mc(batch), metrics=metrics)
-    return credit
+def _factor_dist_reduce(fc: FactorConfig, ctx: CreditContext):
+    """The update's pass reduced to the per-token KL to the teacher; None at kl_coef 0."""
+    return kl_reduce if fc.kl_coef > 0 else None
 
 
 def _factor_method(name: str, factory) -> Method:
     return Method(name, factory, make_config=factor_config,
                   make_policy_loss=_factor_policy_loss, make_aux_loss=_factor_kl_loss,
+                  make_dist_reduce=_factor_dist_reduce,
                   init_state=init_critic_state, update_state=installs_credit_state,
                   host_prepare=continue_on_host)
 
@@ -496,10 +363,4 @@ FACTOR_NO_HTA = _factor_method("factor_no_hta",
                                _factor_factory(token_weights=uniform_token_weights))
 FACTOR_NO_APM = _factor_method("factor_no_apm",
                                _factor_factory(token_weights=softmax_token_weights))
-SERL = Method("serl", _serl, make_config=serl_config, init_state=_serl_init,
-              update_state=_serl_update)
-GRPO_EXTENDED = dataclasses.replace(GRPO, name="grpo_extended")
-ASCT_FACTOR = Method("asct_factor", _asct_factor, normalise="standardise", make_config=asct_factor_config,
-                     restores_states_in_step=True)
-METHODS = (FACTOR, FACTOR_NO_TAC, FACTOR_NO_HTA, FACTOR_NO_APM, SERL, GRPO_EXTENDED,
-           ASCT_FACTOR)
+METHODS = (FACTOR, FACTOR_NO_TAC, FACTOR_NO_HTA, FACTOR_NO_APM)

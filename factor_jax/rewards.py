@@ -24,8 +24,24 @@ from factor_jax._checks import check_choice
 
 REWARD_RULES = ("leave_one_out", "standardise", "raw")
 
+# (reward rule, outcome G) per environment, as the benchmark it stands for; G is an info
+# field of the episode's end, or "return". Any other environment (rag_workflow, the host
+# games): DEFAULT_OUTCOME_RULE. factor.reward_rule / factor.outcome override them.
+OUTCOME_RULES = {
+    "household": ("leave_one_out", "success"),   # as ALFWorld
+    "shop": ("standardise", "score"),            # as WebShop
+    "science": ("raw", "success"),               # as ScienceWorld
+    "ragspace": ("raw", "return"),
+}
+DEFAULT_OUTCOME_RULE = ("raw", "return")
+
 STD_EPS = 1e-8     # added to sigma in "standardise"
 MIN_STD = 1e-6     # a group with sigma below this gets A_seq = 0 ("standardise")
+
+
+def outcome_rule(env_name: str) -> Tuple[str, str]:
+    """(reward rule, outcome) of the environment called `env_name` (OUTCOME_RULES)."""
+    return OUTCOME_RULES.get(env_name, DEFAULT_OUTCOME_RULE)
 
 
 def reward_construction(returns: chex.Array, group_size: int, rule: str

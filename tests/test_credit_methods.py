@@ -143,21 +143,23 @@ def test_factor_kl_is_lambda_times_the_forward_kl_kernel(setup):
         factor.init_state(cfg, ctx, params, jax.random.key(3)))
     b, t = batch.turn_mask.shape
     li = credit.loss_inputs
+    reduce = factor.make_dist_reduce(cfg, ctx)
     out = ctx.policy.action_outputs(params, flat(batch.obs), flat(batch.actions),
                                     flat(batch.cand_tokens), flat(batch.cand_mask),
-                                    teacher=(flat(li["teacher_dist"]),
-                                             flat(li["teacher_support"])))
+                                    dist_reduce=(reduce.fn, flat(reduce.inputs(credit))))
     out = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]), out)
     loss, m = factor.make_aux_loss(cfg, ctx)(out, batch, credit)
-    kl = fj.kl_token_mean(fj.forward_kl(li["teacher_dist"], out.dist_logp,
-                                        li["teacher_support"]), batch.token_mask)
+    from factor_jax.teacher import teacher_outputs
+    _, _, support = teacher_outputs(ctx, params, batch)
+    kl = fj.kl_token_mean(fj.forward_kl(li["teacher_dist"], out.dist_logp, support),
+                          batch.token_mask)
     from factor_jax.methods import Schedule
     decay = Schedule.of(cfg).kl_decay          # 50 of 150 steps, scaled to train.steps
     assert decay == round(50 * c.train.steps / 150)
-    np.testing.assert_allclose(float(li["kl_weight"][0]), 1.0 - 2 / decay, rtol=1e-6)
-    np.testing.assert_allclose(float(loss), float(li["kl_weight"][0] * kl), rtol=1e-6)
+    np.testing.assert_allclose(float(li["kl_weight"]), 1.0 - 2 / decay, rtol=1e-6)
+    np.testing.assert_allclose(float(loss), float(li["kl_weight"] * kl), rtol=1e-6)
     assert float(kl) >= 0.0
     c2 = c.copy_and_resolve_references()
     c2.factor.kl_coef = 0.0
     cfg2 = factor.make_config(c2)
-    assert factor.make_aux_loss(cfg2, ctx) is None
+    assert factor.make_aux_loss(cfg2, ctx) is None and factor.make_dist_reduce(cfg2, ctx) is None

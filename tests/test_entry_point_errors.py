@@ -32,7 +32,7 @@ def test_every_shipped_config_passes_its_constraints_and_the_typed_configs(name)
 
 
 @pytest.mark.parametrize("field,value", [
-    ("factor.tau", -1.0), ("factor.alloc_tokens", "most"), ("asct.trials", 0),
+    ("factor.tau", -1.0), ("factor.outcome", "most"), ("asct.trials", 0),
     ("asct.continuation", "twice"), ("gigpo.mode", "minmax"), ("serl.lam0", 2.0),
     ("vineppo.k", 0), ("ppo.aggregation", "sum"), ("ppo.return_baseline", "mean"),
 ])

@@ -1,6 +1,9 @@
-"""Figure-5 diagnostics: conservation and calibration statistics."""
+"""Figure-5 diagnostics: conservation and calibration statistics, perturbations, and the
+choice tokens of constrained decoding."""
+import jax
 import jax.numpy as jnp
 import numpy as np
+from hypothesis import given, strategies as st
 
 import factor_jax as fj
 
@@ -30,7 +33,7 @@ def test_extreme_tokens():
 def test_conservation_of_apm_and_softmax_weights():
     s = jnp.array([[[0.3, -1.0, 2.0, 5.0], [0.0, 0.0, 0.0, 0.0]]])
     m = jnp.array([[[True, True, True, False], [False, False, False, False]]])
-    out = fj.conservation(fj.apm_weights(s, m), s, m)
+    out = fj.conservation(fj.apm_weights(s, m, 1.0), s, m)
     np.testing.assert_array_equal(out.real, [[True, False]])
     np.testing.assert_allclose(out.cons_apm, [[0.0, 0.0]], atol=1e-6)
     np.testing.assert_allclose(out.cons_softmax, [[1 - 1 / 3, 0.0]], atol=1e-6)
@@ -43,8 +46,8 @@ def test_mc_credit_telescopes_to_return_minus_baseline():
     b = jnp.array([0.25, -1.0])
     tm = jnp.array([[True, True, True], [True, False, False]])
     a = fj.mc_credit(r, v, b, tm)
-    np.testing.assert_allclose(fj.credit_conservation_error(a, r, b, tm), [0.0, 0.0],
-                               atol=1e-6)
+    ret = jnp.sum(jnp.where(tm, r, 0.0), axis=-1)
+    np.testing.assert_allclose(jnp.sum(a, axis=-1), ret - b, atol=1e-6)   # sum A = G - b
     np.testing.assert_allclose(a[0], [3.0 - 0.25, 1.0 - 4.0 - 3.0, 2.0 + 4.0], atol=1e-6)
 
 
@@ -80,3 +83,51 @@ def test_divisor_at_most():
     from factor_jax.diagnostics import divisor_at_most
     assert divisor_at_most(12, 5) == 4 and divisor_at_most(7, 100) == 7
     assert divisor_at_most(7, 3) == 1
+
+
+# ------------------------------------------------------------------ choice tokens
+
+def _choice_reference(actions, cands, legal, token_mask):
+    """Brute force: token j is a choice iff the legal candidates sharing y_<j have more
+    than one distinct token at j."""
+    out = np.zeros(token_mask.shape, bool)
+    for idx in np.ndindex(token_mask.shape[:-1]):
+        y = actions[idx]
+        for j in range(y.shape[0]):
+            nxt = {int(c[j]) for c, ok in zip(cands[idx], legal[idx])
+                   if ok and np.array_equal(c[:j], y[:j])}
+            out[idx + (j,)] = token_mask[idx + (j,)] and len(nxt) > 1
+    return out
+
+
+def test_choice_tokens_hand_case():
+    # Candidates (EOS = 1, PAD = 0): "5 7", "5 8", "6", "5 7 9" (illegal).
+    cands = jnp.array([[[5, 7, 1, 0], [5, 8, 1, 0], [6, 1, 0, 0], [5, 7, 9, 1]]])
+    legal = jnp.array([[True, True, True, False]])
+    act = cands[:, 0]
+    mask = act != 0
+    # 5: vs 6 (a choice); 7: vs 8 (a choice); EOS: "5 7 9" is illegal (forced).
+    np.testing.assert_array_equal(fj.choice_tokens(act, cands, legal, mask),
+                                  [[True, True, False, False]])
+    legal = legal.at[0, 3].set(True)   # now EOS vs 9 is a choice too
+    np.testing.assert_array_equal(fj.choice_tokens(act, cands, legal, mask),
+                                  [[True, True, True, False]])
+    only = jnp.array([[True, False, False, False]])   # a single legal candidate
+    assert not np.any(fj.choice_tokens(act, cands, only, mask))
+    masked = mask.at[0, 1].set(False)   # never outside token_mask
+    assert not fj.choice_tokens(act, cands, legal, masked)[0, 1]
+
+
+@given(st.integers(0, 2**31 - 1))
+def test_choice_tokens_match_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n, k, a = 6, 5, 4
+    cands = rng.integers(2, 5, size=(n, k, a)).astype(np.int32)   # small vocab: shared prefixes
+    lens = rng.integers(1, a + 1, size=(n, k))
+    cands = np.where(np.arange(a) < lens[..., None], cands, 0)
+    legal = rng.random((n, k)) < 0.7
+    legal[:, 0] = True
+    act = cands[:, 0]
+    mask = act != 0
+    got = np.asarray(jax.jit(fj.choice_tokens)(act, cands, legal, mask))
+    np.testing.assert_array_equal(got, _choice_reference(act, cands, legal, mask))

@@ -1,5 +1,5 @@
-"""Smoke test of experiments/factor_fig5.py's panel computations on a tiny config (no
-training: early = late = the initial parameters)."""
+"""Smoke test of experiments/factor_fig5.py's panel computations (factor_jax.figure5's
+Diagnostics) on a tiny config (no training: early = late = the initial parameters)."""
 import os
 
 import jax
@@ -13,6 +13,8 @@ from experiments import registry
 from experiments import factor_fig5 as fig5
 from experiments.configs import base
 from experiments.configs import factor_fig5 as fig5_config
+from factor_jax.figure5 import credit_step
+from factor_jax.methods import factor_config
 
 # The module fixture runs Figure 5's whole diagnostic pipeline: the slow tier.
 pytestmark = pytest.mark.slow
@@ -42,7 +44,7 @@ def setup(tmp_path_factory):
     exp = build_learner(c, registry.get(c.method), source)
     params = exp.init_state.params
     parts = fig5.exp_parts(c, source, exp)
-    diag = fig5.Diagnostics(c, *parts)
+    diag = fig5.diagnostics(c, *parts)
     phase = (params, exp.init_state.method_state)
     res = fig5.run_diagnostics(c, parts, phase, phase, diag=diag)
     return c, exp, params, res, diag
@@ -55,7 +57,7 @@ def test_conservation_apm_zero_softmax_not(setup):
     assert arr["cons_apm"].shape == arr["cons_softmax"].shape == (cons["n_actions"],)
     assert np.all(np.isfinite(arr["cons_apm"])) and np.all(np.isfinite(arr["cons_softmax"]))
     assert cons["apm_max"] < 1e-5
-    # softmax weights sum to 1: |mean - 1| = 1 - 1/L_t over the L_t choice tokens, 0 for a
+    # softmax weights sum to 1: |mean - 1| = 1 - 1/L_t over the L_t action tokens, 0 for a
     # single choice token, >= 1/2 for two or more (the batch has such actions)
     assert cons["softmax_max"] >= 0.5 - 1e-6 and cons["softmax_mean"] > 0.0
     np.testing.assert_allclose(cons["softmax_mean"], cons["softmax_expected_mean"], atol=1e-5)
@@ -100,7 +102,7 @@ def test_weights_match_registered_credit(setup):
     mstate = exp.init_state.method_state
     pieces, cons, tac_sum_err, _ = diag.parts(params, batch, jax.random.key(4), mstate)
     credit = jax.jit(exp.credit_fn)(params, batch, jax.random.key(4),
-                                    fig5.credit_step(c), mstate)
+                                    credit_step(factor_config(c)), mstate)
     np.testing.assert_allclose(np.asarray(pieces.coef), np.asarray(credit.coef), atol=1e-6)
     assert pieces.weights.shape == cons.weights_softmax.shape == batch.token_mask.shape
     assert cons.cons_apm.shape == batch.turn_mask.shape

@@ -19,7 +19,14 @@ from factor_jax.synthetic import masks_from_lengths, pad_batch
 B, T, A = 3, 5, 6
 PROPS = settings(max_examples=30, deadline=None)
 
-hta = jax.jit(fj.hta_weights, static_argnames=("tau", "clip_d"))
+
+
+def hta_weights(delta, credit, mask, eta, tau=1.0, clip_d=3.0):
+    """FACTOR's token weights as the method computes them: APM of the HTA scores."""
+    return fj.apm_weights(fj.hta_scores(delta, credit, mask, clip_d), mask, eta, tau=tau)
+
+
+hta = jax.jit(hta_weights, static_argnames=("tau", "clip_d"))
 policy_loss = jax.jit(fj.factor_policy_loss, static_argnames="clip_eps")
 serl_mult = jax.jit(fj.serl_token_weights, static_argnames="clip")
 serl_coef = jax.jit(fj.serl_coefficients, static_argnames="clip")
@@ -179,7 +186,7 @@ def test_schedules_bounds(k):
     assert 0.0 <= s <= 0.5 and (s > 0) == (k < 51)
 
 
-# ============================================================ hta_weights
+# ============================================================ hta_scores -> apm_weights
 
 def _one_action(gaps, credit, eta, tau=1.0, clip_d=3.0):
     gaps = f32(gaps)[None, None]
@@ -244,12 +251,12 @@ def test_hta_dense_hand_case():
 def test_hta_traced_eta_and_empty_actions():
     mask = jnp.zeros((1, 2, 3), bool).at[0, 0, :2].set(True)
     delta = f32(np.full((1, 2, 3), np.nan)).at[0, 0, :2].set(jnp.array([1.0, -1.0]))
-    w = jax.jit(lambda e: fj.hta_weights(delta, f32([[1.0, 1.0]]), mask, e))(0.5)
+    w = jax.jit(lambda e: hta_weights(delta, f32([[1.0, 1.0]]), mask, e))(0.5)
     np.testing.assert_allclose(np.asarray(w)[0, 0, :2].mean(), 1.0, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(w)[0, 0, 2], 0.0)
     np.testing.assert_array_equal(np.asarray(w)[0, 1], 0.0)  # no mask token: 0
     with pytest.raises(ValueError, match="eta"):
-        fj.hta_weights(delta, f32([[1.0, 1.0]]), mask, 1.5)
+        hta_weights(delta, f32([[1.0, 1.0]]), mask, 1.5)
 
 
 @PROPS
@@ -622,9 +629,9 @@ def test_kernels_vmap_over_a_seed_axis():
     delta = f32(rng.normal(size=(s, B, T, A)))
     credit = f32(rng.normal(size=(s, B, T)))
     etas = f32([0.2, 0.6])
-    w = jax.vmap(fj.hta_weights)(delta, credit, mask, etas)
+    w = jax.vmap(hta_weights)(delta, credit, mask, etas)
     for i in range(s):
-        np.testing.assert_allclose(w[i], fj.hta_weights(delta[i], credit[i], mask[i], etas[i]),
+        np.testing.assert_allclose(w[i], hta_weights(delta[i], credit[i], mask[i], etas[i]),
                                    rtol=1e-6)
     a_seq = f32(rng.normal(size=(s, B)))
     c = jax.vmap(fj.warmup_credit)(a_seq, turn_mask)

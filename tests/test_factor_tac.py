@@ -50,9 +50,6 @@ def test_sum_telescopes_to_return_minus_baseline(b):
     expected = np.where(n > 0, ret - b["baseline"], 0.0)  # an empty episode has no credit
     np.testing.assert_allclose(credit.sum(-1), expected, atol=1e-5 * scale.max())
     np.testing.assert_array_equal(credit[~b["turn_mask"]], 0.0)
-    err = fj.credit_conservation_error(jnp.asarray(credit, jnp.float32), b["rewards"],
-                                       b["baseline"], b["turn_mask"])
-    assert np.all(np.asarray(err)[n > 0] <= 1e-5 * scale.max())
 
 
 @given(batches())

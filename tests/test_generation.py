@@ -221,28 +221,32 @@ def test_prefix_cached_candidate_scores_equal_the_full_pass(credit_setup):
 
 def test_the_chunked_vocabulary_pass_equals_the_whole_one(credit_setup):
     """GenerationPolicy._vocab_pass in chunks (actor.logits_chunk) gives the token
-    log-probs, entropies, the KL to a teacher and the gradient of the unchunked pass; the
-    teacher's KL is factor_jax.forward_kl over the full vocabulary."""
+    log-probs, entropies, a distribution reduction (FACTOR's KL to its teacher) and the
+    gradient of the unchunked pass; the reduction is factor_jax.forward_kl over the full
+    vocabulary."""
     import copy
     import dataclasses
     import factor_jax as fj
+    from factor_jax.teacher import kl_reduce, teacher_prefix
     c, ctx, params, batch = credit_setup(_generate_config("factor"))
     whole = ctx.policy
     chunked = copy.copy(whole)
     chunked.spec = dataclasses.replace(whole.spec, logits_chunk=5 * whole.vocab_size)
     flat = lambda x: x.reshape((-1,) + x.shape[2:])
     prompt, resp = flat(batch.obs), flat(batch.actions)
-    teacher = whole.teacher_outputs(params, prompt, flat(batch.feedback), resp)
+    teacher = whole.distributions(params, teacher_prefix(whole, prompt, flat(batch.feedback)),
+                                  resp)
     assert resp.size > 5   # several chunks
 
     def run(pol):
         def loss(p):
-            out = pol.action_outputs(p, prompt, resp, teacher=teacher[1:])
-            return jnp.sum(out.logp) + jnp.sum(out.kl), out
+            out = pol.action_outputs(p, prompt, resp, dist_reduce=(kl_reduce.fn, teacher[1]))
+            return jnp.sum(out.logp) + jnp.sum(out.reduced), out
         return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     (lw, ow), gw = run(whole)
     (lc, oc), gc = run(chunked)
-    for a, b in ((oc.logp, ow.logp), (oc.entropy, ow.entropy), (oc.kl, ow.kl), (lc, lw)):
+    for a, b in ((oc.logp, ow.logp), (oc.entropy, ow.entropy), (oc.reduced, ow.reduced),
+                 (lc, lw)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     for a, b in zip(jax.tree.leaves(gc), jax.tree.leaves(gw)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
@@ -250,8 +254,8 @@ def test_the_chunked_vocabulary_pass_equals_the_whole_one(credit_setup):
         whole._hidden(whole.merge(params), prompt, resp)[0]), -1)
     want = fj.forward_kl(jnp.swapaxes(teacher[1], -1, -2), jnp.swapaxes(logp_all, -1, -2),
                          jnp.ones(logp_all.shape, bool).swapaxes(-1, -2))
-    np.testing.assert_allclose(ow.kl, want, rtol=1e-4, atol=1e-6)
-    assert ow.dist_logp is None and float(jnp.min(ow.kl)) >= -1e-6
+    np.testing.assert_allclose(ow.reduced, want, rtol=1e-4, atol=1e-6)
+    assert ow.dist_logp is None and float(jnp.min(ow.reduced)) >= -1e-6
 
 
 FAST = ("grpo", "factor")

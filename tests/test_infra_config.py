@@ -179,9 +179,9 @@ def test_shared_validator():
 
 def test_base_constraints_come_from_the_modules():
     from experiments.configs import base
-    from factor_jax.methods import ALLOC_TOKENS
+    from factor_jax.methods import OUTCOMES
     from asct_jax.rl.losses import AGGREGATIONS
     cons = base.get_constraints()
-    assert cons["factor.alloc_tokens"] == ALLOC_TOKENS and cons["ppo.aggregation"] == AGGREGATIONS
+    assert cons["factor.outcome"] == OUTCOMES and cons["ppo.aggregation"] == AGGREGATIONS
     assert "factor.train_steps" not in cons   # passed in from train.steps, not a field
     config_cli.validate(base.get_config(), cons)

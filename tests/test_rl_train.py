@@ -135,8 +135,9 @@ def test_candidate_log_probs_equal_the_full_masked_softmax():
 
 
 def test_policy_scores_equal_full_logits_reference():
-    """Policy.action_log_probs / candidate_log_probs / teacher_log_probs (hidden states x
-    LM-head rows of the candidates' tokens) == full [.., V] logits + masked softmax."""
+    """Policy.action_log_probs / candidate_log_probs / token_log_probs after another
+    prefix (hidden states x LM-head rows of the candidates' tokens) == full [.., V]
+    logits + masked softmax."""
     from flax import nnx
     from asct_jax.models import Decoder, ModelConfig
     from asct_jax.rl.policy import Policy
@@ -170,12 +171,11 @@ def test_policy_scores_equal_full_logits_reference():
     ref_lp, ref_ent = reference(obs, actions)
     np.testing.assert_allclose(lp, ref_lp, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ent, ref_ent, rtol=1e-5, atol=1e-5)
-    teacher = policy.teacher_log_probs(params, obs, feedback, actions, cands, legal)
     prefix = jnp.concatenate([obs, jnp.full((n, 1), 4), feedback], 1)
-    order = jnp.argsort(prefix == 0, axis=1, stable=True)
+    prefix = jnp.take_along_axis(prefix, jnp.argsort(prefix == 0, axis=1, stable=True), 1)
     np.testing.assert_allclose(
-        teacher, reference(jnp.take_along_axis(prefix, order, 1), actions)[0],
-        rtol=1e-5, atol=1e-5)
+        policy.token_log_probs(params, prefix, actions, cands, legal),
+        reference(prefix, actions)[0], rtol=1e-5, atol=1e-5)
     cand_logp, token_logp, _ = policy.candidate_log_probs(params, obs, cands, legal)
     for i in range(k):
         np.testing.assert_allclose(token_logp[:, i], reference(obs, cands[:, i])[0],

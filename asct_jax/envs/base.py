@@ -86,9 +86,6 @@ class Environment:
     """
 
     name: str = "base"
-    # FACTOR's per-benchmark reward construction (factor_jax.reward_construction): the
-    # rule and the outcome G it is applied to (an info field, or "return": the return).
-    outcome_rule: Tuple[str, str] = ("raw", "return")
     num_actions: int  # K: candidate actions listed by legal_actions
     action_len: int  # A: tokens per action, EOS and PAD included
     obs_len: int  # O

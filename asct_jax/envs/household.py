@@ -143,7 +143,6 @@ class HouseholdState:
 
 class Household(C.TextEnvironment):
     name = "household"
-    outcome_rule = ("leave_one_out", "success")   # as ALFWorld
     params_cls = HouseholdParams
 
     def __init__(self, params: HouseholdParams | None = None):

@@ -230,7 +230,6 @@ def _mask(bits) -> np.ndarray:
 
 class Science(C.TextEnvironment):
     name = "science"
-    outcome_rule = ("raw", "success")              # as ScienceWorld
     params_cls = ScienceParams
 
     def __init__(self, params: ScienceParams | None = None):

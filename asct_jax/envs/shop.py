@@ -162,7 +162,6 @@ class ShopState:
 
 class Shop(C.TextEnvironment):
     name = "shop"
-    outcome_rule = ("standardise", "score")        # as WebShop
     params_cls = ShopParams
 
     def __init__(self, params: ShopParams | None = None):

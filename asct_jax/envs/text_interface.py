@@ -218,7 +218,6 @@ class LLMView(Environment):
                  obs_len: int = 0, action_len: int = 0, feedback_len: int = 0):
         self.inner = env
         self.name = env.name
-        self.outcome_rule = env.outcome_rule
         self.num_actions, self.max_turns = env.num_actions, env.max_turns
         self._tokenizer = tokenizer
         self.system_prompt = system_prompt or SYSTEM_PROMPTS.get(env.name, DEFAULT_SYSTEM_PROMPT)

@@ -9,6 +9,8 @@ an auxiliary loss and keep state across steps:
     pg_loss  = method.make_policy_loss(cfg, ctx)      # None (the clipped surrogate), or
                                                       #   (out, mb, credit_mb, ppo) -> (loss, m)
     aux_loss = method.make_aux_loss(cfg, ctx)         # None, or (out, mb, credit_mb) -> (loss, m)
+    reduce   = method.make_dist_reduce(cfg, ctx)      # None, or DistReduce(fn, inputs): what
+                                                      #   the update's pass reduces (out.reduced)
     mstate   = method.init_state(cfg, ctx, params, key)                       # or None
     mstate, m = method.update_state(cfg, ctx, mstate, StateInputs(...))       # after the update
 
@@ -41,6 +43,24 @@ CreditFn = Callable[..., Credit]
 AuxLossFn = Callable[[Any, Rollout, Credit], Tuple[Any, Dict[str, Any]]]
 # (out, mb, credit_mb, ppo: PPOConfig) -> (policy loss to minimise, metrics)
 PolicyLossFn = Callable[[Any, Rollout, Credit, Any], Tuple[Any, Dict[str, Any]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class DistReduce:
+    """A reduction a method's losses read from the update's own pass, per action token:
+    the pass applies fn to the current parameters' next-token distribution at each
+    position (a chunk of rows at a time over a full vocabulary, never the whole
+    [N, R, V]: asct_jax.rl.policy.DistReduce) and returns it as TokenOutputs.reduced
+    (FACTOR's forward KL to its hindsight teacher).
+
+    fn: (dist_logp [..., K, A], support [..., K, A] bool, inputs) -> [..., A].
+    inputs: credit_mb -> a pytree of [b, T, ...] arrays in the policy's distribution
+      layout (Policy.distributions), e.g. a constant distribution in the credit's
+      loss_inputs.
+    """
+
+    fn: Callable[..., Any]
+    inputs: Callable[[Credit], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +101,10 @@ def _default_policy_loss(cfg: Any, ctx: CreditContext) -> Optional[PolicyLossFn]
     return None
 
 
+def _no_dist_reduce(cfg: Any, ctx: CreditContext) -> Optional[DistReduce]:
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
     """A registered credit method: the whole contract between it and the substrate.
@@ -95,6 +119,8 @@ class Method:
       (FACTOR's L_act + L_nonact). `out` is the current parameters' TokenOutputs.
     make_aux_loss: (cfg, ctx) -> None or aux_loss(out, mb, credit_mb) -> (loss, metrics),
       added to the PPO loss of every minibatch (reads credit_mb.loss_inputs).
+    make_dist_reduce: (cfg, ctx) -> None or a DistReduce the update's pass applies to its
+      next-token distributions (out.reduced, read by the losses above).
     init_state: None, or (cfg, ctx, params, key) -> the method's state (a pytree of
       arrays; jit-compatible) at step 0.
     update_state: None, or (cfg, ctx, mstate, StateInputs) -> (mstate, metrics), run in
@@ -117,6 +143,7 @@ class Method:
     make_config: Callable[[Any], Any] = no_config
     make_aux_loss: Callable[[Any, CreditContext], Optional[AuxLossFn]] = _no_aux_loss
     make_policy_loss: Callable[[Any, CreditContext], Optional[PolicyLossFn]] = _default_policy_loss
+    make_dist_reduce: Callable[[Any, CreditContext], Optional[DistReduce]] = _no_dist_reduce
     init_state: Optional[Callable[..., Any]] = None
     update_state: Optional[Callable[..., Any]] = None
     normalise: str = "none"

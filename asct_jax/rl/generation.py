@@ -1,7 +1,7 @@
 """The generating actor: it writes "<think>...</think><action>...</action>" and the
-environment receives the projected action (METHODS.md section 4; verl-agent's interface,
-FACTOR's and SERL's setting). `actor.chooser = "generate"` selects it; "candidates" (the
-default, ASCT's setting) is asct_jax.rl.policy.Policy's constrained scoring.
+environment receives the projected action (METHODS.md section 4; verl-agent's interface).
+`actor.chooser = "generate"` selects it; "candidates" (the default) is
+asct_jax.rl.policy.Policy's constrained scoring.
 
 Prompt (`build_prompt`, in the environment's own words with tag tokens for the tiny actor):
 
@@ -24,12 +24,12 @@ and non-action response tokens (think, tags, EOS); the prompt gets no loss.
 
 `GenerationPolicy` reads the prompt where `Policy` reads the observation and a response
 where it reads an action: its log-probs, entropies and distributions are over the full
-vocabulary, formed `actor.logits_chunk` logits at a time in the update's passes (the
-teacher's [N, R, V] log-softmax is kept for FACTOR's KL, which the update's pass takes
-chunk by chunk: TokenOutputs.kl).
-At restored states VinePPO's rollouts and FACTOR's continuations play `generating_actor`
-(the chooser on one state; `actor.continuations = "chooser"`). `candidate_log_probs` is
-what ASCT's search (and continuations with `actor.continuations = "score"`) consume: the
+vocabulary, formed `actor.logits_chunk` logits at a time in the update's passes (a
+method's reduction of the next-token distributions runs on each chunk of the pass:
+asct_jax.rl.policy.DistReduce, TokenOutputs.reduced).
+At restored states the credit methods' rollouts play `generating_actor` (the chooser on
+one state; `actor.continuations = "chooser"`). `candidate_log_probs` is what a search
+over the candidates (and continuations with `actor.continuations = "score"`) consume: the
 actor's probability of writing each legal candidate in the canonical form
 "<think> </think> <action> c </action> EOS" under a history-free prompt, normalised over
 the legal set (an approximation of its generation: it ignores the think text and the
@@ -51,11 +51,10 @@ from asct_jax.envs.projection import (ProjectedAction, Tags, project_text_tokens
 from asct_jax.envs.prompt import GenerationPieces
 from asct_jax.models import cache as cache_lib
 from asct_jax.models.generate import generate
-from asct_jax.rl import losses as rl_losses
-from asct_jax.rl.policy import Policy, TokenOutputs, _pads_to_right, left_align
+from asct_jax.rl.policy import DistReduce, Policy, TokenOutputs, left_align, pads_to_right
 
 CHOOSERS = ("candidates", "generate")
-# How pi_old acts at restored states (VinePPO's rollouts, FACTOR's continuations):
+# How pi_old acts at restored states (the credit methods' rollouts and continuations):
 # "chooser" as in the rollout (the generating actor writes its turn), "score" sampled from
 # candidate_log_probs (the canonical responses' scores; the candidate actor's only way).
 CONTINUATIONS = ("chooser", "score")
@@ -164,7 +163,7 @@ def build_prompt(obs: chex.Array, cands: chex.Array, legal: chex.Array,
     prompt = jnp.concatenate([ids(pc.head)] + past + [ids(pc.cur_label), text(obs),
                                                       ids(pc.list_header), listed,
                                                       ids(pc.tail)], axis=1)
-    return _pads_to_right(prompt, pad_id)
+    return pads_to_right(prompt, pad_id)
 
 
 def canonical_response(cands: chex.Array, spec: GenerationSpec, pad_id: int) -> chex.Array:
@@ -180,7 +179,7 @@ def canonical_response(cands: chex.Array, spec: GenerationSpec, pad_id: int) -> 
                             lead + (len(t.action_close) + 1,))
     body = _strip_stop(cands, spec.stop_id, pad_id)
     out = jnp.concatenate([head, body, tail], axis=-1)
-    return _pads_to_right(out.reshape(-1, out.shape[-1]), pad_id).reshape(out.shape)
+    return pads_to_right(out.reshape(-1, out.shape[-1]), pad_id).reshape(out.shape)
 
 
 class GenerationPolicy(Policy):
@@ -212,11 +211,11 @@ class GenerationPolicy(Policy):
         entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
         return logp, entropy
 
-    def _vocab_pass(self, model, hidden, response, teacher=None):
+    def _vocab_pass(self, model, hidden, response, dist_reduce: DistReduce = None):
         """Per-token statistics of the full-vocabulary log-softmax, formed at most
         `spec.logits_chunk` (tokens x V) logits at a time: hidden [N, R, H], response
-        [N, R], teacher None or log pi_T [N, R, V] (constant) -> (logp [N, R], entropy
-        [N, R], kl [N, R] = KL(pi_T || pi) per position, or None).
+        [N, R], dist_reduce None or (fn, inputs: pytree of [N, R, ...]) -> (logp [N, R],
+        entropy [N, R], reduced [N, R] = fn per position, or None).
 
         The N R token rows run as a lax.map over equal chunks (their number the smallest
         divisor of N R that keeps a chunk within the limit), each under jax.checkpoint, so
@@ -226,22 +225,25 @@ class GenerationPolicy(Policy):
         rows = n * r
 
         def stats(args):
-            hid, tok, t = args                                      # [c, H], [c], [c, V]
+            hid, tok, inputs = args                                 # [c, H], [c], [c, ...]
             logp_all = jax.nn.log_softmax(model.logits(hid).astype(jnp.float32), -1)
             logp, ent = self._token_stats(logp_all, tok)
-            if t is None:
+            if inputs is None:
                 return logp, ent, None
-            kl = rl_losses.forward_kl(t[..., None], logp_all[..., None],
-                                      jnp.ones(t.shape + (1,), bool))
-            return logp, ent, kl[..., 0]                            # the KL over V, per row
+            # each row's distribution over V in the [..., K, A] layout: K = V, A = 1
+            support = jnp.ones(logp_all.shape + (1,), bool)
+            reduced = dist_reduce[0](logp_all[..., None], support,
+                                     jax.tree.map(lambda x: x[..., None], inputs))
+            return logp, ent, reduced[..., 0]                       # per row
 
         flat = (hidden.reshape(rows, h), response.reshape(rows),
-                None if teacher is None else teacher.reshape(rows, -1))
+                None if dist_reduce is None else jax.tree.map(
+                    lambda x: x.reshape((rows,) + x.shape[2:]), dist_reduce[1]))
         most = max(1, self.spec.logits_chunk // self.vocab_size)  # token rows per chunk
         if self.spec.logits_chunk <= 0 or most >= rows:
             out = stats(flat)
         else:
-            # m chunks of equal size (m divides the rows: no padded copy of the teacher)
+            # m chunks of equal size (m divides the rows: no padded copy of the inputs)
             m = next(m for m in range(-(-rows // most), rows + 1) if rows % m == 0)
             split = lambda x: None if x is None else x.reshape((m, rows // m) + x.shape[1:])
             out = jax.lax.map(jax.checkpoint(stats), jax.tree.map(split, flat))
@@ -255,31 +257,30 @@ class GenerationPolicy(Policy):
         return logp, ent, value
 
     def action_outputs(self, params, prompt, response, cands=None, legal=None,
-                       teacher=None) -> TokenOutputs:
+                       dist_reduce: DistReduce = None) -> TokenOutputs:
         """As Policy.action_outputs over the full vocabulary, whose [N, R, V]
         distribution is never formed whole (_vocab_pass): dist_logp and support are None;
-        with `teacher` = (log pi_T [N, R, V], support) of teacher_outputs, kl [N, R]."""
+        with `dist_reduce` = (fn, inputs [N, R, V] pytree), reduced [N, R]: fn on each
+        chunk of rows (each row's distribution given as [V, 1], its support all True)."""
         model = self.merge(params)
         hidden, value, _ = self._hidden(model, prompt, response)
-        logp, ent, kl = self._vocab_pass(model, hidden, response,
-                                         None if teacher is None else teacher[0])
-        return TokenOutputs(logp=logp, entropy=ent, value=value, kl=kl)
+        logp, ent, reduced = self._vocab_pass(model, hidden, response, dist_reduce)
+        return TokenOutputs(logp=logp, entropy=ent, value=value, reduced=reduced)
 
     def scored_tokens(self, response: chex.Array) -> chex.Array:
         return response != self.pad_id
 
-    def teacher_log_probs(self, params, prompt, feedback, response, cands=None, legal=None):
-        """The hindsight teacher [prompt | header feedback footer | response] -> [N, R]."""
+    def token_log_probs(self, params, prefix, response, cands=None, legal=None):
+        """Full-vocabulary log pi(y_j | prefix, y_<j) [N, R] after any prefix [N, P']."""
         model = self.merge(params)
-        hidden, _, _ = self._hidden(model, self._teacher_prefix(prompt, feedback), response)
+        hidden, _, _ = self._hidden(model, prefix, response)
         return self._vocab_pass(model, hidden, response)[0]
 
-    def teacher_outputs(self, params, prompt, feedback, response, cands=None, legal=None):
-        """The teacher's token log-probs [N, R], its log-softmax [N, R, V] (this policy's
-        layout, what action_outputs' `teacher` reads) and a support [N, 1, 1] of True
-        (every token)."""
-        logp_all, _ = self._full(self.merge(params), self._teacher_prefix(prompt, feedback),
-                                 response)
+    def distributions(self, params, prefix, response, cands=None, legal=None):
+        """The token log-probs [N, R] after any prefix, the log-softmax [N, R, V] (this
+        policy's distribution layout, what a DistReduce's inputs follow) and a support
+        [N, 1, 1] of True (every token)."""
+        logp_all, _ = self._full(self.merge(params), prefix, response)
         return (self._token_stats(logp_all, response)[0], logp_all,
                 jnp.ones((response.shape[0], 1, 1), bool))
 
@@ -415,7 +416,7 @@ class GenerationChooser:
 
 def scripted_writer(spec: GenerationSpec, pick: Callable, pad_id: int) -> Writer:
     """A writer that answers pick(key, states, cands, legal) -> (index [N], expert [N]) in
-    the canonical form (the warm start's teacher); logp and value are 0, extra["expert"]
+    the canonical form (the warm start's scripted expert); logp and value are 0, extra["expert"]
     the pick's flag."""
 
     def write(key, prompt, cands, legal, states):

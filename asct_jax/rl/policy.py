@@ -15,19 +15,18 @@ so the rollout scores all K candidates in one batched forward and samples an ind
 the per-token log-probs it keeps are exactly those of token-level constrained decoding.
 Tokens with a single allowed continuation (forced filler) get log-prob 0.
 
-Sequences fed to the decoder are [obs (left-padded) | action header | action]: the
-logits at the position before action token j predict it, and the value head reads the
-hidden state just before the action. The hindsight teacher reads
-[obs | feedback header | feedback | feedback footer | action header | action]
-(feedback = o_{t+1}). The headers are a `PromptTokens` record (asct_jax.envs.prompt):
-empty / SEP for the environments' own word vocabulary, the chat template's pieces for a
-pretrained model (asct_jax.envs.text_interface).
+Sequences fed to the decoder are [prefix (left-padded) | action header | action], the
+prefix an observation or any prompt a method builds (`token_log_probs`, `distributions`
+take it as given): the logits at the position before action token j predict it, and the
+value head reads the hidden state just before the action. The headers are a
+`PromptTokens` record (asct_jax.envs.prompt): empty / SEP for the environments' own word
+vocabulary, the chat template's pieces for a pretrained model
+(asct_jax.envs.text_interface).
 
 Label scoring (`Policy.label_score`). "sum" (above, the default): pi(a_k | x) is the
-constrained product, the probability of decoding the label token by token. "mean" (the ASCT
-paper's, App. A.2): each legal label's score is the mean full-vocabulary log-prob of its
-response tokens (EOS included, PAD excluded), and pi(a_k | x) = softmax over the legal
-labels of those scores,
+constrained product, the probability of decoding the label token by token. "mean": each
+legal label's score is the mean full-vocabulary log-prob of its response tokens (EOS
+included, PAD excluded), and pi(a_k | x) = softmax over the legal labels of those scores,
 
     s_k = (1 / L_k) sum_j log p(cands[k, j] | x, cands[k, <j]),   pi(a_k | x) = softmax_k(s_k);
 
@@ -40,7 +39,7 @@ adapters and value head, then the frozen base).
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import chex
 import jax
@@ -50,7 +49,6 @@ from flax import nnx
 from asct_jax.envs.base import PAD_ID
 from asct_jax.envs.prompt import PromptTokens
 from asct_jax.models.cache import init_cache
-from asct_jax.rl import losses as rl_losses
 
 NEG_INF = -1e9
 LABEL_SCORES = ("sum", "mean")
@@ -106,8 +104,8 @@ def candidate_token_distribution(cand_logits: chex.Array, cands: chex.Array,
         log pi(cands[k, j] | .) = l_j(cands[k, j]) - Z_j   where keep[k, j]
 
     This is the whole distribution the actor samples token j from (the full-vocabulary
-    softmax of a free-form actor restricted to the trie), so a KL between two of them is
-    the exact per-token KL (factor_jax.forward_kl).
+    softmax of a free-form actor restricted to the trie), so a divergence between two of
+    them is the exact per-token divergence.
 
     Args:
       cand_logits: [..., K, A] float32; cands: [..., K, A] int32; live: [..., K, A] bool.
@@ -204,6 +202,14 @@ def head_logits(model, hidden: chex.Array, tokens: chex.Array, spec: str) -> che
     return out if bias is None else out + bias.astype(jnp.float32)
 
 
+# A reduction of a pass's next-token distributions, per position: (fn, inputs) with
+# fn(dist_logp [..., K, A], support [..., K, A] bool, inputs) -> [..., A] and `inputs` a
+# pytree in the policy's distribution layout (`distributions`: [N, K, A] here; the
+# generating actor's [N, R, V] is reduced a chunk of rows at a time, each row given to fn
+# as [V, 1]). A method's losses read the result as TokenOutputs.reduced.
+DistReduce = Tuple[Callable[..., chex.Array], Any]
+
+
 @chex.dataclass(frozen=True)
 class TokenOutputs:
     """What one pass of the current parameters gives the losses, per action token.
@@ -211,8 +217,7 @@ class TokenOutputs:
     logp, entropy: [N, A] (constrained); value: [N]; dist_logp, support: [N, K, A], the
     constrained next-token distribution at each position (candidate_token_distribution;
     None where the policy never forms it whole: the generating actor's is [N, A, V]);
-    kl: [N, A] the forward KL(teacher || pi) per position when the pass was given a
-    constant teacher distribution (asct_jax.rl.losses.forward_kl), else None.
+    reduced: [N, A] the pass's `dist_reduce` at each position (DistReduce), else None.
     The train step reshapes N to [b, T].
     """
 
@@ -221,7 +226,7 @@ class TokenOutputs:
     value: chex.Array
     dist_logp: Optional[chex.Array] = None
     support: Optional[chex.Array] = None
-    kl: Optional[chex.Array] = None
+    reduced: Optional[chex.Array] = None
 
 
 class Policy:
@@ -279,13 +284,6 @@ class Policy:
         cand_logits, live = self._cand_logits(model, action_hidden, actions, cands, legal)
         return candidate_constrained_log_probs(cand_logits, cands, live, actions)
 
-    def _teacher_prefix(self, obs, feedback):
-        """[obs header feedback footer] with its PAD moved right (_hidden left-aligns it)."""
-        n, p = obs.shape[0], self.prompt
-        return _pads_to_right(jnp.concatenate(
-            [obs, self._ids(p.feedback_header, n, obs.dtype), feedback,
-             self._ids(p.feedback_footer, n, obs.dtype)], axis=1), self.pad_id)
-
     def action_log_probs(self, params, obs, actions, cands, legal):
         """Constrained token log-probs of given actions.
 
@@ -301,12 +299,12 @@ class Policy:
         return logp, ent, value
 
     def action_outputs(self, params, obs, actions, cands, legal,
-                       teacher=None) -> "TokenOutputs":
+                       dist_reduce: Optional[DistReduce] = None) -> "TokenOutputs":
         """One pass: the action's token log-probs, entropy, value and the whole
         constrained next-token distribution at each of its positions (what the losses
         read, asct_jax.rl.credit.PolicyLossFn). Shapes as action_log_probs, plus
-        dist_logp / support [N, K, A] (candidate_token_distribution); with `teacher` =
-        (dist_logp, support) of teacher_outputs, kl [N, A] = KL(teacher || pi)."""
+        dist_logp / support [N, K, A] (candidate_token_distribution); with `dist_reduce`
+        = (fn, inputs [N, K, A] pytree), reduced [N, A] = fn(dist_logp, support, inputs)."""
         model = self.merge(params)
         hidden, value, _ = self._hidden(model, obs, actions)
         cand_logits, live = self._cand_logits(model, hidden, actions, cands, legal)
@@ -324,11 +322,11 @@ class Policy:
             first = jnp.arange(actions.shape[1]) == 0
             logp = jnp.where(first, taken[:, None], 0.0)
             ent = jnp.where(first, h[:, None], 0.0)
-        kl = None
-        if teacher is not None:
-            kl = rl_losses.forward_kl(teacher[0], dist_logp, teacher[1])
+        reduced = None
+        if dist_reduce is not None:
+            reduced = dist_reduce[0](dist_logp, support, dist_reduce[1])
         return TokenOutputs(logp=logp, entropy=ent, value=value, dist_logp=dist_logp,
-                            support=support, kl=kl)
+                            support=support, reduced=reduced)
 
     def scored_tokens(self, actions: chex.Array) -> chex.Array:
         """[N, A] bool: the action tokens that carry the decision's log-prob and its loss:
@@ -337,22 +335,24 @@ class Policy:
             return (jnp.arange(actions.shape[-1]) == 0) & (actions != self.pad_id)
         return actions != self.pad_id
 
-    def teacher_log_probs(self, params, obs, feedback, actions, cands, legal):
-        """Hindsight teacher: log pi_T(y_j | x_t, o_{t+1}, y_<j) with the same constraint.
+    def token_log_probs(self, params, prefix, actions, cands, legal):
+        """Constrained log pi(y_j | prefix, y_<j) of given actions after any prefix (the
+        token decomposition, whatever the label scoring).
 
-        Args: obs [N, O], feedback [N, F], actions [N, A], cands [N, K, A], legal [N, K].
+        Args: prefix [N, P] right-padded, actions [N, A], cands [N, K, A], legal [N, K].
         Returns: [N, A].
         """
         model = self.merge(params)
-        hidden, _, _ = self._hidden(model, self._teacher_prefix(obs, feedback), actions)
+        hidden, _, _ = self._hidden(model, prefix, actions)
         logp, _ = self._constrained(model, hidden, actions, cands, legal)
         return logp
 
-    def teacher_outputs(self, params, obs, feedback, actions, cands, legal):
-        """The hindsight teacher's token log-probs [N, A] and its whole constrained
-        next-token distribution (dist_logp, support [N, K, A]) along the action."""
+    def distributions(self, params, prefix, actions, cands, legal):
+        """The token log-probs [N, A] after any prefix and the whole constrained
+        next-token distribution (dist_logp, support [N, K, A]) along the action: this
+        policy's distribution layout (what a DistReduce's inputs follow)."""
         model = self.merge(params)
-        hidden, _, _ = self._hidden(model, self._teacher_prefix(obs, feedback), actions)
+        hidden, _, _ = self._hidden(model, prefix, actions)
         cand_logits, live = self._cand_logits(model, hidden, actions, cands, legal)
         logp, _ = candidate_constrained_log_probs(cand_logits, cands, live, actions)
         dist_logp, support = candidate_token_distribution(cand_logits, cands, live)
@@ -360,7 +360,7 @@ class Policy:
 
     def features(self, params, obs):
         """The backbone's last hidden state at the pre-action boundary of x [N, H]
-        float32, stop-gradient: the input of a separate critic head (FACTOR's TAC)."""
+        float32, stop-gradient: the input of a head trained apart from the policy."""
         model = self.merge(params)
         dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
         _, _, boundary = self._hidden(model, obs, dummy)
@@ -420,7 +420,7 @@ class Policy:
         return value
 
 
-def _pads_to_right(tokens: chex.Array, pad_id: int = PAD_ID) -> chex.Array:
+def pads_to_right(tokens: chex.Array, pad_id: int = PAD_ID) -> chex.Array:
     """Stable-compacts non-PAD tokens to the left (so left_align can re-pad them)."""
     is_real = tokens != pad_id
     order = jnp.argsort(~is_real, axis=-1, stable=True)

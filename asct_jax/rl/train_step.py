@@ -9,7 +9,8 @@
 * update: `epochs` passes over `minibatches` shuffled minibatches of episodes, nested
   lax.scan; clipped surrogate on C (aggregation by config), value loss, entropy bonus,
   optional KL to a reference policy; a method may replace the surrogate
-  (Method.make_policy_loss) and add an auxiliary loss (Method.make_aux_loss);
+  (Method.make_policy_loss), add an auxiliary loss (Method.make_aux_loss) and have the
+  pass reduce its next-token distributions for them (Method.make_dist_reduce);
 * method state: a stateful method's update_state, after the PPO update (asct_jax.rl.credit).
 
 Every factory takes the learner bundle (asct_jax.rl.learner.Learner).
@@ -159,6 +160,7 @@ def _learn_fn(learner: Learner) -> Callable:
     credit_fn, aux_loss_fn, ref_params = learner.credit_fn, learner.aux_loss_fn, learner.ref_params
     policy_loss_fn = learner.policy_loss_fn
     method, method_cfg, ctx = learner.method, learner.method_config, learner.ctx
+    dist_reduce = method.make_dist_reduce(method_cfg, ctx)
     episode_sharding = NamedSharding(mesh, P(batch_axes(mesh)))
     mb_sharding = NamedSharding(mesh, P(None, batch_axes(mesh)))
 
@@ -168,14 +170,11 @@ def _learn_fn(learner: Learner) -> Callable:
 
     def loss_fn(params, frozen, mb: Rollout, credit: Credit):
         b, t = mb.turn_mask.shape
-        li = credit.loss_inputs or {}
-        # A credit that carries a constant teacher distribution (FACTOR's KL term) gets
-        # the per-token KL to it from the same pass (TokenOutputs.kl).
-        teacher = ((_flat(li["teacher_dist"]), _flat(li["teacher_support"]))
-                   if "teacher_dist" in li else None)
+        reduce = (None if dist_reduce is None else
+                  (dist_reduce.fn, jax.tree.map(_flat, dist_reduce.inputs(credit))))
         out = policy.action_outputs(
             join_params(params, frozen), _flat(policy_inputs(mb)), _flat(mb.actions),
-            _flat(mb.cand_tokens), _flat(mb.cand_mask), teacher=teacher)
+            _flat(mb.cand_tokens), _flat(mb.cand_mask), dist_reduce=reduce)
         out = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]), out)
         logp, ent, value = out.logp, out.entropy, out.value
         if policy_loss_fn is None:
@@ -225,6 +224,8 @@ def _learn_fn(learner: Learner) -> Callable:
             perm = jax.random.permutation(key, batch)
 
             def split(x):
+                if x.ndim == 0:   # a scalar loss input: the same in every minibatch
+                    return jnp.broadcast_to(x, (ppo.minibatches,))
                 x = jnp.take(x, perm, axis=0)
                 x = x.reshape((ppo.minibatches, batch // ppo.minibatches) + x.shape[1:])
                 return jax.lax.with_sharding_constraint(x, mb_sharding)

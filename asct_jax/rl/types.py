@@ -94,11 +94,10 @@ class Credit:
         (stop-gradient; 0 where masked).
       value_targets: [B, T] float32, regression targets for the critic / value head.
       metrics: dict of [] float32: at least "aux_tokens" and "env_calls" spent by credit.
-      loss_inputs: None, or a pytree of [B, ...] arrays the method's losses read
-        (minibatched with the episodes; e.g. FACTOR's A_seq and hindsight-teacher
-        distributions).
+      loss_inputs: None, or a pytree the method's losses read: [B, ...] arrays
+        (minibatched with the episodes) and [] scalars (the same in every minibatch).
       state: None, or the method's state after an update the credit itself made before
-        computing it (FACTOR's critic step precedes its credit); the train step hands it
+        computing it (a critic step that precedes the credit); the train step hands it
         to `Method.update_state` (StateInputs.credit.state) and never minibatches it.
     """
 

@@ -150,9 +150,6 @@ def get_config():
     c.factor.kl_coef = 1.0          # lambda_k KL(teacher || policy), lambda_k = max(1 - k/50, 0)
     c.factor.kl_decay = 50
     c.factor.scale_schedules = True
-    # all (the authors') | choice: the tokens where constrained decoding left a choice.
-    c.factor.alloc_tokens = "all"
-    c.factor.normalise = "none"     # none (the authors') | batch_std (an earlier choice of ours)
     c.serl = ml_collections.ConfigDict()
     c.serl.lam0 = 0.5               # lam_k = 0.5 max(0, 1 - (k - 1) / 50)
     c.serl.decay_steps = 50
@@ -303,7 +300,8 @@ def get_constraints():
     from asct_jax.rl.run_config import SECTIONS, SFT_STEPS
     from asct_jax.search.methods import ASCTConfig, VinePPOConfig
     from experiments import registry
-    from factor_jax.methods import FactorConfig, SerlConfig
+    from factor_jax.baselines import SerlConfig
+    from factor_jax.methods import FactorConfig
 
     return {
         "method": registry.names(),

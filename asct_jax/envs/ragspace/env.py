@@ -34,7 +34,6 @@ class RagSpace(C.TextEnvironment):
 
     name = "ragspace"
     params_cls = RagSpaceParams
-    outcome_rule = ("raw", "return")
 
     def __init__(self, params: RagSpaceParams | None = None):
         params = RagSpaceParams.small() if params is None else params

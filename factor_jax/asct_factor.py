@@ -1,0 +1,55 @@
+"""ASCT + FACTOR as a credit method (a `Method` record, see asct_jax.rl.credit;
+docs/methods.md, ASCT + FACTOR): ASCT-AgentUCT's searched A_t as "how much", FACTOR's
+HTA + APM as "where" among the action's tokens (its teacher pi_old, its eta schedule).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+import factor_jax as fj
+from asct_jax.rl.credit import CreditContext, Method, value_targets_mc
+from asct_jax.rl.types import Credit, Rollout, action_tokens
+from asct_jax.search.methods import ASCTConfig, asct_config, searched_advantages
+from factor_jax.methods import FactorConfig, Schedule, factor_config
+from factor_jax.teacher import teacher_log_probs
+
+
+@dataclasses.dataclass(frozen=True)
+class AsctFactorConfig:
+    """asct_factor's fields: ASCT's search (section asct) and FACTOR's allocation (factor)."""
+
+    asct: ASCTConfig
+    factor: FactorConfig
+
+
+def asct_factor_config(config) -> AsctFactorConfig:
+    return AsctFactorConfig(asct=asct_config(config), factor=factor_config(config))
+
+
+def _asct_factor(cfg: AsctFactorConfig, ctx: CreditContext):
+    """ASCT-AgentUCT's A_t as the action credit, HTA + APM (factor_jax.hta_scores,
+    apm_weights with FACTOR's eta schedule) as the token allocation; mean_j C_{t,j} = A_t
+    per action."""
+    fc = cfg.factor
+    sched = Schedule.of(fc)
+
+    def credit(params, batch: Rollout, key, step, mstate=None):
+        a, _, metrics = searched_advantages(cfg.asct, ctx, params, batch, key, step,
+                                            "agentuct")   # no cache: a stateless method
+        teacher = teacher_log_probs(ctx, params, batch)
+        delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
+        eta = fj.eta_schedule(jnp.asarray(step, jnp.int32) + 1, fc.eta0, sched.eta_start,
+                              sched.eta_end, sched.eta_decay)
+        mask = action_tokens(batch)
+        scores = fj.hta_scores(delta, a, mask, fc.clip_d)
+        weights = fj.apm_weights(scores, mask, eta, tau=fc.tau)
+        coef = fj.token_coefficients(a, weights, mask)
+        return Credit(coef=coef, value_targets=value_targets_mc(batch), metrics=metrics)
+    return credit
+
+
+ASCT_FACTOR = Method("asct_factor", _asct_factor, normalise="standardise",
+                     make_config=asct_factor_config, restores_states_in_step=True)
+METHODS = (ASCT_FACTOR,)
