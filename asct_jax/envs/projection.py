@@ -1,6 +1,6 @@
 """Action projection: a generated response -> the action the environment receives.
 
-verl-agent's rule (alfworld_projection), as METHODS.md section 4 states it. The model
+verl-agent's rule (agent_system/environments/env_package/alfworld/projection.py). The model
 writes "<think>...</think><action>...</action>"; with s = response.lower(),
 
     start = s.find("<action>"),  end = s.find("</action>")     (first of each, anywhere)

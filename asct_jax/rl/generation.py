@@ -1,5 +1,5 @@
 """The generating actor: it writes "<think>...</think><action>...</action>" and the
-environment receives the projected action (METHODS.md section 4; verl-agent's interface).
+environment receives the projected action (verl-agent's interface and projection).
 `actor.chooser = "generate"` selects it; "candidates" (the default) is
 asct_jax.rl.policy.Policy's constrained scoring.
 

@@ -6,7 +6,7 @@
 
 Training games are the first scienceworld.num_train train variations of each task,
 held-out games the first num_eval dev variations (the tasks interleaved). The reward is
-FACTOR's ScienceWorld rule (binary success, METHODS.md section 2): 1 on the step that
+FACTOR's ScienceWorld rule (binary success, as Super-MariOvO/FACTOR constructs it): 1 on the step that
 completes the task, so the return is the success and FACTOR's reward construction is
 "raw" (A_seq = G, V~(x_0) = 0); the 0-100 score is a metric. The actor scores at most
 max_candidates of the valid commands, kept by VerbQuotaRule (navigation whole, verb

@@ -9,7 +9,7 @@ names), each task's variations of one split (train / dev / test, or `variations`
 first `num_variations` of the split); reset(seed) plays games[seed % len(games)], the
 tasks interleaved (seed 0 is task 0's first variation, seed 1 task 1's first, ...).
 
-Reward (`reward`): "success" (FACTOR's ScienceWorld rule, METHODS.md section 2: binary
+Reward (`reward`): "success" (FACTOR's ScienceWorld rule, Super-MariOvO/FACTOR's reward construction: binary
 success, 1 on the step that completes the task with score 100, else 0) or "score" (the
 change in the 0-100 score, divided by 100). info["score"] is the game's score, a failed
 task (negative score, e.g. a wrong "focus on") counted as 0, as the benchmark reports it.
