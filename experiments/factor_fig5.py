@@ -17,8 +17,9 @@ three panels on fresh diagnostic batches (`config.fig5.*`). With fig5.train_run
     distribution of |mean_j omega_{t,j} - 1| over the actions (the tokens the weights
     spread over: the action's tokens) is plotted; the no-APM
     softmax variant (fj.softmax_weights, weights summing to 1, error 1 - 1/L_t) is
-    overlaid for contrast. The feedback control (a check beyond the FACTOR paper's Figure 5): the same Delta
-    with the feedback removed from the teacher's prompt (its header and footer kept) and
+    overlaid for contrast. The feedback control (a check beyond the FACTOR paper's
+    Figure 5): the same Delta with the feedback removed from the teacher's prompt (its
+    header and footer kept) and
     its Pearson r with the real Delta over the tokens where either is non-zero: a high r
     says the teacher reads the format, not the outcome.
 
