@@ -44,6 +44,15 @@ def test_config_differences_drops_fields_retired_where_they_changed_nothing(tmp_
     assert "asct.search.c" in config_differences(stored, c)
 
 
+def test_config_differences_drops_retired_factor_options_at_the_value_now_computed(tmp_path):
+    c = _config(tmp_path)
+    stored = config_to_dict(c)
+    stored["factor"].update(alloc_tokens="all", normalise="none")
+    assert config_differences(stored, c) == []
+    stored["factor"].update(alloc_tokens="choice", normalise="batch_std")
+    assert config_differences(stored, c) == ["factor.alloc_tokens", "factor.normalise"]
+
+
 def test_run_grid_reuses_a_matching_run(tmp_path):
     c = _config(tmp_path)
     run = apply_overrides(c, {"method": "grpo", "seed": 5})

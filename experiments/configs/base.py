@@ -235,19 +235,24 @@ def _added_defaults() -> dict:
 
 
 ADDED_DEFAULTS = _added_defaults()
-# - retired (issue 35: the earlier ASCT variant, kept at git tag earlier-variants); a stored
-#   run with asct.variant "paper" ignored them, so its config reads as one without them
-#   (`without_retired`); an earlier-variant run keeps them and differs;
+# - retired (issue 35; the code is kept at git tag earlier-variants): a stored run whose
+#   retired fields held the value that is what the code now computes reads as one without
+#   them (`without_retired`): the earlier ASCT variant's fields under asct.variant "paper"
+#   (it ignored them), factor.alloc_tokens "all" and factor.normalise "none"; any other
+#   value keeps them and the run differs.
 RETIRED_FIELDS = ("asct.variant", "asct.centring", "asct.alpha", "asct.beta_start",
                   "asct.beta_steps", "asct.search")
+RETIRED_AT_DEFAULT = {"factor.alloc_tokens": "all", "factor.normalise": "none"}
 
 
 def without_retired(flat):
-    """A stored run's flattened config without RETIRED_FIELDS when they changed nothing
-    in it (asct.variant "paper" or absent)."""
-    if flat.get("asct.variant", "paper") != "paper":
-        return dict(flat)
-    return {k: v for k, v in flat.items()
+    """A stored run's flattened config without the retired fields that changed nothing
+    in it (RETIRED_FIELDS under asct.variant "paper" or absent; RETIRED_AT_DEFAULT at
+    their value)."""
+    out = {k: v for k, v in flat.items() if RETIRED_AT_DEFAULT.get(k, object()) != v}
+    if out.get("asct.variant", "paper") != "paper":
+        return out
+    return {k: v for k, v in out.items()
             if not any(k == p or k.startswith(p + ".") for p in RETIRED_FIELDS)}
 
 
