@@ -220,6 +220,27 @@ def step_turn(env: Environment, env_params: Any, state: Any, choice: Choice) -> 
     return Turn(new_state, ts, penalty)
 
 
+def turn_record(live, obs, feedback, actions, index, scored, logp, value, reward, penalty,
+                done, cands, legal, costs, acted=None, xp=jnp) -> Dict[str, Any]:
+    """The RECORD fields of one turn of N episodes (all but states): what the actor chose
+    and the environment answered, masked to the live episodes. Shared by `play` (xp = jnp)
+    and the host games' loop (asct_jax.rl.host_rollout, xp = numpy).
+
+    live [N] bool, the episode ran this turn; acted [N] bool (default live), it sent an
+    action; obs [N, O]; feedback [N, F]; actions [N, A]; index [N] i32; scored [N, A] bool,
+    the tokens that carry the loss; logp [N, A]; value [N]; reward [N] the environment's;
+    penalty [N] the actor's; done [N] bool after the step; cands [N, K, A_c]; legal, costs
+    [N, K].
+    """
+    acted = live if acted is None else acted
+    token_mask = scored & acted[:, None]
+    return dict(
+        obs=obs, feedback=feedback, actions=actions, action_index=xp.where(acted, index, -1),
+        token_mask=token_mask, turn_mask=live, logp_old=xp.where(token_mask, logp, 0.0),
+        values=value, rewards=xp.where(live, reward - penalty, 0.0),   # r_t - penalty
+        dones=done & live, cand_tokens=cands, cand_mask=legal, cand_costs=costs)
+
+
 def play_from(env: Environment, env_params: Any, actor: Any, state: Any, key: chex.PRNGKey,
               max_turns: int, start_return=0.0, recorder: Optional[Recorder] = None
               ) -> Played:
@@ -285,17 +306,13 @@ def play_keys(env: Environment, env_params: Any, chooser: Chooser, reset_keys: c
                       penalty=c.penalty)
         new_states, new_ts, penalty = jax.vmap(
             lambda s, ch: step_turn(env, env_params, s, ch))(states, sent)
-        live = ~done
         scored = (c.actions != pad_id) if c.scored is None else c.scored
-        token_mask = scored & live[:, None]
-        rewards = jnp.where(live, new_ts.reward - penalty, 0.0)
-        out = dict(
-            obs=ts.observation, feedback=new_ts.feedback, actions=c.actions,
-            action_index=jnp.where(live, c.index, -1), token_mask=token_mask, turn_mask=live,
-            logp_old=jnp.where(token_mask, logp, 0.0), values=value, rewards=rewards,
-            dones=new_ts.done & live, cand_tokens=cands, cand_mask=legal, cand_costs=costs,
-            states=states)
-        return (new_states, new_ts, done | new_ts.done, ret + rewards, memory), (out, c.extra)
+        out = turn_record(~done, ts.observation, new_ts.feedback, c.actions, c.index, scored,
+                          logp, value, new_ts.reward, penalty, new_ts.done, cands, legal,
+                          costs)
+        out["states"] = states
+        return ((new_states, new_ts, done | new_ts.done, ret + out["rewards"], memory),
+                (out, c.extra))
 
     init = (states, ts, jnp.zeros((batch,), bool), jnp.zeros((batch,), jnp.float32), memory)
     (_, final, _, returns, _), traj = jax.lax.scan(turn, init, turn_keys)
