@@ -19,8 +19,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from asct_jax.envs.play import play_from
 from asct_jax.rl.credit import turn_states
-from asct_jax.search.rollout_value import play_out
 from factor_jax.checkpoints import checkpoint_turns
 from factor_jax.rewards import reward_construction
 
@@ -60,9 +60,9 @@ def continue_once(env, env_params, state, policy_fn, key, horizon: int, outcome_
 
     Returns (outcome [] f32, ended [] bool: the episode was done within the horizon,
     aux_tokens [] f32, env_calls [] i32)."""
-    s, g, tok, calls, done = play_out(env, env_params, state, policy_fn, key, horizon,
-                                      prefix_return)
-    return episode_outcome(env, env_params, s, outcome_key, g), done, tok, calls
+    out = play_from(env, env_params, policy_fn, state, key, horizon, prefix_return)
+    return (episode_outcome(env, env_params, out.state, outcome_key, out.ret), out.done,
+            out.tokens, out.calls)
 
 
 def continuation_outcomes(env, env_params, state, policy_fn, key, num: int, horizon: int,

@@ -280,13 +280,15 @@ def test_every_method_trains_a_step_with_the_generating_actor(method, tmp_path):
 
 
 def _play_by_hand(env, env_params, actor, state, key, steps):
-    """play_out's loop written out in Python: (return, tokens, calls, penalties)."""
+    """play_from's loop written out in Python: (return, tokens, calls, penalties)."""
     carry, g, tok, pens = actor.init(state), 0.0, 0.0, []
     for _ in range(steps):
         key, sub = jax.random.split(key)
-        action, pen, cost, carry = actor.act(state, sub, carry)
-        state, ts = env.step(state, action, env_params)
-        g, tok = g + float(ts.reward) - float(pen), tok + float(cost)
+        choice, carry = actor.act(state, sub, carry)
+        pen = choice.penalty
+        state, ts = env.step(state, choice.env_actions if choice.env_actions is not None
+                             else choice.actions, env_params)
+        g, tok = g + float(ts.reward) - float(pen), tok + float(choice.tokens)
         pens.append(float(pen))
         if bool(ts.done):
             break
@@ -295,18 +297,19 @@ def _play_by_hand(env, env_params, actor, state, key, steps):
 
 def test_generating_continuations_write_their_turns_and_pay_for_invalid_ones(credit_setup):
     """In generate mode pi_old writes its turns at restored states too (credit.state_actor,
-    actor.continuations = "chooser"): play_out equals the same steps taken by hand, an
+    actor.continuations = "chooser"): play_from equals the same steps taken by hand, an
     invalid response costs the 0.1 penalty, the token cost is the responses' length; with
     "score" the continuation samples a legal candidate (no penalty, candidate tokens)."""
     from asct_jax.rl.credit import generates_continuations, state_actor
-    from asct_jax.search.rollout_value import play_out
+    from asct_jax.envs.play import play_from
     c, ctx, params, _ = credit_setup(_generate_config("factor"))
     assert generates_continuations(ctx)
     env, ep = ctx.env, ctx.env_params
     state, _ = env.reset(jax.random.key(3), ep)
     key = jax.random.key(4)
     actor = state_actor(ctx, params)
-    _, g, tok, calls, _ = jax.jit(lambda s, k: play_out(env, ep, s, actor, k, 5))(state, key)
+    out = jax.jit(lambda s, k: play_from(env, ep, actor, s, k, 5))(state, key)
+    g, tok, calls = out.ret, out.tokens, out.calls
     g_h, tok_h, calls_h, pens = _play_by_hand(env, ep, actor, state, key, 5)
     assert int(calls) == calls_h
     np.testing.assert_allclose([float(g), float(tok)], [g_h, tok_h], rtol=1e-5, atol=1e-6)

@@ -219,10 +219,10 @@ def generates_continuations(ctx: CreditContext) -> bool:
 
 
 def state_actor(ctx: CreditContext, params):
-    """pi_old acting at ONE restored state (search.rollout_value.StateActor): the
-    generating actor writing its turn (generates_continuations), else a candidate sampled
-    from state_policy_fn. What VinePPO's rollouts and FACTOR's continuations play."""
-    from asct_jax.search.rollout_value import candidate_actor
+    """pi_old acting at ONE restored state (envs.play.StateActor): the generating actor
+    writing its turn (generates_continuations), else a candidate sampled from
+    state_policy_fn. What VinePPO's rollouts and FACTOR's continuations play."""
+    from asct_jax.envs.play import candidate_actor
     if generates_continuations(ctx):
         from asct_jax.rl.generation import generating_actor
         return generating_actor(ctx.env, ctx.env_params, ctx.policy, params)

@@ -350,11 +350,11 @@ def model_writer(policy: GenerationPolicy, params: Any, greedy: bool,
 
 
 def generating_actor(env, env_params: Any, policy: GenerationPolicy, params: Any):
-    """pi_old writing its turn at ONE restored state (a search.rollout_value.StateActor):
-    the rollout's chooser on a batch of one, its prompt history empty at the restored state
+    """pi_old writing its turn at ONE restored state (an envs.play.StateActor): the
+    rollout's chooser on a batch of one, its prompt history empty at the restored state
     and filled by the continuation's own steps; the projected action is sent, an invalid
     one with its penalty; the token cost is the response's length."""
-    from asct_jax.search.rollout_value import StateActor
+    from asct_jax.envs.play import StateActor
 
     chooser = GenerationChooser(policy.spec, model_writer(policy, params, greedy=False,
                                                           with_value=False), policy.pad_id)
@@ -369,8 +369,8 @@ def generating_actor(env, env_params: Any, policy: GenerationPolicy, params: Any
         choice, carry = chooser.turn(key, jax.tree.map(one, state),
                                      one(env.observe(state, env_params)), one(cands),
                                      one(legal), carry)
-        return (choice.env_actions[0], choice.penalty[0],
-                jnp.sum(choice.scored[0]).astype(jnp.float32), carry)
+        tokens = jnp.sum(choice.scored, -1).astype(jnp.float32)
+        return jax.tree.map(lambda x: x[0], choice.replace(tokens=tokens)), carry
 
     return StateActor(init=init, act=act)
 

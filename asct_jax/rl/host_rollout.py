@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from asct_jax.envs.external.base import BatchedHostEnv, HostState
+from asct_jax.envs.play import turn_record
 from asct_jax.rl.generation import GenerationChooser, model_writer, scripted_writer
 from asct_jax.rl.host_text import CommandEncoder, as_codec, task_text, written_command
 from asct_jax.rl.rollout import select_candidate
@@ -270,7 +271,6 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
             texts = [("" if not live[i] else kept[i][index[i]] if valid[i] else
                       written_command(chosen[i], scored[i], codec, spec)) for i in range(b)]
             acted = live
-            token_mask = scored & acted[:, None]
             penalty = np.where(live & ~valid, spec.invalid_penalty, 0.0)
             for k, v in choice.extra.items():
                 if k not in gen_out:
@@ -286,26 +286,20 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
             chosen = np.where(has_cand[:, None],
                               cands[np.arange(b), np.where(has_cand, index, 0)], pad)
             acted = live & has_cand
-            token_mask = np.asarray(policy.scored_tokens(jnp.asarray(chosen))) & acted[:, None]
+            scored = np.asarray(policy.scored_tokens(jnp.asarray(chosen)))
             penalty = np.zeros(b)
         new_states, new_steps = host_env.step(states, texts)
 
-        out["obs"][:, t] = obs
-        out["feedback"][:, t] = codec.feedback([ts.feedback if live[i] else ""
-                                                for i, ts in enumerate(new_steps)],
-                                               feedback_len)
-        out["actions"][:, t] = np.where(acted[:, None], chosen, pad)
-        out["action_index"][:, t] = np.where(acted, index, -1)
-        out["token_mask"][:, t] = token_mask
-        out["turn_mask"][:, t] = live
-        out["logp_old"][:, t] = np.where(token_mask, logp, 0.0)
-        out["values"][:, t] = value
-        out["rewards"][:, t] = np.where(live, [ts.reward for ts in new_steps], 0.0) - penalty
         step_done = np.array([ts.done for ts in new_steps], bool)
-        out["dones"][:, t] = step_done & live
-        out["cand_tokens"][:, t] = cands
-        out["cand_mask"][:, t] = legal
-        out["cand_costs"][:, t] = np.sum(cands != pad, axis=-1).astype(np.float32)
+        feedback = codec.feedback([ts.feedback if live[i] else ""
+                                   for i, ts in enumerate(new_steps)], feedback_len)
+        record = turn_record(live, obs, feedback, np.where(acted[:, None], chosen, pad), index,
+                             scored, logp, value, np.asarray([ts.reward for ts in new_steps]),
+                             penalty, step_done, cands, legal,
+                             np.sum(cands != pad, axis=-1).astype(np.float32), acted=acted,
+                             xp=np)
+        for k, v in record.items():
+            out[k][:, t] = v
         for i in np.flatnonzero(live):
             for k in info_keys:
                 final_info[k][i] = new_steps[i].info[k]

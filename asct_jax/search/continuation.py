@@ -4,7 +4,7 @@ its end (`continue_episode`, `evaluate_leaf`), and the policies that choose thei
 
 A continuation rule is `(model, table, state, cands [K, A], legal [K]) -> (logits [K],
 actor_tokens [] f32, decided [] i32)`: the log-weights the step's candidate is drawn from
-(restricted to the legal ones, rollout_value.sample_candidate), the actor-scoring tokens
+(restricted to the legal ones, envs.play.sample_candidate), the actor-scoring tokens
 of that decision (search.accounting) and the workflow node whose actor decision it is
 (-1 for a rule: nothing to score). table: the tree's T_hat table [P, K] or None
 (cache.state_t_hat).
@@ -16,15 +16,15 @@ of that decision (search.accounting) and the workflow node whose actor decision 
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import chex
 import jax
 import jax.numpy as jnp
 
+from asct_jax.envs.play import Choice, Recorder, StateActor, play_from, sample_candidate
 from asct_jax.search import accounting
 from asct_jax.search.cache import state_t_hat
-from asct_jax.search.rollout_value import sample_candidate, state_done
 from asct_jax.search.tree import Tree
 from asct_jax.search.types import ContinuationFn, Cost, EnvModel, Trace, empty_trace
 from asct_jax.search.workflow import workflow_of
@@ -58,52 +58,58 @@ def cost_weighted_continuation(model: EnvModel, table, state, cands, legal, c_to
     return logits, jnp.float32(0.0), jnp.int32(-1)
 
 
-class _Play(NamedTuple):
-    """lax.while_loop state of one continuation ([] unless noted)."""
+def rule_actor(model: EnvModel, continuation: ContinuationFn,
+               table: Optional[chex.Array]) -> StateActor:
+    """A continuation rule as a StateActor (envs.play): a ~ the rule's logits over the legal
+    candidates, the action's env tokens counted; Choice.extra holds the decision's actor
+    tokens and node (actor [] f32, decided [] i32)."""
+    env, p = model.env, model.env_params
 
-    state: Any
-    ret: chex.Array      # f32, rewards so far
-    tokens: chex.Array   # f32, env tokens of every step
-    actor: chex.Array    # f32, actor-scoring tokens
-    calls: chex.Array    # i32, steps
-    trace: Trace         # [L] the steps' ledger entries
-    t: chex.Array        # i32
-    done: chex.Array     # bool
-    key: chex.PRNGKey
+    def act(state, key, carry):
+        cands, legal = env.legal_actions(state, p)
+        logits, actor, decided = continuation(model, table, state, cands, legal)
+        a = sample_candidate(key, logits, legal)
+        cost = jnp.asarray(env.action_costs(state, p), jnp.float32)[a]
+        return Choice(actions=cands[a], index=a, penalty=jnp.float32(0.0), tokens=cost,
+                      extra={"actor": actor, "decided": decided}), carry
+
+    return StateActor(init=lambda state: (), act=act)
+
+
+def trace_recorder(model: EnvModel, horizon: int) -> Recorder:
+    """A Recorder of (actor tokens [] f32 summed, Trace [L = horizon]): turn t's ledger
+    entry, the workflow node it reaches (0 without a workflow), its env tokens and the
+    decision of rule_actor's Choice.extra."""
+    env, p = model.env, model.env_params
+    workflow = workflow_of(env, p) is not None
+
+    def update(rec, t, choice, turn):
+        actor_sum, tr = rec
+        actor, decided = choice.extra["actor"], choice.extra["decided"]
+        prefix = env.workflow_node(turn.state, p) if workflow else jnp.int32(0)
+        tr = Trace(tr.prefix.at[t].set(jnp.asarray(prefix, jnp.int32)),
+                   tr.tokens.at[t].set(choice.tokens), tr.valid.at[t].set(True),
+                   tr.decided.at[t].set(decided), tr.actor.at[t].set(actor))
+        return actor_sum + actor, tr
+
+    return Recorder(init=lambda: (jnp.float32(0.0), empty_trace(horizon)), update=update)
 
 
 def continue_episode(model: EnvModel, continuation: ContinuationFn, state: Any,
                      key: chex.PRNGKey, table: Optional[chex.Array]
                      ) -> Tuple[chex.Array, Cost, Trace]:
     """ONE continuation from `state` to the end of the episode (at most L = env.max_turns
-    steps), each step drawn by `continuation` (a rule above; table: [P, K] or None).
+    steps), each step drawn by `continuation` (a rule above; table: [P, K] or None):
+    envs.play.play_from with rule_actor, recording the ledger's Trace.
 
     Returns (G = sum of rewards [] f32, Cost [] of every step (env_tokens, env_calls,
     actor_tokens), Trace [L]).
     """
-    env, p = model.env, model.env_params
-    horizon = int(env.max_turns)
-    workflow = workflow_of(env, p) is not None
-
-    def body(c: _Play) -> _Play:
-        key, sub = jax.random.split(c.key)
-        cands, legal = env.legal_actions(c.state, p)
-        logits, actor, decided = continuation(model, table, c.state, cands, legal)
-        a = sample_candidate(sub, logits, legal)
-        cost = jnp.asarray(env.action_costs(c.state, p), jnp.float32)[a]
-        s, ts = env.step(c.state, cands[a], p)
-        prefix = env.workflow_node(s, p) if workflow else jnp.int32(0)
-        trace = Trace(c.trace.prefix.at[c.t].set(jnp.asarray(prefix, jnp.int32)),
-                      c.trace.tokens.at[c.t].set(cost), c.trace.valid.at[c.t].set(True),
-                      c.trace.decided.at[c.t].set(decided), c.trace.actor.at[c.t].set(actor))
-        return _Play(s, c.ret + ts.reward, c.tokens + cost, c.actor + actor, c.calls + 1,
-                     trace, c.t + 1, jnp.asarray(ts.done, bool), key)
-
-    empty = empty_trace(horizon)
-    init = _Play(state, jnp.float32(0.0), jnp.float32(0.0), jnp.float32(0.0), jnp.int32(0),
-                 empty, jnp.int32(0), state_done(env, state, p), key)
-    c = jax.lax.while_loop(lambda c: ~c.done & (c.t < horizon), body, init)
-    return c.ret.astype(jnp.float32), Cost(c.tokens, c.calls, c.actor), c.trace
+    horizon = int(model.env.max_turns)
+    out = play_from(model.env, model.env_params, rule_actor(model, continuation, table),
+                    state, key, horizon, recorder=trace_recorder(model, horizon))
+    actor, trace = out.rec
+    return out.ret.astype(jnp.float32), Cost(out.tokens, out.calls, actor), trace
 
 
 # ---------------------------------------------------------------- leaf evaluation

@@ -33,7 +33,7 @@ Notes.
   at expansion, and kept; later trials through the edge reuse it (as mctx does with a
   model). Q(s, a) of one tree is therefore conditional on that sampled outcome; it is
   unbiased on average over trees / episodes. Continuations share the stored state's own
-  environment key (see rollout_value).
+  environment key (see search.rollout_value).
 * policy_fn is called once per root (its prior is returned as prior_logp); with
   config.node_policy also once per expansion (the new node's prior and critic); an actor
   continuation calls it at each of its steps.
@@ -55,10 +55,10 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from asct_jax.envs.play import state_done
 from asct_jax.search import accounting
 from asct_jax.search.cache import ExecutionCache, remaining_costs
 from asct_jax.search.continuation import evaluate_leaf
-from asct_jax.search.rollout_value import state_done
 from asct_jax.search.tree import NO_PARENT, ROOT_INDEX, UNVISITED, Tree, init_tree
 from asct_jax.search.types import (BackupPath, Cost, EnvModel, ExpansionFn, NodeInfo,
                                    NodeStats, PolicyFn, SearchConfig, SearchOutput,

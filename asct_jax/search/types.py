@@ -15,11 +15,9 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 import chex
 import jax.numpy as jnp
 
+from asct_jax.envs.play import PolicyFn  # noqa: F401  (ONE state -> (logp [K], value []))
 from asct_jax.search.cache import ExecutionCache
 from asct_jax.search.tree import Tree
-
-# ONE state -> (log pi_old [K] over the candidates, critic value []).
-PolicyFn = Callable[[Any], Tuple[chex.Array, chex.Array]]
 
 
 @dataclasses.dataclass(frozen=True)
