@@ -28,10 +28,10 @@ Variant = Tuple[str, Mapping[str, Any]]
 
 def config_differences(stored: Mapping[str, Any], config) -> List[str]:
     """Dotted fields where a finished run's config.json and `config` disagree."""
-    from asct_jax.infra.config_cli import config_to_dict
+    from experiments import registry
 
     a = {**ADDED_DEFAULTS, **without_retired(flatten(stored))}
-    b = flatten(config_to_dict(config))
+    b = flatten(registry.check(config)[1].record)     # the ppo protocol resolved
     keys = {k for k in set(a) | set(b) if not under(k, BOOKKEEPING_FIELDS)}
     return sorted(k for k in keys if a.get(k) != b.get(k))
 

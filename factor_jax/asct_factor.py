@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import factor_jax as fj
 from asct_jax.rl.credit import CreditContext, Method, value_targets_mc
 from asct_jax.rl.types import Credit, Rollout, action_tokens
+from asct_jax.rl.protocol import ASCT
 from asct_jax.search.methods import ASCTConfig, asct_config, searched_advantages
 from factor_jax.methods import FactorConfig, Schedule, factor_config
 from factor_jax.teacher import teacher_log_probs
@@ -50,6 +51,6 @@ def _asct_factor(cfg: AsctFactorConfig, ctx: CreditContext):
     return credit
 
 
-ASCT_FACTOR = Method("asct_factor", _asct_factor, normalise="standardise",
+ASCT_FACTOR = Method("asct_factor", _asct_factor, protocol=ASCT,
                      make_config=asct_factor_config, restores_states_in_step=True)
 METHODS = (ASCT_FACTOR,)

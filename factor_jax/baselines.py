@@ -22,6 +22,7 @@ from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import CreditContext, Method, any_over_seeds, value_targets_mc
 from asct_jax.rl.methods import GRPO
+from asct_jax.rl.protocol import SERL as SERL_PROTOCOL
 from asct_jax.rl.types import Credit, Rollout, action_tokens
 from factor_jax.teacher import teacher_log_probs
 
@@ -91,6 +92,6 @@ def _serl_update(sc: SerlConfig, ctx: CreditContext, mstate, inputs):
 
 
 SERL = Method("serl", _serl, make_config=serl_config, init_state=_serl_init,
-              update_state=_serl_update)
+              update_state=_serl_update, protocol=SERL_PROTOCOL)
 GRPO_EXTENDED = dataclasses.replace(GRPO, name="grpo_extended")
 METHODS = (SERL, GRPO_EXTENDED)

@@ -45,6 +45,7 @@ from asct_jax.rl.credit import (CreditContext, Method, installs_credit_state, st
                                 value_targets_mc)
 from asct_jax.rl.types import Credit, Rollout, action_tokens, nonaction_tokens, policy_inputs
 from asct_jax.rl.types import merge_batch_turns as _flat
+from asct_jax.rl.protocol import FACTOR as FACTOR_PROTOCOL
 from factor_jax import critic as tac_critic
 from factor_jax.continuations import Continuations, checkpoint_targets, run_continuations
 from factor_jax.host_continuations import continue_on_host
@@ -349,7 +350,7 @@ def _factor_dist_reduce(fc: FactorConfig, ctx: CreditContext):
 
 
 def _factor_method(name: str, factory) -> Method:
-    return Method(name, factory, make_config=factor_config,
+    return Method(name, factory, make_config=factor_config, protocol=FACTOR_PROTOCOL,
                   make_policy_loss=_factor_policy_loss, make_aux_loss=_factor_kl_loss,
                   make_dist_reduce=_factor_dist_reduce,
                   init_state=init_critic_state, update_state=installs_credit_state,

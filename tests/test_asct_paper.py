@@ -71,17 +71,6 @@ def test_actor_rollout_and_vineppo_pay_actor_scoring_once_per_prefix(setup):
     assert v2["t_actor"] < v1["t_actor"] and v2["t_env"] < v1["t_env"]
 
 
-def test_each_method_normalises_as_its_paper():
-    from asct_jax.rl.learner import Learner
-    norm = {n: registry.get(n).normalise for n in registry.names()}
-    for n in ("ppo_return", "vineppo", "asct_uniform", "asct_uct", "asct_agentuct",
-              "asct_actor_rollout"):
-        assert norm[n] == "standardise", n
-    for n in ("grpo", "gigpo", "serl", "factor"):
-        assert norm[n] == "none", n
-    assert "normalise" in Learner.__dict__   # ppo.normalise_advantages resolves "method"
-
-
 def test_utility_per_difficulty_regroups_the_held_out_evaluation(setup, tmp_path):
     from experiments import asct_ragspace as script
     c, ctx, params, batch = setup

@@ -4,9 +4,14 @@ import os
 
 import pytest
 
-from asct_jax.infra.config_cli import config_to_dict
+from experiments import registry
 from experiments.configs import factor_table
 from experiments.runner import apply_overrides, config_differences, run_grid
+
+
+def config_to_dict(config):
+    """What a run's config.json holds: the config with its ppo protocol resolved."""
+    return json.loads(json.dumps(registry.check(config)[1].record))
 
 
 def _finished_run(tmp_path, config, name, summary):
@@ -28,6 +33,15 @@ def test_config_differences_names_fields_and_ignores_bookkeeping(tmp_path):
                                                 "train.progress": False}))
     assert config_differences(stored, c) == ["train.steps"]
     assert config_differences(config_to_dict(c), c) == []
+
+
+def test_config_differences_sees_a_protocol_field_set_or_left_to_the_method(tmp_path):
+    c = _config(tmp_path)                      # method factor: one update on the whole batch
+    stored = config_to_dict(c)
+    assert stored["ppo"]["epochs"] == 1 and stored["ppo"]["lr_scale"] == 0.5
+    assert config_differences(stored, apply_overrides(c, {"ppo.epochs": 1})) == []
+    assert config_differences(stored, apply_overrides(c, {"ppo.epochs": 2})) == ["ppo.epochs"]
+    assert "ppo.kl_coef" in config_differences(stored, apply_overrides(c, {"method": "grpo"}))
 
 
 def test_config_differences_drops_fields_retired_where_they_changed_nothing(tmp_path):

@@ -459,3 +459,25 @@ def test_label_score_mean_is_softmax_of_mean_full_vocab_log_probs():
     assert np.array_equal(np.asarray(policy.scored_tokens(cands[:, 0]))[:, 1:], np.zeros((n, a - 1), bool))
     with pytest.raises(ValueError, match="policy.label_score"):
         Policy(graphdef, cfg.vocab_size, o, a, 0, label_score="max")
+
+
+@pytest.mark.parametrize("method,fields,expect", [
+    # verl-agent's unit: minibatches of 4 real turn samples -> ceil(turns / 4) updates.
+    ("grpo", {"minibatch_size": 4}, lambda turns: -(-turns // 4)),
+    # FACTOR's: one update on the whole batch.
+    ("factor", {}, lambda turns: 1),
+    # episodes: 2 epochs x ceil(16 / 8) minibatches of 8 episodes (the ASCT protocol's unit).
+    ("grpo", {"minibatch_size": 8, "minibatch_unit": "episodes", "epochs": 2},
+     lambda turns: 4),
+])
+def test_the_protocol_sets_the_optimiser_updates_of_a_step(tmp_path, method, fields, expect):
+    c = small_config(tmp_path)
+    c.method = method
+    c.ppo.epochs = c.ppo.minibatches = None       # small_config's: back to the method's
+    for k, v in fields.items():
+        c.ppo[k] = v
+    learner, step = build(c)
+    _, m = step(learner.init_state, 0)
+    turns = round(m["rollout/episode_len"] * learner.batch_size)
+    assert m["train/updates"] == expect(turns)
+    assert 0.0 <= m["train/clip_frac"] <= 1.0

@@ -100,3 +100,8 @@ def _get(config: Any, dotted: str, what: str) -> Mapping[str, Any]:
 def no_config(config: Any) -> Optional[Any]:
     """The typed config of a method that reads no field: None."""
     return None
+
+
+def option_rule(f: dataclasses.Field) -> Any:
+    """A field's allowed values (a collection, a checks.Range or None: any value)."""
+    return f.metadata.get(_RULE)

@@ -147,18 +147,19 @@ def learner_for_policy(run: RunConfig, method: Method, policy: Policy, params: A
                                       jax.random.fold_in(key, _METHOD_STATE_KEY))
                     if method.stateful else None)
     # Placed up front with the step's in/out shardings: the step compiles once.
+    # The KL reference: a copy of the initial params (jnp.copy: never aliased to the
+    # donated params), in the state so that every seed of a batch keeps its own.
+    ref_params = jax.tree.map(jnp.copy, params) if ppo.kl_coef > 0 else None
     state = TrainState(params=params, opt_state=optimizer.init(params),
                        step=jnp.zeros((), jnp.int32), frozen=frozen,
-                       method_state=method_state)
+                       method_state=method_state, ref_params=ref_params)
     sharding = fsdp_shardings(state, mesh)
-    # The KL reference: a copy (never aliased to the donated state), sharded like params.
-    ref_params = (distributed.device_put(params, sharding.params, may_alias=False)
-                  if ppo.kl_coef > 0 else None)
     return Learner(ppo=ppo, num_groups=run.rollout.num_groups,
                    group_size=run.rollout.group_size, policy=policy, mesh=mesh,
                    method=method, method_config=method_cfg, ctx=ctx,
                    credit_fn=method.make_credit(method_cfg, ctx),
                    aux_loss_fn=method.make_aux_loss(method_cfg, ctx),
-                   policy_loss_fn=method.make_policy_loss(method_cfg, ctx), optimizer=optimizer,
+                   policy_loss_fn=method.make_policy_loss(method_cfg, ctx),
+                   dist_reduce=method.make_dist_reduce(method_cfg, ctx), optimizer=optimizer,
                    init_state=distributed.device_put(state, sharding), state_sharding=sharding,
-                   ref_params=ref_params, key=distributed.device_put(key, replicated))
+                   key=distributed.device_put(key, replicated))

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 
 from asct_jax.infra.typed_config import no_config
 from asct_jax.rl import advantages as adv
+from asct_jax.rl.protocol import SUBSTRATE, Protocol
 from asct_jax.rl.types import Credit, Rollout
 
 # (params, batch, key, step, method_state) -> Credit
@@ -41,7 +42,7 @@ CreditFn = Callable[..., Credit]
 # (out: asct_jax.rl.policy.TokenOutputs [b, T, ...] of the current parameters, minibatch
 #  Rollout, its Credit) -> (loss to minimise, metrics)
 AuxLossFn = Callable[[Any, Rollout, Credit], Tuple[Any, Dict[str, Any]]]
-# (out, mb, credit_mb, ppo: PPOConfig) -> (policy loss to minimise, metrics)
+# (out, mb, credit_mb, ppo: asct_jax.rl.protocol.Protocol) -> (policy loss to minimise, metrics)
 PolicyLossFn = Callable[[Any, Rollout, Credit, Any], Tuple[Any, Dict[str, Any]]]
 
 
@@ -125,10 +126,9 @@ class Method:
       arrays; jit-compatible) at step 0.
     update_state: None, or (cfg, ctx, mstate, StateInputs) -> (mstate, metrics), run in
       the compiled step after the PPO update; metrics are logged as "method/<name>".
-    normalise: what the method's paper does with its credit before the update (used when
-      ppo.normalise_advantages = "method"): "standardise" (across the step's decisions:
-      ASCT, VinePPO, trajectory PPO) or "none" (GRPO, GiGPO, SERL, FACTOR: normalised in
-      the group already).
+    protocol: how its authors update the policy around the credit (asct_jax.rl.protocol:
+      epochs, minibatches, clip, regularisers, standardisation, ...); the config's ppo
+      fields override it. Default: the substrate's earlier shared recipe.
     restores_states_in_step: the credit restores environment states inside the jitted
       step (search, VinePPO rollouts, in-step value calibration), so it needs a JAX-native
       environment; host games cannot serve it.
@@ -146,14 +146,11 @@ class Method:
     make_dist_reduce: Callable[[Any, CreditContext], Optional[DistReduce]] = _no_dist_reduce
     init_state: Optional[Callable[..., Any]] = None
     update_state: Optional[Callable[..., Any]] = None
-    normalise: str = "none"
+    protocol: Protocol = SUBSTRATE
     restores_states_in_step: bool = False
     host_prepare: Optional[Callable[..., Any]] = None
 
     def __post_init__(self):
-        if self.normalise not in ("standardise", "none"):
-            raise ValueError(f"method {self.name!r}: normalise must be 'standardise' or "
-                             f"'none', got {self.normalise!r}")
         if (self.init_state is None) != (self.update_state is None):
             raise ValueError(f"method {self.name!r}: init_state and update_state come "
                              "together (a stateful method needs both)")

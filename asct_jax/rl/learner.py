@@ -11,20 +11,22 @@ from typing import Any, Optional
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from asct_jax.rl.credit import AuxLossFn, CreditContext, CreditFn, Method, PolicyLossFn
-from asct_jax.rl.ppo_config import PPOConfig
+from asct_jax.rl.credit import (AuxLossFn, CreditContext, CreditFn, DistReduce, Method,
+                                PolicyLossFn)
+from asct_jax.rl.protocol import Protocol
 
 
 @dataclasses.dataclass
 class Learner:
-    """ppo: the update's typed config. num_groups, group_size: the rollout batch
+    """ppo: the update's protocol (asct_jax.rl.protocol, resolved). num_groups, group_size: the rollout batch
     (B = num_groups * group_size). method, method_config: the registered method and its
     typed config; ctx: its CreditContext; credit_fn, policy_loss_fn (None: the clipped
-    surrogate), aux_loss_fn (None: no auxiliary loss): what it built. init_state: the TrainState at step 0 (method state included),
-    placed with state_sharding. ref_params: the KL reference if ppo.kl_coef > 0.
+    surrogate), aux_loss_fn (None: no auxiliary loss), dist_reduce (None: no reduction
+    of the update's distributions): what it built. init_state: the TrainState at step 0
+    (method state and KL reference included), placed with state_sharding.
     key: key(seed), replicated."""
 
-    ppo: PPOConfig
+    ppo: Protocol
     num_groups: int
     group_size: int
     policy: Any                 # asct_jax.rl.policy.Policy
@@ -35,18 +37,11 @@ class Learner:
     credit_fn: CreditFn
     aux_loss_fn: Optional[AuxLossFn]
     policy_loss_fn: Optional[PolicyLossFn]
+    dist_reduce: Optional[DistReduce]
     optimizer: Any              # optax.GradientTransformation
     init_state: Any             # asct_jax.rl.train_step.TrainState
     state_sharding: Any
-    ref_params: Optional[Any]
     key: Any
-
-    @property
-    def normalise(self) -> str:
-        """"standardise" or "none": ppo.normalise_advantages, "method" resolved to the
-        method's own (Method.normalise)."""
-        mode = self.ppo.normalise_advantages
-        return self.method.normalise if mode == "method" else mode
 
     @property
     def replicated(self) -> NamedSharding:

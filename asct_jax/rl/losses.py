@@ -15,14 +15,17 @@ AGGREGATIONS = ("token_mean", "sequence_mean", "action_mean")
 
 
 def clipped_surrogate(logp: chex.Array, logp_old: chex.Array, coef: chex.Array,
-                      clip_eps: float) -> chex.Array:
-    """Per-token clipped PPO objective, negated.
+                      clip_eps: float, dual_clip: float = 0.0) -> chex.Array:
+    """Per-token clipped PPO objective, negated, with verl's optional dual clip.
 
       rho = exp(logp - logp_old)
       l   = -min(rho * C, clip(rho, 1 - eps, 1 + eps) * C)
+      l   = min(l, -c * C)   where C < 0, if dual_clip c > 1   (Ye et al. 2020; verl's
+                             compute_policy_loss, clip_ratio_c = 3)
 
     Args:
       logp, logp_old, coef: [..., A] float32; coef is treated as a constant.
+      dual_clip: c (0: off).
     Returns:
       [..., A] per-token loss.
     """
@@ -31,7 +34,10 @@ def clipped_surrogate(logp: chex.Array, logp_old: chex.Array, coef: chex.Array,
     rho = jnp.exp(logp - logp_old)
     unclipped = rho * coef
     clipped = jnp.clip(rho, 1.0 - clip_eps, 1.0 + clip_eps) * coef
-    return -jnp.minimum(unclipped, clipped)
+    loss = -jnp.minimum(unclipped, clipped)
+    if dual_clip:
+        loss = jnp.where(coef < 0, jnp.minimum(loss, -dual_clip * coef), loss)
+    return loss
 
 
 def aggregate(x: chex.Array, token_mask: chex.Array, mode: str) -> chex.Array:
@@ -60,14 +66,15 @@ def aggregate(x: chex.Array, token_mask: chex.Array, mode: str) -> chex.Array:
 
 
 def policy_loss(logp: chex.Array, logp_old: chex.Array, coef: chex.Array,
-                token_mask: chex.Array, clip_eps: float,
-                mode: str = "token_mean") -> Tuple[chex.Array, Dict[str, chex.Array]]:
-    """Clipped surrogate aggregated by `mode`, with PPO diagnostics.
+                token_mask: chex.Array, clip_eps: float, mode: str = "token_mean",
+                dual_clip: float = 0.0) -> Tuple[chex.Array, Dict[str, chex.Array]]:
+    """Clipped surrogate (dual clip c if > 0) aggregated by `mode`, with PPO diagnostics.
 
-    Returns (loss, metrics) with metrics clip_frac and approx_kl = E[(rho - 1) - log rho]
-    (the k3 estimator of KL(pi_old || pi_theta)), both token means.
+    Returns (loss, metrics) with metrics clip_frac (the share of tokens whose ratio left
+    [1 - eps, 1 + eps]) and approx_kl = E[(rho - 1) - log rho] (the k3 estimator of
+    KL(pi_old || pi_theta)), both token means.
     """
-    per_token = clipped_surrogate(logp, logp_old, coef, clip_eps)
+    per_token = clipped_surrogate(logp, logp_old, coef, clip_eps, dual_clip)
     loss = aggregate(per_token, token_mask, mode)
     log_ratio = logp - logp_old
     rho = jnp.exp(log_ratio)
@@ -80,10 +87,14 @@ def policy_loss(logp: chex.Array, logp_old: chex.Array, coef: chex.Array,
 
 
 def kl_penalty(logp: chex.Array, logp_ref: chex.Array, token_mask: chex.Array,
-               mode: str = "token_mean") -> chex.Array:
-    """KL(pi_theta || pi_ref) per token by the k3 estimator exp(r) - 1 - r, r = ref - theta."""
+               mode: str = "token_mean", clamp: float = 0.0) -> chex.Array:
+    """KL(pi_theta || pi_ref) per token by the k3 estimator exp(r) - 1 - r, r = ref - theta,
+    clamped to [-clamp, clamp] if clamp > 0 (verl's low_var_kl: clamp 10)."""
     r = logp_ref - logp
-    return aggregate(jnp.exp(r) - 1.0 - r, token_mask, mode)
+    k3 = jnp.exp(r) - 1.0 - r
+    if clamp:
+        k3 = jnp.clip(k3, -clamp, clamp)
+    return aggregate(k3, token_mask, mode)
 
 
 def entropy_bonus(entropy: chex.Array, token_mask: chex.Array,

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
+from asct_jax.rl.protocol import ASCT, SUBSTRATE, VERL
 from asct_jax.rl.credit import (Credit, CreditContext, CreditFn, Method, Rollout,
                                 from_turn_advantages, value_targets_mc)
 
@@ -98,11 +99,11 @@ def _gigpo(cfg: GiGPOConfig, ctx: CreditContext) -> CreditFn:
 
 # The ASCT paper's PPO baselines share its learning protocol: credit standardised within
 # the iteration (App. A.2), as PPO implementations whiten their advantages.
-PPO_RETURN = Method("ppo_return", _ppo_return, normalise="standardise",
+PPO_RETURN = Method("ppo_return", _ppo_return, protocol=ASCT,
                     make_config=functools.partial(from_section, ReturnConfig, section="ppo"))
-PPO_GAE = Method("ppo_gae", _ppo_gae, normalise="standardise",
+PPO_GAE = Method("ppo_gae", _ppo_gae, protocol=SUBSTRATE,
                  make_config=functools.partial(from_section, GAEConfig, section="ppo"))
-GRPO = Method("grpo", _grpo)
-GIGPO = Method("gigpo", _gigpo,
+GRPO = Method("grpo", _grpo, protocol=VERL)
+GIGPO = Method("gigpo", _gigpo, protocol=VERL,
                make_config=functools.partial(from_section, GiGPOConfig, section="gigpo"))
 METHODS = (PPO_RETURN, PPO_GAE, GRPO, GIGPO)

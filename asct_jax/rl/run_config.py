@@ -23,7 +23,7 @@ from asct_jax.infra.typed_config import from_section, option
 from asct_jax.models.config import LORA_TARGETS, PRESETS
 from asct_jax.rl.generation import CHOOSERS, CONTINUATIONS, THINK
 from asct_jax.rl.policy import LABEL_SCORES
-from asct_jax.rl.ppo_config import PPOConfig
+from asct_jax.rl.protocol import SUBSTRATE, Protocol, resolve, resolved_section
 
 _AT_LEAST_0 = Range(0, None, integer=True)
 _AT_LEAST_1 = Range(1, None, integer=True)
@@ -185,7 +185,7 @@ class WarmStartConfig:
 SECTIONS: Tuple[Tuple[Type[Any], str], ...] = (
     (EnvConfig, "env"), (ModelSetup, "model"), (TextConfig, "text"),
     (RolloutConfig, "rollout"), (ActorConfig, "actor"), (PolicyConfig, "policy"),
-    (PPOConfig, "ppo"), (ReturnsConfig, "ppo"), (TrainConfig, "train"),
+    (ReturnsConfig, "ppo"), (TrainConfig, "train"),
     (DistributedConfig, "train.distributed"), (WarmStartConfig, "warm_start"))
 
 
@@ -203,7 +203,7 @@ class RunConfig:
     rollout: RolloutConfig
     actor: ActorConfig
     policy: PolicyConfig
-    ppo: PPOConfig
+    ppo: Protocol
     returns: ReturnsConfig
     train: TrainConfig
     warm_start: WarmStartConfig
@@ -229,16 +229,19 @@ def run_config(config: Any, method: Optional[Any] = None) -> RunConfig:
 
     sec = lambda cls, name, **extra: from_section(cls, config, name, **extra)  # noqa: E731
     train = sec(TrainConfig, "train", distributed=distributed_config(config))
+    ppo = resolve(config.ppo, SUBSTRATE if method is None else method.protocol)
+    record = config_to_dict(config)
+    record["ppo"] = resolved_section(ppo, record["ppo"])
     return RunConfig(
         seed=config.seed, method=config.method, env=sec(EnvConfig, "env"),
         model=sec(ModelSetup, "model"), text=sec(TextConfig, "text"),
         rollout=sec(RolloutConfig, "rollout"),
         actor=sec(ActorConfig, "actor") if "actor" in config else ActorConfig(),
         policy=sec(PolicyConfig, "policy") if "policy" in config else PolicyConfig(),
-        ppo=sec(PPOConfig, "ppo"), returns=sec(ReturnsConfig, "ppo"), train=train,
+        ppo=ppo, returns=sec(ReturnsConfig, "ppo"), train=train,
         warm_start=sec(WarmStartConfig, "warm_start"),
         method_config=None if method is None else method.make_config(config),
-        typed_for=None if method is None else method.name, record=config_to_dict(config))
+        typed_for=None if method is None else method.name, record=record)
 
 
 def default_of(dotted: str) -> Any:

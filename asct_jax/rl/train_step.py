@@ -40,9 +40,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl import advantages as adv
 from asct_jax.rl import losses
+from asct_jax.rl import minibatches as mbs
 from asct_jax.rl.credit import StateInputs
 from asct_jax.rl.learner import Learner
-from asct_jax.rl.ppo_config import PPOConfig
+from asct_jax.rl.protocol import Protocol
 from asct_jax.rl.rollout import episode_metrics, rollout
 from asct_jax.rl.types import Credit, Rollout, policy_inputs
 from asct_jax.rl.types import merge_batch_turns as _flat
@@ -58,13 +59,15 @@ class TrainState:
     and the value head); frozen: the rest of the decoder (LoRA's base weights, None
     without LoRA), an argument of every step but never updated or checkpointed;
     method_state: the credit method's own state (None for stateless methods),
-    checkpointed, stacked per seed and sharded like the parameters."""
+    checkpointed, stacked per seed and sharded like the parameters; ref_params: the KL
+    reference (the initial params; None unless ppo.kl_coef > 0), never updated."""
 
     params: Any
     opt_state: Any
     step: chex.Array  # [] int32
     frozen: Any = None
     method_state: Any = None
+    ref_params: Any = None
 
 
 def join_params(params: Any, frozen: Any) -> Any:
@@ -83,7 +86,8 @@ def policy_params(state: TrainState) -> Any:
 
 # vmap axes of a seed batch: per-seed params, optimiser state, step and method state;
 # one shared base.
-SEED_STATE_AXES = TrainState(params=0, opt_state=0, step=0, frozen=None, method_state=0)
+SEED_STATE_AXES = TrainState(params=0, opt_state=0, step=0, frozen=None, method_state=0,
+                             ref_params=0)
 
 
 def make_mesh(num_devices: Optional[int] = None, fsdp: int = 1) -> Mesh:
@@ -131,20 +135,30 @@ def fsdp_shardings(tree: Any, mesh: Mesh) -> Any:
     return jax.tree.map(rule, tree)
 
 
-def make_optimizer(cfg: PPOConfig) -> optax.GradientTransformation:
-    """AdamW with global-norm clipping and an optional linear warm-up."""
-    warmup = max(int(cfg.warmup_steps), 1)  # in optimiser updates; the first is not lr 0
-    schedule = optax.linear_schedule(cfg.lr / warmup, cfg.lr, warmup)
+def make_optimizer(cfg: Protocol) -> optax.GradientTransformation:
+    """AdamW at the method's rate (ppo.lr x lr_scale; weight decay 0 = Adam) with
+    global-norm clipping and an optional linear warm-up (in optimiser updates)."""
+    lr = cfg.method_lr
+    warmup = max(int(cfg.warmup_steps), 1)  # the first update is not at lr 0
+    schedule = optax.linear_schedule(lr / warmup, lr, warmup)
     return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
                        optax.adamw(schedule, b1=0.9, b2=0.999, weight_decay=cfg.weight_decay))
 
 
-def _check_batch(batch: int, mesh: Mesh, minibatches: int) -> None:
+def check_minibatches(ppo: Protocol, batch: int, mesh: Mesh) -> None:
+    """ValueError (naming the fields) unless the batch splits as the protocol says."""
     n_dev = mesh.devices.size
-    if batch % (n_dev * minibatches):
+    if ppo.minibatch_unit == "steps" and ppo.minibatch_size:
+        if ppo.minibatch_size % n_dev or batch % n_dev:
+            raise ValueError(f"ppo.minibatch_size = {ppo.minibatch_size} (step samples) and "
+                             f"the batch {batch} must be divisible by the {n_dev} devices")
+        return
+    count = ppo.minibatch_count(batch, 1)
+    if batch % (n_dev * count):
+        field = ("ppo.minibatch_size" if ppo.minibatch_size else "ppo.minibatches")
         raise ValueError(
-            f"rollout: num_groups * group_size = {batch} must be divisible by "
-            f"devices x ppo.minibatches = {n_dev} x {minibatches}")
+            f"rollout: num_groups * group_size = {batch} must be divisible by devices x "
+            f"minibatches = {n_dev} x {count} ({field})")
 
 
 def credit_abs_mean(coef, token_mask):
@@ -154,13 +168,12 @@ def credit_abs_mean(coef, token_mask):
 
 
 def _learn_fn(learner: Learner) -> Callable:
-    """learn(state, data, key) -> (state, metrics): credit, the PPO update, then the
-    method's state update (pure)."""
+    """learn(state, data, key) -> (state, metrics): credit, the protocol's update, then
+    the method's state update (pure)."""
     ppo, policy, mesh, optimizer = learner.ppo, learner.policy, learner.mesh, learner.optimizer
-    credit_fn, aux_loss_fn, ref_params = learner.credit_fn, learner.aux_loss_fn, learner.ref_params
-    policy_loss_fn = learner.policy_loss_fn
+    credit_fn, aux_loss_fn = learner.credit_fn, learner.aux_loss_fn
+    policy_loss_fn, dist_reduce = learner.policy_loss_fn, learner.dist_reduce
     method, method_cfg, ctx = learner.method, learner.method_config, learner.ctx
-    dist_reduce = method.make_dist_reduce(method_cfg, ctx)
     episode_sharding = NamedSharding(mesh, P(batch_axes(mesh)))
     mb_sharding = NamedSharding(mesh, P(None, batch_axes(mesh)))
 
@@ -168,7 +181,8 @@ def _learn_fn(learner: Learner) -> Callable:
         return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding)
                             if x.ndim >= 1 else x, tree)
 
-    def loss_fn(params, frozen, mb: Rollout, credit: Credit):
+    def loss_terms(params, frozen, ref, mb: Rollout, credit: Credit):
+        """({term: weighted loss}, metrics); the loss is the sum of the terms."""
         b, t = mb.turn_mask.shape
         reduce = (None if dist_reduce is None else
                   (dist_reduce.fn, jax.tree.map(_flat, dist_reduce.inputs(credit))))
@@ -176,62 +190,75 @@ def _learn_fn(learner: Learner) -> Callable:
             join_params(params, frozen), _flat(policy_inputs(mb)), _flat(mb.actions),
             _flat(mb.cand_tokens), _flat(mb.cand_mask), dist_reduce=reduce)
         out = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]), out)
-        logp, ent, value = out.logp, out.entropy, out.value
         if policy_loss_fn is None:
-            pl, m = losses.policy_loss(logp, mb.logp_old, credit.coef, mb.token_mask,
-                                       ppo.clip_eps, ppo.aggregation)
+            pl, m = losses.policy_loss(out.logp, mb.logp_old, credit.coef, mb.token_mask,
+                                       ppo.clip_eps, ppo.aggregation, ppo.dual_clip)
         else:
             pl, m = policy_loss_fn(out, mb, credit, ppo)
-        vl = losses.value_loss(value, credit.value_targets, mb.turn_mask)
-        entropy = losses.entropy_bonus(ent, mb.token_mask, ppo.aggregation)
-        total = pl + ppo.vf_coef * vl - ppo.ent_coef * entropy
+        vl = losses.value_loss(out.value, credit.value_targets, mb.turn_mask)
+        entropy = losses.entropy_bonus(out.entropy, mb.token_mask, ppo.aggregation)
+        terms = {"policy": pl, "value": ppo.vf_coef * vl, "entropy": -ppo.ent_coef * entropy}
         m = dict(m, policy_loss=pl, value_loss=vl, entropy=entropy)
         if ppo.kl_coef > 0.0:
             # With LoRA the reference is the initial adapters (B = 0) on the frozen base.
             ref_logp, _, _ = policy.action_log_probs(
-                join_params(ref_params, frozen), _flat(policy_inputs(mb)), _flat(mb.actions),
+                join_params(ref, frozen), _flat(policy_inputs(mb)), _flat(mb.actions),
                 _flat(mb.cand_tokens), _flat(mb.cand_mask))
-            kl = losses.kl_penalty(logp, jax.lax.stop_gradient(ref_logp.reshape(b, t, -1)),
-                                   mb.token_mask, ppo.aggregation)
-            total = total + ppo.kl_coef * kl
+            kl = losses.kl_penalty(out.logp, jax.lax.stop_gradient(ref_logp.reshape(b, t, -1)),
+                                   mb.token_mask, ppo.aggregation, ppo.kl_clamp)
+            terms["kl_ref"] = ppo.kl_coef * kl
             m["kl_ref"] = kl
         if aux_loss_fn is not None:
             aux, aux_m = aux_loss_fn(out, mb, credit)
-            total = total + aux
+            terms["aux"] = aux
             m.update(aux_m)
-        m["loss"] = total
-        return total, m
+        return terms, m
 
-    def update(params, opt_state, frozen, data, credit, key):
-        """`epochs` passes of shuffled minibatch updates (nested lax.scan); the frozen
-        base is a loop invariant of both scans, not a carry."""
+    def loss_fn(params, frozen, ref, mb, credit):
+        terms, m = loss_terms(params, frozen, ref, mb, credit)
+        total = sum(terms.values())
+        return total, dict(m, loss=total)
+
+    def term_grad_norms(params, frozen, ref, mb, credit):
+        """{grad_norm/<term>: ||d term / d params||}: one backward pass per term."""
+        grads = jax.jacrev(lambda p: loss_terms(p, frozen, ref, mb, credit)[0])(params)
+        return {f"grad_norm/{k}": optax.tree.norm(g) for k, g in grads.items()}
+
+    def update(params, opt_state, frozen, ref, data, credit, key):
+        """`epochs` passes of shuffled minibatch updates (nested lax.scan; the frozen base
+        and the reference are loop invariants); an empty minibatch (unit steps) is
+        skipped."""
+        batch, turns = data.turn_mask.shape
+        by_steps = ppo.minibatch_unit == "steps" and ppo.minibatch_size > 0
+        if by_steps:
+            data, credit = mbs.to_turn_rows((data, credit), batch, turns)
 
         def update_minibatch(carry, mb):
             params, opt_state = carry
-            data, credit = mb
-            data = shard_episodes(data, episode_sharding)
-            credit = shard_episodes(credit, episode_sharding)
+            data, credit = (shard_episodes(x, episode_sharding) for x in mb)
             (_, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-                params, frozen, data, credit)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            params = optax.apply_updates(params, updates)
-            m["grad_norm"] = optax.tree.norm(grads)
-            return (params, opt_state), m
+                params, frozen, ref, data, credit)
+            m = dict(m, grad_norm=optax.tree.norm(grads))
+            if ppo.term_grad_norms:
+                m.update(term_grad_norms(params, frozen, ref, data, credit))
+            updates, new_opt = optimizer.update(grads, opt_state, params)
+            live = mbs.has_real_turns(data.turn_mask)
+            params, opt_state = jax.tree.map(lambda a, b: jnp.where(live, a, b),
+                                             (optax.apply_updates(params, updates), new_opt),
+                                             (params, opt_state))
+            return (params, opt_state), dict(m, updates=live.astype(jnp.float32))
 
         def update_epoch(carry, key):
-            params, opt_state = carry
-            batch = data.turn_mask.shape[0]
-            perm = jax.random.permutation(key, batch)
-
-            def split(x):
-                if x.ndim == 0:   # a scalar loss input: the same in every minibatch
-                    return jnp.broadcast_to(x, (ppo.minibatches,))
-                x = jnp.take(x, perm, axis=0)
-                x = x.reshape((ppo.minibatches, batch // ppo.minibatches) + x.shape[1:])
-                return jax.lax.with_sharding_constraint(x, mb_sharding)
-
-            mbs = jax.tree.map(split, (data, credit))
-            return jax.lax.scan(update_minibatch, (params, opt_state), mbs)
+            if by_steps:
+                split = mbs.split_turn_rows((data, credit), key,
+                                            data.turn_mask.reshape(batch, turns),
+                                            ppo.minibatch_size)
+            else:
+                split = mbs.split_episodes((data, credit), key,
+                                           ppo.minibatch_count(batch, turns), batch)
+            split = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, mb_sharding)
+                                 if x.ndim >= 2 else x, split)
+            return jax.lax.scan(update_minibatch, carry, split)
 
         return jax.lax.scan(update_epoch, (params, opt_state),
                             jax.random.split(key, ppo.epochs))
@@ -245,21 +272,26 @@ def _learn_fn(learner: Learner) -> Callable:
         credit = shard_episodes(credit.replace(state=None), episode_sharding).replace(
             state=credit.state)
         raw_abs = credit_abs_mean(credit.coef, data.token_mask)
-        if learner.normalise == "standardise":
+        if ppo.standardise == "batch":
             credit = credit.replace(coef=adv.standardise_coefficients(
                 credit.coef, data.turn_mask, data.token_mask))
         # The update needs the per-episode arrays only: drop states, scalars and infos.
         shuffled = data.replace(states=None, final_info={}, env_calls=None, extras=None,
                                 turn_info=None)
         (params, opt_state), m = update(state.params, state.opt_state, state.frozen,
-                                        shuffled, credit.replace(metrics={}, state=None),
-                                        k_update)
-        metrics: Dict[str, Any] = {f"train/{k}": jnp.mean(v) for k, v in m.items()}
+                                        state.ref_params, shuffled,
+                                        credit.replace(metrics={}, state=None), k_update)
+        made = m.pop("updates")                       # [epochs, M]: 1 where an update ran
+        n_made = jnp.sum(made)
+        # Means over the updates made (a skipped minibatch left out).
+        metrics: Dict[str, Any] = {f"train/{k}": jnp.sum(v * made) / jnp.maximum(n_made, 1.0)
+                                   for k, v in m.items()}
+        metrics["train/updates"] = n_made             # optimiser updates this step
         metrics.update({f"rollout/{k}": v for k, v in episode_metrics(data).items()})
         metrics.update({f"credit/{k}": v for k, v in credit.metrics.items()})
         metrics["rollout/env_calls"] = data.env_calls.astype(jnp.float32)
         metrics["credit/coef_abs_mean"] = credit_abs_mean(credit.coef, data.token_mask)
-        metrics["credit/coef_abs_mean_raw"] = raw_abs    # before ppo.normalise_advantages
+        metrics["credit/coef_abs_mean_raw"] = raw_abs    # before ppo.standardise
         method_state = state.method_state
         if method.stateful:
             # Its own key: the credit's and the update's stay those of a stateless method.
@@ -279,7 +311,7 @@ def make_learn_step(learner: Learner) -> Callable:
     """Jitted learn(state, data, key): credit + update on a batch collected elsewhere
     (host-side rollouts of the real games, benchmarks), with the learner's state
     shardings in and out."""
-    _check_batch(learner.batch_size, learner.mesh, learner.ppo.minibatches)
+    check_minibatches(learner.ppo, learner.batch_size, learner.mesh)
     replicated = NamedSharding(learner.mesh, P())
     sharding = learner.state_sharding
     # in_shardings None: taken from the argument (the batch, the key).
@@ -290,7 +322,7 @@ def make_learn_step(learner: Learner) -> Callable:
 def train_step_fn(learner: Learner, env, env_params) -> Callable:
     """The pure step(state, key): rollout -> credit -> update (make_train_step jits it,
     make_seeds_train_step vmaps it over seeds first)."""
-    _check_batch(learner.batch_size, learner.mesh, learner.ppo.minibatches)
+    check_minibatches(learner.ppo, learner.batch_size, learner.mesh)
     learn = _learn_fn(learner)
     policy, num_groups, group_size = learner.policy, learner.num_groups, learner.group_size
 
@@ -316,12 +348,9 @@ def make_seeds_train_step(learner: Learner, env, env_params,
                           state_sharding: Any = None) -> Callable:
     """step(states, keys) for S seeds as one program: every leaf of `states` and `keys`
     has a leading seed axis [S, ...] (vmap, as PureJaxRL trains seeds together); the
-    metrics come back as [S] arrays. No KL reference (ppo.kl_coef must be 0). The
+    metrics come back as [S] arrays (each seed's KL reference is its own). The
     learner's credit must be built with CreditContext.seed_axis = SEED_AXIS.
     state_sharding: the stacked state's shardings (fsdp_shardings; None: replicated)."""
-    if learner.ppo.kl_coef > 0:
-        raise ValueError("ppo.kl_coef: seeds trained as one program support only 0; "
-                         "train the seeds as separate runs")
     step = train_step_fn(learner, env, env_params)
     replicated = NamedSharding(learner.mesh, P())
     state_sharding = replicated if state_sharding is None else state_sharding

@@ -45,6 +45,7 @@ from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, from_turn
                                 generates_continuations, installs_credit_state, state_actor,
                                 state_policy_fn, turn_states, value_targets_mc)
 from asct_jax.rl.types import Rollout
+from asct_jax.rl.protocol import ASCT
 from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search import selection
 from asct_jax.search.cache import init_cache
@@ -300,14 +301,14 @@ def _vineppo(cfg: VinePPOConfig, ctx: CreditContext):
     return credit
 
 
-VINEPPO = Method("vineppo", _vineppo, restores_states_in_step=True, normalise="standardise",
+VINEPPO = Method("vineppo", _vineppo, restores_states_in_step=True, protocol=ASCT,
                  make_config=functools.partial(from_section, VinePPOConfig, section="vineppo"),
                  init_state=_cache_init, update_state=installs_credit_state)
 
 
 def _asct_method(name: str, rule: str, actor_rollout: bool = False) -> Method:
     return Method(name, _asct_factory(rule, actor_rollout), make_config=asct_config,
-                  restores_states_in_step=True, normalise="standardise",
+                  restores_states_in_step=True, protocol=ASCT,
                   init_state=_cache_init, update_state=installs_credit_state)
 
 

@@ -49,9 +49,6 @@ def get_config(arg: str = "full"):
     c.train.eval_every = 250
     c.rollout.num_groups = 2                # 2 questions x 4 episodes (GiGPO's groups)
     c.rollout.group_size = 4
-    c.ppo.epochs = 2
-    c.ppo.minibatches = 1
-    c.ppo.clip_eps = 0.2
 
     c.table = ml_collections.ConfigDict()
     c.table.methods = METHODS
@@ -68,7 +65,6 @@ def get_config(arg: str = "full"):
         c.train.eval_every = 30
         c.rollout.num_groups = 8
         c.rollout.group_size = 2
-        c.ppo.minibatches = 2
         c.ppo.lr = QUICK_LR
         if arg == "smoke":
             # `experiments.reproduce --quick`: the pipeline in a few minutes on 2 cores;
@@ -78,7 +74,6 @@ def get_config(arg: str = "full"):
             c.train.eval_episodes = 128
             c.rollout.num_groups = 2
             c.rollout.group_size = 4
-            c.ppo.minibatches = 1
             c.table.seeds = (42, 43)
             c.table.methods = ("ppo_return", "vineppo", "asct_agentuct")
             c.table.transfer = ()

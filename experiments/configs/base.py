@@ -3,9 +3,17 @@
     python -m experiments.train --config experiments/configs/base.py \
         --config.method=grpo --config.env.name=household --config.seed=43
 """
+import dataclasses
+
 import ml_collections
 
 from asct_jax.models.config import LORA_TARGETS
+from asct_jax.rl.protocol import Protocol, protocol_fields
+
+# (field, type) of the protocol's fields: None in the config = the method's value.
+PROTOCOL_FIELDS = tuple((f.name, {"int": int, "float": float, "str": str, "bool": bool}[
+    f.type if isinstance(f.type, str) else f.type.__name__])
+    for f in dataclasses.fields(Protocol) if f.name in protocol_fields())
 
 
 def get_config():
@@ -84,25 +92,19 @@ def get_config():
     # log-probs (the ASCT paper's, App. A.2). asct_jax.rl.policy.
     c.policy.label_score = "sum"
 
+    # The update (asct_jax.rl.protocol): each method's authors' protocol (Method.protocol;
+    # docs/methods.md, "Learner protocols"). A field left None takes the method's value; a
+    # set one (here, in a table config or on the command line) wins; config.json records
+    # the resolved values. ppo.protocol "substrate": every method under the recipe they
+    # all shared before issue 36 (2 epochs x 4 minibatches, value loss 0.5, entropy 0.01).
     c.ppo = ml_collections.ConfigDict()
-    c.ppo.epochs = 2
-    c.ppo.minibatches = 4
-    c.ppo.clip_eps = 0.2
-    c.ppo.lr = 1e-3
-    c.ppo.warmup_steps = 5
-    c.ppo.max_grad_norm = 1.0
-    c.ppo.weight_decay = 0.0
-    c.ppo.vf_coef = 0.5
-    c.ppo.ent_coef = 0.01
-    c.ppo.kl_coef = 0.0
-    c.ppo.aggregation = "token_mean"
-    # "method": each method's paper (Method.normalise): ASCT, VinePPO and the trajectory
-    # PPO baseline standardise within the iteration; GRPO, GiGPO, SERL, FACTOR do not
-    # (their credit is normalised in the group already). "standardise" / "none": force.
-    c.ppo.normalise_advantages = "method"
+    c.ppo.protocol = "method"
+    c.ppo.lr = 1e-3                 # the table's rate; a method trains at lr * lr_scale
+    for name, kind in PROTOCOL_FIELDS:
+        c.ppo[name] = ml_collections.config_dict.placeholder(kind)
     c.ppo.gamma = 1.0
     c.ppo.gae_lambda = 0.95
-    c.ppo.return_baseline = "critic"
+    c.ppo.return_baseline = "none"   # the ASCT paper's PPO: the terminal utility, no critic
 
     # ASCT (asct_jax/search/methods.py); the selection rule comes from the method name.
     # The paper's defaults (arXiv 2609.35215, Table 8): B = 12 trials at every visited
@@ -300,7 +302,9 @@ def get_constraints():
     (asct_jax.infra.typed_config): the run's sections (asct_jax.rl.run_config.SECTIONS)
     and the methods'; the method and environment names are the config's own."""
     from asct_jax.envs import ENVS
+    from asct_jax.infra.checks import Range
     from asct_jax.infra.typed_config import constraints
+    from asct_jax.rl.protocol import PROTOCOLS
     from asct_jax.rl.methods import GAEConfig, GiGPOConfig, ReturnConfig
     from asct_jax.rl.run_config import SECTIONS, SFT_STEPS
     from asct_jax.search.methods import ASCTConfig, VinePPOConfig
@@ -312,6 +316,7 @@ def get_constraints():
         "method": registry.names(),
         "env.name": ENVS,   # the JAX environments (a host-game config names its own)
         **{k: v for cls, section in SECTIONS for k, v in constraints(cls, section).items()},
+        "ppo.protocol": PROTOCOLS, "ppo.lr": Range(0.0, 1.0, lo_open=True),
         **constraints(ReturnConfig, "ppo"),
         **constraints(GAEConfig, "ppo"), **constraints(GiGPOConfig, "gigpo"),
         **constraints(ASCTConfig, "asct"),

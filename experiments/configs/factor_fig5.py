@@ -41,7 +41,6 @@ def get_config(arg: str = ""):
     if quick:
         c.rollout.num_groups = 4
         c.rollout.group_size = 8
-        c.ppo.epochs = 1
 
     c.fig5 = ml_collections.ConfigDict()
     # results/factor_fig5/<name>.{png,json}

@@ -22,12 +22,9 @@ def get_config(arg: str = "full"):
     arg, warm = base.split_arg(arg, ("full", "quick", "smoke"), "factor_table")
     c = base.get_config()
     c.method = "factor"
-    # As the authors' code: GRPO, SERL and GiGPO aggregate token-mean (verl), FACTOR its
-    # own action-mean L_act + token-mean L_nonact (factor_jax.methods, a loss plug-in);
-    # no method of this table reads the model's value head (FACTOR's critic is its own,
-    # on stop-gradient features), so it gets no value loss either.
-    c.ppo.aggregation = "token_mean"
-    c.ppo.vf_coef = 0.0
+    # Each method updates under its authors' protocol (asct_jax.rl.protocol: verl-agent's
+    # for GRPO / GiGPO / SERL, FACTOR's for FACTOR and its ablations); ppo.lr is the
+    # table's (FACTOR trains at half of it, its authors' 5e-7 vs 1e-6).
     c.train.experiment = "factor_table"
     c.train.steps = 60
     c.train.eval_every = 20

@@ -27,13 +27,10 @@ def get_config(arg: str = "cpu"):
     c.model.remat = True
     c.model.attention_block = 128
     c.ppo.lr = 2e-4
-    c.ppo.warmup_steps = 1
-    c.ppo.aggregation = "action_mean"   # FACTOR's action-mean loss, as in the FACTOR table
     c.train.experiment = "llm_actor"
     c.train.batch_seeds = False
     if arg == "cpu":
         c.rollout.num_groups, c.rollout.group_size = 2, 4
-        c.ppo.epochs, c.ppo.minibatches = 1, 2
         c.train.steps = 12
         c.train.eval_every = 6
         c.train.eval_episodes = 32

@@ -34,9 +34,6 @@ def get_config(arg: str = "full"):
     c = base.get_config()
     c.method = "factor"
     c.env.name = "scienceworld"
-    c.ppo.aggregation = "action_mean"   # FACTOR's action-mean loss, for every method
-    c.ppo.minibatches = 2
-    c.ppo.warmup_steps = 2
     c.ppo.lr = base.WARM_START_LR       # runs start from the gold-path warm start
 
     c.scienceworld = ml_collections.ConfigDict()

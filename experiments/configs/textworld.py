@@ -24,9 +24,6 @@ def get_config(arg: str = "full"):
     c = base.get_config()
     c.method = "factor"
     c.env.name = "textworld"
-    c.ppo.aggregation = "action_mean"   # FACTOR's action-mean loss, for both methods
-    c.ppo.minibatches = 2
-    c.ppo.warmup_steps = 2
 
     c.textworld = ml_collections.ConfigDict()
     c.textworld.games_dir = ""          # "": $ASCT_JAX_TEXTWORLD_GAMES or ~/.cache/asct_jax/textworld
