@@ -22,12 +22,14 @@ from factor_jax.losses import factor_policy_loss, forward_kl, kl_token_mean
 from factor_jax.rewards import OUTCOME_RULES, REWARD_RULES, outcome_rule, reward_construction
 from factor_jax.schedules import eta_schedule, kl_schedule, scale_steps
 from factor_jax.serl import serl_coefficients, serl_lambda, serl_token_weights
-from factor_jax.tac import boundary_potentials, tac_credit, warmup_credit
+from factor_jax.tac import (STEP_REWARDS, boundary_potentials, tac_credit, tac_rewards,
+                            warmup_credit)
 
 __all__ = [
     "REWARD_RULES", "OUTCOME_RULES", "outcome_rule",
     "reward_construction", "eta_schedule", "kl_schedule", "scale_steps",
-    "tac_credit", "boundary_potentials", "warmup_credit", "checkpoint_turns",
+    "STEP_REWARDS", "tac_rewards", "tac_credit", "boundary_potentials", "warmup_credit",
+    "checkpoint_turns",
     "hindsight_delta", "hta_scores",
     "apm_weights", "softmax_weights", "uniform_weights",
     "token_coefficients",

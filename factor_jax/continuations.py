@@ -7,7 +7,9 @@ M continuations of at most `horizon` further turns. A continuation that ends (do
 within the horizon is scored by the episode's outcome (the environment's info field:
 success or score, or the return); the target of the checkpoint is the mean outcome of
 its scored continuations, put in the reward coordinate of the trajectory's group
-(`to_reward_coordinate`), and the trajectory's own terminal reward if none was scored.
+(`to_reward_coordinate`), and the trajectory's own raw outcome G if none was scored (the
+authors' `realized_return=tr.terminal_reward`, factor/training/trainer.py update_critic;
+it differs from the reward coordinate under "standardise", WebShop's rule).
 
 Shapes: B trajectories, T turns, S = 2 checkpoint slots, M continuations.
 """
@@ -22,7 +24,6 @@ import jax.numpy as jnp
 from asct_jax.envs.play import play_from
 from asct_jax.rl.credit import turn_states
 from factor_jax.checkpoints import checkpoint_turns
-from factor_jax.rewards import reward_construction
 
 
 @chex.dataclass(frozen=True)
@@ -102,11 +103,20 @@ def to_reward_coordinate(outcome: chex.Array, returns: chex.Array, group_size: i
 
 def checkpoint_targets(cont: Continuations, returns: chex.Array, group_size: int,
                        rule: str) -> chex.Array:
-    """[B, S] critic targets: the mean scored outcome in the reward coordinate, else the
-    trajectory's own terminal reward (reward_construction)."""
-    terminal, _, _ = reward_construction(returns, group_size, rule)
+    """[B, S] critic targets, as the authors' TACModule.build_targets_for_trajectory:
+
+      y = mean scored outcome, in the reward coordinate     (some continuation scored)
+      y = G_i, the trajectory's raw outcome                 (none scored: the authors'
+                                                             realized_return)
+
+    Args:
+      cont: the batch's Continuations. returns: [B] float, G of each trajectory.
+    Returns:
+      [B, S] float32.
+    """
     y = to_reward_coordinate(cont.outcome, returns, group_size, rule)
-    return jnp.where(cont.scored, y, terminal[:, None])
+    raw = returns.astype(jnp.float32)[:, None]
+    return jnp.where(cont.scored, y, raw)
 
 
 def run_continuations(env, env_params, batch, policy_fn, key, num: int, horizon: int,

@@ -42,7 +42,7 @@ def factor_parts(fc: FactorConfig, ctx: CreditContext, params, batch, key, mstat
     no_feedback = batch.replace(feedback=jnp.zeros_like(batch.feedback))   # PAD only
     delta_nf = fj.hindsight_delta(teacher_log_probs(ctx, params, no_feedback),
                                   batch.logp_old, batch.token_mask)
-    return p, cons, jnp.abs(jnp.sum(p.credit, axis=1) - p.a_seq), delta_nf
+    return p, cons, jnp.abs(jnp.sum(p.credit, axis=1) - p.credit_total), delta_nf
 
 
 def _take(tree, *idx):

@@ -11,7 +11,8 @@ FACTOR at step k (1-indexed; the train step's counter is k - 1):
              a separate head on stop-gradient features -> Polyak target head
              (factor_jax.critic; the method state);
   how much   k <= warm-up: A*_t = A_seq / T; after: A*_t = r_t + V~(x_{t+1}) - V~(x_t)
-             with the target head, r_t = 0 but the terminal reward (TAC);
+             with the target head, r_t the env's reward but the last turn's, which is
+             the terminal reward (TAC; factor.step_rewards "zero": r_t = 0 before it);
   where      s = sign(A*) clip(Delta, -d, d) (factor_jax.hta_scores),
              omega = L (1 - eta_k) / L + L eta_k softmax(s / tau) (factor_jax.apm_weights),
              eta_k active for k in [start, end];
@@ -81,6 +82,8 @@ class FactorConfig:
     kl_decay: int = option(Range(1, None, integer=True), "lambda_k = max(1 - k/decay, 0)")
     scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
     train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
+    step_rewards: str = option(fj.STEP_REWARDS, "TAC's r_t before the last turn: the env's "
+                               "(keep, the authors') or 0 (zero, the earlier)", default="keep")
 
 
 def factor_config(config) -> FactorConfig:
@@ -134,13 +137,6 @@ def episode_outcomes(batch: Rollout, outcome: str):
     return batch.final_info[outcome].astype(jnp.float32)
 
 
-def terminal_rewards(terminal, turn_mask):
-    """[B, T] r_t of TAC: 0 but the last real turn, which gets the terminal reward."""
-    n = jnp.sum(turn_mask, axis=1)
-    last = jnp.arange(turn_mask.shape[1])[None, :] == (n - 1)[:, None]
-    return jnp.where(last & turn_mask, terminal[:, None], 0.0).astype(jnp.float32)
-
-
 def batch_features(ctx: CreditContext, params, batch: Rollout):
     """[B, T, H] stop-gradient boundary features of every x_t."""
     b, t = batch.turn_mask.shape
@@ -162,7 +158,10 @@ class FactorPieces:
 
     Attributes:
       coef: [B, T, A] C_{t,j} = A*_t omega_{t,j}.
-      credit: [B, T] A*_t. a_seq, baseline, returns: [B] A_seq, V~(x_0), the outcome G.
+      credit: [B, T] A*_t. rewards: [B, T] TAC's r_t (fj.tac_rewards).
+      a_seq, baseline, returns: [B] A_seq, V~(x_0), the outcome G.
+      credit_total: [B] what sum_t A*_t telescopes to, whatever V_psi: A_seq in the
+        warm-up and A_seq / T splits, A_seq + sum_{t < T_i - 1} r_t under TAC.
       delta: [B, T, A] log pi_T - log pi_old. scores: [B, T, A] s (HTA).
         weights: [B, T, A] omega (mean 1 over alloc_mask tokens). alloc_mask: [B, T, A]
         bool, the tokens the weights spread over (the action tokens).
@@ -177,6 +176,8 @@ class FactorPieces:
 
     coef: chex.Array
     credit: chex.Array
+    rewards: chex.Array
+    credit_total: chex.Array
     a_seq: chex.Array
     baseline: chex.Array
     returns: chex.Array
@@ -262,11 +263,15 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
     critic_state, cm = tac_critic.critic_step(critic_state, k_step, fc.critic_lr,
                                               fc.critic_sample, sched.polyak)
     values = tac_critic.head_value(critic_state.target, feats)         # target head
-    tac = fj.tac_credit(terminal_rewards(terminal, batch.turn_mask), values, baseline,
-                        batch.turn_mask)
+    rewards = fj.tac_rewards(batch.rewards, terminal, batch.turn_mask, fc.step_rewards)
+    tac = fj.tac_credit(rewards, values, baseline, batch.turn_mask)
     warm = k <= sched.warmup
-    credit = jnp.where(warm, fj.warmup_credit(a_seq, batch.turn_mask),
-                       action_credit(tac, a_seq, batch.turn_mask))
+    warmup = fj.warmup_credit(a_seq, batch.turn_mask)
+    credit = jnp.where(warm, warmup, action_credit(tac, a_seq, batch.turn_mask))
+    # sum_t A*_t does not depend on V_psi: the same credit with V_psi = 0 gives the total.
+    tac_v0 = fj.tac_credit(rewards, jnp.zeros_like(values), baseline, batch.turn_mask)
+    credit_total = jnp.sum(jnp.where(warm, warmup, action_credit(
+        tac_v0, a_seq, batch.turn_mask)), axis=1)
     teacher, dist, support = teacher_outputs(ctx, params, batch)
     delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
     eta = fj.eta_schedule(k, fc.eta0, sched.eta_start, sched.eta_end, sched.eta_decay)
@@ -275,7 +280,8 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
     weights = token_weights(scores, mask, eta, fc)
     coef = fj.token_coefficients(credit, weights, mask)
     kl_weight = fc.kl_coef * fj.kl_schedule(k, sched.kl_decay)
-    return FactorPieces(coef=coef, credit=credit, a_seq=a_seq, baseline=baseline, returns=g,
+    return FactorPieces(coef=coef, credit=credit, rewards=rewards, credit_total=credit_total,
+                        a_seq=a_seq, baseline=baseline, returns=g,
                         delta=delta, scores=scores, weights=weights, alloc_mask=mask,
                         teacher=teacher, teacher_dist=dist, teacher_support=support,
                         values=values,
@@ -300,7 +306,7 @@ def _factor_factory(action_credit: ActionCredit = tac_action_credit,
                 "aux_tokens": p.cont.aux_tokens, "env_calls": p.cont.env_calls,
                 "factor/conservation_err_max": jnp.max(cons),
                 "factor/telescoping_err_max": jnp.max(jnp.abs(
-                    jnp.sum(p.credit, axis=1) - p.a_seq)),
+                    jnp.sum(p.credit, axis=1) - p.credit_total)),
                 "factor/credit_abs_mean": jnp.sum(jnp.abs(p.credit) * real)
                 / jnp.maximum(jnp.sum(real), 1),
                 "factor/eta": p.eta, "factor/kl_weight": p.kl_weight,

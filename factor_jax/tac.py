@@ -10,6 +10,47 @@ from __future__ import annotations
 import chex
 import jax.numpy as jnp
 
+from factor_jax._checks import check_choice
+
+# factor.step_rewards: what TAC's r_t holds before the last turn.
+#   "keep": the environment's rewards (the authors' FACTORTrainer.compute_action_credits);
+#   "zero": 0 (this project's earlier FACTOR, which the stored FACTOR tables ran).
+STEP_REWARDS = ("keep", "zero")
+
+
+def tac_rewards(env_rewards: chex.Array, terminal: chex.Array, turn_mask: chex.Array,
+                step_rewards: str = "keep") -> chex.Array:
+    """TAC's per-turn rewards r_t, as the authors' trainer forms them
+    (factor/training/trainer.py, compute_action_credits: `rewards = action_rewards;
+    rewards[-1] = terminal`):
+
+      r_t       = r^env_t      for t < T_i - 1   ("keep"; "zero": 0)
+      r_{T_i-1} = terminal_i                     (replaces the last turn's own r^env)
+
+    terminal is reward_construction's terminal reward (reward coordinate). With tac_credit
+    the credits then sum to
+      sum_t A*_t = terminal_i - V~(x_0) + sum_{t < T_i - 1} r^env_t
+                 = A_seq + sum_{t < T_i - 1} r^env_t    ("keep"; A_seq under "zero").
+
+    Args:
+      env_rewards: [B, T] float, the environment's reward of every turn.
+      terminal: [B] float, the terminal reward.
+      turn_mask: [B, T] bool, prefix mask of real turns.
+      step_rewards: one of STEP_REWARDS (static).
+    Returns:
+      [B, T] float32 r_t, 0 on padded turns.
+    """
+    check_choice("step_rewards", step_rewards, STEP_REWARDS)
+    chex.assert_rank([env_rewards, terminal, turn_mask], [2, 1, 2])
+    chex.assert_type([env_rewards, terminal, turn_mask], [float, float, bool])
+    chex.assert_equal_shape([env_rewards, turn_mask])
+    chex.assert_equal_shape_prefix([env_rewards, terminal], 1)
+    n = jnp.sum(turn_mask, axis=1, dtype=jnp.int32)                           # T_i
+    last = jnp.arange(turn_mask.shape[1])[None, :] == (n - 1)[:, None]
+    before = env_rewards if step_rewards == "keep" else jnp.zeros_like(env_rewards)
+    r = jnp.where(last, terminal[:, None], before)        # rewards[-1] = terminal
+    return jnp.where(turn_mask, r, 0.0).astype(jnp.float32)
+
 
 def boundary_potentials(values: chex.Array, baseline: chex.Array,
                         turn_mask: chex.Array) -> tuple:
@@ -48,12 +89,12 @@ def tac_credit(rewards: chex.Array, values: chex.Array, baseline: chex.Array,
 
       A*_t = r_t + V~(x_{t+1}) - V~(x_t),   V~(x_0) = b,  V~(x_T_i) = 0,  V~ = V_psi else.
 
-    The sum telescopes: sum_{t < T_i} A*_t = G_i - b_i exactly, whatever V_psi is
+    The sum telescopes: sum_{t < T_i} A*_t = sum_t r_t - b_i exactly, whatever V_psi is
     (bookkeeping, not accuracy: wrong intermediate values still move credit between
     turns). An episode with no real turn gets A* = 0 everywhere.
 
     Args:
-      rewards: [B, T] float, r_t (ignored on padded turns).
+      rewards: [B, T] float, r_t (ignored on padded turns; FACTOR's: tac_rewards).
       values: [B, T] float, V_psi(x_t) (ignored at t = 0 and on padded turns).
       baseline: [B] float, b (group mean return).
       action_mask: [B, T] bool, prefix mask of real turns (turns that happened).

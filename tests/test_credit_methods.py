@@ -118,8 +118,10 @@ def test_factor_credit_is_the_warmup_split_then_tac_with_mean_one_weights(setup)
     assert int(np.asarray(warm.critic.valid).sum()) == int(np.asarray(warm.cont.valid).sum())
     late = _factor_step(c, ctx, params, batch, step=14)      # k = 15: eta active
     assert not bool(late.warm) and 0 < float(late.eta) < 0.7
-    np.testing.assert_allclose(np.asarray(late.credit).sum(1), np.asarray(late.a_seq),
-                               atol=1e-5)
+    # rag_workflow rewards only the last turn: the credit sums to A_seq.
+    for total in (late.credit_total, late.a_seq):
+        np.testing.assert_allclose(np.asarray(late.credit).sum(1), np.asarray(total),
+                                   atol=1e-5)
     w, mask = np.asarray(late.weights), np.asarray(late.alloc_mask)
     real = mask.any(-1)
     np.testing.assert_allclose((w * mask).sum(-1)[real] / mask.sum(-1)[real], 1.0, atol=1e-5)
@@ -127,6 +129,28 @@ def test_factor_credit_is_the_warmup_split_then_tac_with_mean_one_weights(setup)
     np.testing.assert_allclose(np.asarray(late.coef),
                                np.asarray(late.credit)[..., None] * w, atol=1e-6)
     assert np.all(np.asarray(late.credit)[~turn] == 0)
+
+
+def test_factor_tac_keeps_the_step_rewards_unless_zero(setup):
+    """The authors' r_t reach TAC (fj.tac_rewards): with step rewards on the batch,
+    A*(keep) - A*(zero) is the env's reward before the last turn and 0 on it (the terminal
+    reward replaces it)."""
+    c, ctx, params, batch = setup
+    c = c.copy_and_resolve_references()
+    c.train.steps = 150
+    turn = np.asarray(batch.turn_mask)
+    t = np.arange(turn.shape[1])[None, :]
+    env_r = np.where(turn, 0.1 * (t + 1), 0.0).astype(np.float32)
+    stepped = batch.replace(rewards=jnp.asarray(env_r))
+    late = {}
+    for mode in ("keep", "zero"):
+        c.factor.step_rewards = mode
+        late[mode] = _factor_step(c, ctx, params, stepped, step=14)
+    before_last = turn & (t < turn.sum(1)[:, None] - 1)
+    np.testing.assert_allclose(np.asarray(late["keep"].credit - late["zero"].credit),
+                               np.where(before_last, env_r, 0.0), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(late["keep"].credit_total - late["zero"].credit_total),
+                               np.where(before_last, env_r, 0.0).sum(1), atol=1e-5)
 
 
 def test_factor_kl_is_lambda_times_the_forward_kl_kernel(setup):

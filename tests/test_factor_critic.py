@@ -88,12 +88,21 @@ def test_standardised_outcome_of_an_episode_is_its_a_seq(g, rule_i):
                                rtol=1e-4, atol=1e-4)
 
 
-def test_unscored_checkpoints_fall_back_to_the_terminal_reward():
-    g = jnp.asarray([1.0, 0.0, 0.0, 1.0])
-    cont = Continuations(idx=jnp.zeros((4, 2), jnp.int32), valid=jnp.ones((4, 2), bool),
-                         outcome=jnp.full((4, 2), 0.25),
-                         scored=jnp.asarray([[True, False]] * 4), aux_tokens=jnp.float32(0),
-                         env_calls=jnp.float32(0))
-    t = np.asarray(checkpoint_targets(cont, g, 2, "raw"))
-    np.testing.assert_allclose(t[:, 0], 0.25)
-    np.testing.assert_allclose(t[:, 1], np.asarray(g))
+def test_unscored_checkpoints_fall_back_to_the_raw_outcome():
+    """The authors' fallback (realized_return = the raw G), also under WebShop's rule.
+
+    One "standardise" group G = (0.2, 0.6): mu 0.4, sigma 0.2, so A_seq = (-1, 1) is the
+    terminal reward (the earlier fallback). Slot 0 scored a mean outcome of 0.5 and 0.3:
+    targets (0.5 - 0.4) / 0.2 = 0.5 and (0.3 - 0.4) / 0.2 = -0.5; slot 1 none: G = 0.2, 0.6.
+    Under "raw" the two coincide: G = (1, 0) -> 0.25 scored, (1, 0) not."""
+    def cont(outcome):
+        return Continuations(idx=jnp.zeros((2, 2), jnp.int32), valid=jnp.ones((2, 2), bool),
+                             outcome=jnp.asarray(outcome),
+                             scored=jnp.asarray([[True, False]] * 2),
+                             aux_tokens=jnp.float32(0), env_calls=jnp.float32(0))
+    t = np.asarray(checkpoint_targets(cont([[0.5, 0.0], [0.3, 0.0]]), jnp.asarray([0.2, 0.6]),
+                                      2, "standardise"))
+    np.testing.assert_allclose(t, [[0.5, 0.2], [-0.5, 0.6]], rtol=1e-5, atol=1e-6)
+    t = np.asarray(checkpoint_targets(cont(jnp.full((2, 2), 0.25)), jnp.asarray([1.0, 0.0]),
+                                      2, "raw"))
+    np.testing.assert_allclose(t, [[0.25, 1.0], [0.25, 0.0]])

@@ -92,18 +92,23 @@ def test_rewards_bad_arguments():
 
 
 def test_rewards_jit_and_telescoping_with_tac():
-    """A TAC credit built on the construction sums to A_seq for every rule (the trainer's
-    rewards[-1] = terminal, V~(x_0) = baseline)."""
+    """A TAC credit built on the construction sums to A_seq plus the step rewards before the
+    last turn for every rule (the trainer's rewards = action_rewards; rewards[-1] =
+    terminal; V~(x_0) = baseline); to A_seq without step rewards."""
     rng = np.random.default_rng(0)
     g = f32(rng.random(8))
     turn_mask, _ = masks_from_lengths([3, 1, 5, 2, 4, 5, 1, 3], np.ones((8, T), int), T, 1)
     last = np.arange(T)[None, :] == turn_mask.sum(-1)[:, None] - 1
     values = f32(rng.normal(size=(8, T)))
+    env_r = f32(rng.normal(size=(8, T)))
+    steps = np.where(turn_mask & ~last, env_r, 0.0).sum(-1)
     for rule in fj.REWARD_RULES:
         terminal, a_seq, base = construct(g, 4, rule)
-        rewards = jnp.where(last, terminal[:, None], 0.0)
-        credit = fj.tac_credit(rewards, values, base, jnp.asarray(turn_mask))
-        np.testing.assert_allclose(credit.sum(-1), a_seq, atol=1e-5)
+        mask = jnp.asarray(turn_mask)
+        for mode, extra in (("keep", steps), ("zero", 0.0)):
+            rewards = fj.tac_rewards(env_r, terminal, mask, mode)
+            credit = fj.tac_credit(rewards, values, base, mask)
+            np.testing.assert_allclose(credit.sum(-1), a_seq + extra, atol=1e-5)
 
 
 @PROPS

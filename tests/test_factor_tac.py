@@ -93,3 +93,57 @@ def test_rejects_bad_shapes_and_dtypes():
         fj.tac_credit(b["rewards"][0], b["values"], b["baseline"], b["turn_mask"])
     with pytest.raises(AssertionError):
         fj.tac_credit(b["rewards"], b["values"], b["baseline"], b["turn_mask"].astype(np.float32))
+
+
+# ------------------------------------------------------------ TAC's r_t (tac_rewards)
+
+def test_tac_rewards_keep_the_step_rewards_hand_case():
+    """The authors' r_t (trainer.py compute_action_credits: rewards[-1] = terminal).
+
+    Episode 0 (leave-one-out, group G = (1, 0, 1)): env rewards (0.2, 0, 1), b = 0.5,
+    terminal 1, A_seq = 0.5; V(x_1) = 0.6, V(x_2) = 0.9, so V~ = (0.5, 0.6, 0.9, 0):
+      keep: r = (0.2, 0, 1)  A* = (0.2 + 0.6 - 0.5, 0 + 0.9 - 0.6, 1 + 0 - 0.9)
+                                 = (0.3, 0.3, 0.1), sum 0.7 = A_seq + 0.2
+      zero: r = (0, 0, 1)    A* = (0.1, 0.3, 0.1),  sum 0.5 = A_seq
+    Episode 1 (2 turns): env rewards (0.5, -0.1), terminal 0: its last env reward is
+    replaced, not added: keep r = (0.5, 0); zero r = (0, 0).
+    """
+    env_r = jnp.array([[0.2, 0.0, 1.0], [0.5, -0.1, 7.0]])
+    terminal = jnp.array([1.0, 0.0])
+    mask = jnp.array([[True, True, True], [True, True, False]])
+    keep = fj.tac_rewards(env_r, terminal, mask)
+    zero = fj.tac_rewards(env_r, terminal, mask, "zero")
+    np.testing.assert_allclose(keep, [[0.2, 0.0, 1.0], [0.5, 0.0, 0.0]])
+    np.testing.assert_allclose(zero, [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    values = jnp.array([[9.0, 0.6, 0.9], [9.0, 0.4, 9.0]])
+    baseline = jnp.array([0.5, 0.0])
+    a_keep = fj.tac_credit(keep, values, baseline, mask)
+    a_zero = fj.tac_credit(zero, values, baseline, mask)
+    # episode 1, V~ = (0, 0.4, 0): keep (0.5 + 0.4, 0 - 0.4); zero (0.4, -0.4).
+    np.testing.assert_allclose(a_keep, [[0.3, 0.3, 0.1], [0.9, -0.4, 0.0]], atol=1e-6)
+    np.testing.assert_allclose(a_zero, [[0.1, 0.3, 0.1], [0.4, -0.4, 0.0]], atol=1e-6)
+    np.testing.assert_allclose(a_keep.sum(-1), [0.7, 0.5], atol=1e-6)
+
+
+def test_tac_rewards_rejects_an_unknown_mode():
+    with pytest.raises(ValueError, match="step_rewards"):
+        fj.tac_rewards(jnp.zeros((1, 2)), jnp.zeros((1,)), jnp.ones((1, 2), bool), "sum")
+
+
+@given(batches(min_turns=0), st.lists(st.floats(0.0, 1.0, width=32), min_size=B, max_size=B),
+       st.sampled_from(fj.REWARD_RULES), st.sampled_from(fj.STEP_REWARDS))
+def test_tac_credit_sums_to_a_seq_plus_the_kept_step_rewards(b, g, rule, mode):
+    """sum_t A*_t = A_seq + sum_{t < T_i - 1} r^env_t ("keep"), A_seq ("zero"), for every
+    reward rule (one group of B outcomes G) and any V_psi (0 for an episode without turns)."""
+    g = jnp.asarray(g, jnp.float32)
+    terminal, a_seq, base = fj.reward_construction(g, B, rule)
+    mask = b["turn_mask"]
+    r = fj.tac_rewards(b["rewards"], terminal, mask, mode)
+    credit = np.asarray(fj.tac_credit(r, b["values"], base, mask), np.float64)
+    n = mask.sum(-1)
+    before_last = mask & (np.arange(T)[None, :] < (n - 1)[:, None])
+    steps = np.where(before_last, b["rewards"], 0.0).sum(-1) if mode == "keep" else 0.0
+    expected = np.where(n > 0, np.asarray(a_seq, np.float64) + steps, 0.0)
+    scale = 1.0 + np.abs(b["rewards"]).sum(-1) + np.abs(b["values"]).sum(-1) + np.abs(
+        np.asarray(a_seq)).max()
+    np.testing.assert_allclose(credit.sum(-1), expected, atol=1e-5 * scale.max())
