@@ -82,8 +82,10 @@ class FactorConfig:
     kl_decay: int = option(Range(1, None, integer=True), "lambda_k = max(1 - k/decay, 0)")
     scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
     train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
-    step_rewards: str = option(fj.STEP_REWARDS, "TAC's r_t before the last turn: the env's "
-                               "(keep, the authors') or 0 (zero, the earlier)", default="keep")
+    step_rewards: str = option(("auto",) + fj.STEP_REWARDS, "TAC's r_t before the last "
+                               "turn: the env's (keep, the authors') or 0 (zero, the "
+                               "earlier); auto: keep, zero where G is the return (it holds "
+                               "them already)", default="auto")
 
 
 def factor_config(config) -> FactorConfig:
@@ -125,6 +127,14 @@ def run_outcome_rule(fc: FactorConfig, env) -> tuple:
     rule, outcome = fj.outcome_rule(getattr(env, "name", ""))
     return (rule if fc.reward_rule == "auto" else fc.reward_rule,
             outcome if fc.outcome == "auto" else fc.outcome)
+
+
+def step_rewards_of(fc: FactorConfig, outcome: str) -> str:
+    """factor.step_rewards resolved: "auto" keeps the step rewards (the authors', whose G
+    is a success or a score) unless G is the return, which already sums them."""
+    if fc.step_rewards != "auto":
+        return fc.step_rewards
+    return "zero" if outcome == "return" else "keep"
 
 
 def episode_outcomes(batch: Rollout, outcome: str):
@@ -263,7 +273,8 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
     critic_state, cm = tac_critic.critic_step(critic_state, k_step, fc.critic_lr,
                                               fc.critic_sample, sched.polyak)
     values = tac_critic.head_value(critic_state.target, feats)         # target head
-    rewards = fj.tac_rewards(batch.rewards, terminal, batch.turn_mask, fc.step_rewards)
+    rewards = fj.tac_rewards(batch.rewards, terminal, batch.turn_mask,
+                             step_rewards_of(fc, outcome))
     tac = fj.tac_credit(rewards, values, baseline, batch.turn_mask)
     warm = k <= sched.warmup
     warmup = fj.warmup_credit(a_seq, batch.turn_mask)

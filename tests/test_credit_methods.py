@@ -187,3 +187,13 @@ def test_factor_kl_is_lambda_times_the_forward_kl_kernel(setup):
     c2.factor.kl_coef = 0.0
     cfg2 = factor.make_config(c2)
     assert factor.make_aux_loss(cfg2, ctx) is None and factor.make_dist_reduce(cfg2, ctx) is None
+
+def test_factor_step_rewards_auto_zeroes_them_only_where_g_is_the_return():
+    import dataclasses
+    from factor_jax.methods import FactorConfig, step_rewards_of
+    auto = dataclasses.replace(FactorConfig(**{f.name: None for f in dataclasses.fields(
+        FactorConfig)}), step_rewards="auto")
+    assert step_rewards_of(auto, "success") == "keep"       # ALFWorld / ScienceWorld G
+    assert step_rewards_of(auto, "score") == "keep"         # WebShop G
+    assert step_rewards_of(auto, "return") == "zero"        # G = sum_t r_t already
+    assert step_rewards_of(dataclasses.replace(auto, step_rewards="keep"), "return") == "keep"

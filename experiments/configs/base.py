@@ -152,6 +152,10 @@ def get_config():
     c.factor.kl_coef = 1.0          # lambda_k KL(teacher || policy), lambda_k = max(1 - k/50, 0)
     c.factor.kl_decay = 50
     c.factor.scale_schedules = True
+    # TAC's r_t: "keep" the environment's step rewards (the authors'; the last action's is
+    # the terminal reward), "zero" every r_t before the last (the stored tables' runs);
+    # "auto": keep, but zero where G is the return (host games), which sums them already.
+    c.factor.step_rewards = "auto"
     c.serl = ml_collections.ConfigDict()
     c.serl.lam0 = 0.5               # lam_k = 0.5 max(0, 1 - (k - 1) / 50)
     c.serl.decay_steps = 50
