@@ -183,7 +183,7 @@ def canonical_response(cands: chex.Array, spec: GenerationSpec, pad_id: int) -> 
 
 
 class GenerationPolicy(Policy):
-    """A Policy whose actor writes its turn (module docstring). `obs_len` is the prompt
+    """A Policy whose actor writes its turn (module docstring). `input_len` is the prompt
     length P, `action_len` the response length R; `env_obs_len` / `env_action_len` /
     `num_actions` the environment's O, A and K (for the history-free prompt)."""
 
