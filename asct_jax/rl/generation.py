@@ -409,7 +409,7 @@ class GenerationChooser:
         shift = lambda h, x: jnp.concatenate([h[:, 1:], x[:, None]], axis=1)  # noqa: E731
         carry = (shift(hist_obs, obs), shift(hist_act, proj.action),
                  shift(hist_live, jnp.ones(obs.shape[:1], bool)))
-        choice = Choice(actions=response, index=proj.index, logp=logp, value=value,
+        choice = Choice(response=response, index=proj.index, logp=logp, value=value,
                         scored=mask, env_actions=proj.action, penalty=penalty, extra=extra)
         return choice, carry
 
