@@ -57,7 +57,7 @@ CHOOSERS = ("candidates", "generate")
 # How pi_old acts at restored states (the credit methods' rollouts and continuations):
 # "chooser" as in the rollout (the generating actor writes its turn), "score" sampled from
 # candidate_log_probs (the canonical responses' scores; the candidate actor's only way).
-CONTINUATIONS = ("chooser", "score")
+RESTORED_ACTING = ("chooser", "score")
 # The think part: "required" (the authors' rule: both think tags or the step is invalid;
 # the warm start writes an empty "<think> </think>"), "none" (no think part: the warm start
 # writes only the action tags and the projection asks for no think tags).
@@ -73,7 +73,7 @@ class GenerationSpec:
     default, a chat view's for a pretrained model); response_len: R, the most tokens a
     response has; history: k past steps in the prompt; temperature, top_p: sampling;
     invalid_penalty: subtracted from an invalid step's reward; continuations: how pi_old
-    acts at restored states (CONTINUATIONS); think: the think part (THINK); logits_chunk:
+    acts at restored states (RESTORED_ACTING); think: the think part (THINK); logits_chunk:
     the most (tokens x vocabulary) logits the update's passes form at once (0 = all).
     """
 
