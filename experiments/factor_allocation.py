@@ -62,7 +62,7 @@ def allocation(config, env_name: str):
         params, batch, key_credit, learner.init_state.method_state)
     p = jax.tree.map(np.asarray, p.replace(critic=None, critic_metrics=None))
     tm = np.asarray(batch.token_mask)
-    choice = np.asarray(fj.choice_tokens(batch.actions, batch.cand_tokens, batch.cand_mask,
+    choice = np.asarray(fj.choice_tokens(batch.responses, batch.cand_tokens, batch.cand_mask,
                                          batch.token_mask))
     real = tm.any(-1)
     length = np.maximum(tm.sum(-1), 1)

@@ -138,7 +138,7 @@ class Diagnostics:
         ti_p = np.concatenate([ti, np.full(n_pad - n, ti[0])])
         keys = jax.random.split(key, n_pad * self.R).reshape(n_pad, self.R)
         ret, changed = self._perturb(params, _take(batch.states, bi_p, ti_p),
-                                     jnp.asarray(np.asarray(batch.actions)[bi_p, ti_p]),
+                                     jnp.asarray(np.asarray(batch.responses)[bi_p, ti_p]),
                                      jnp.asarray(hi[bi_p, ti_p]), jnp.asarray(lo[bi_p, ti_p]),
                                      jnp.asarray(np.asarray(batch.cand_tokens)[bi_p, ti_p]),
                                      jnp.asarray(np.asarray(batch.cand_mask)[bi_p, ti_p]), keys)

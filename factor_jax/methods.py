@@ -156,7 +156,7 @@ def batch_features(ctx: CreditContext, params, batch: Rollout):
 
 def init_critic_state(fc: FactorConfig, ctx: CreditContext, params, key):
     """FACTOR's method state: a fresh TAC critic over the policy's feature width."""
-    obs = jnp.zeros((1, ctx.policy.obs_len), jnp.int32)
+    obs = jnp.zeros((1, ctx.policy.input_len), jnp.int32)
     hidden = jax.eval_shape(ctx.policy.features, params, obs).shape[-1]
     return tac_critic.init_critic(key, hidden, fc.critic_width, fc.replay_steps,
                                   fc.replay_per_step, fc.critic_lr)

@@ -35,7 +35,7 @@ def teacher_prefix(policy, obs, feedback):
 
 def _teacher_args(ctx: CreditContext, batch: Rollout):
     prefix = teacher_prefix(ctx.policy, _flat(policy_inputs(batch)), _flat(batch.feedback))
-    return prefix, _flat(batch.actions), _flat(batch.cand_tokens), _flat(batch.cand_mask)
+    return prefix, _flat(batch.responses), _flat(batch.cand_tokens), _flat(batch.cand_mask)
 
 
 def teacher_outputs(ctx: CreditContext, params, batch: Rollout):

@@ -168,7 +168,7 @@ def test_factor_kl_is_lambda_times_the_forward_kl_kernel(setup):
     b, t = batch.turn_mask.shape
     li = credit.loss_inputs
     reduce = factor.make_dist_reduce(cfg, ctx)
-    out = ctx.policy.action_outputs(params, flat(batch.obs), flat(batch.actions),
+    out = ctx.policy.action_outputs(params, flat(batch.obs), flat(batch.responses),
                                     flat(batch.cand_tokens), flat(batch.cand_mask),
                                     dist_reduce=(reduce.fn, flat(reduce.inputs(credit))))
     out = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]), out)

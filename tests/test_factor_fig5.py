@@ -1,5 +1,6 @@
 """Smoke test of experiments/factor_fig5.py's panel computations (factor_jax.figure5's
-Diagnostics) on a tiny config (no training: early = late = the initial parameters)."""
+Diagnostics, tested in tests/test_figure5.py) on a tiny config (no training: early = late
+= the initial parameters)."""
 import os
 
 import jax
@@ -13,8 +14,6 @@ from experiments import registry
 from experiments import factor_fig5 as fig5
 from experiments.configs import base
 from experiments.configs import factor_fig5 as fig5_config
-from factor_jax.figure5 import credit_step
-from factor_jax.methods import factor_config
 
 # The module fixture runs Figure 5's whole diagnostic pipeline: the slow tier.
 pytestmark = pytest.mark.slow
@@ -94,19 +93,6 @@ def test_perturbation_table(setup):
         hi, lo = p["table"][f"unk/high/{s}"], p["table"][f"unk/low/{s}"]
         if hi["n"]:
             np.testing.assert_allclose(hi["mean"], lo["mean"], atol=1e-6)
-
-
-def test_weights_match_registered_credit(setup):
-    c, exp, params, _, diag = setup
-    batch = diag.collect(params, jax.random.key(3))
-    mstate = exp.init_state.method_state
-    pieces, cons, tac_sum_err, _ = diag.parts(params, batch, jax.random.key(4), mstate)
-    credit = jax.jit(exp.credit_fn)(params, batch, jax.random.key(4),
-                                    credit_step(factor_config(c)), mstate)
-    np.testing.assert_allclose(np.asarray(pieces.coef), np.asarray(credit.coef), atol=1e-6)
-    assert pieces.weights.shape == cons.weights_softmax.shape == batch.token_mask.shape
-    assert cons.cons_apm.shape == batch.turn_mask.shape
-    assert tac_sum_err.shape == batch.turn_mask.shape[:1]
 
 
 def test_plot_and_config(setup, tmp_path):

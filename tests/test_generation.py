@@ -167,7 +167,7 @@ def test_factor_loss_splits_action_and_nonaction_tokens_by_hand(credit_setup):
     fc = registry.get("factor").make_config(c)
     batch = expert_episodes(ctx.env, ctx.env_params, jax.random.key(2), 4, 0.0,
                             spec=ctx.policy.spec).rollout
-    b, t, r = batch.actions.shape
+    b, t, r = batch.responses.shape
     rng = np.random.default_rng(0)
     coef = jnp.asarray(rng.normal(size=(b, t, r)), jnp.float32)
     a_seq = jnp.asarray(rng.normal(size=(b,)), jnp.float32)
@@ -233,7 +233,7 @@ def test_the_chunked_vocabulary_pass_equals_the_whole_one(credit_setup):
     chunked = copy.copy(whole)
     chunked.spec = dataclasses.replace(whole.spec, logits_chunk=5 * whole.vocab_size)
     flat = lambda x: x.reshape((-1,) + x.shape[2:])
-    prompt, resp = flat(batch.obs), flat(batch.actions)
+    prompt, resp = flat(batch.obs), flat(batch.responses)
     teacher = whole.distributions(params, teacher_prefix(whole, prompt, flat(batch.feedback)),
                                   resp)
     assert resp.size > 5   # several chunks
@@ -287,7 +287,7 @@ def _play_by_hand(env, env_params, actor, state, key, steps):
         choice, carry = actor.act(state, sub, carry)
         pen = choice.penalty
         state, ts = env.step(state, choice.env_actions if choice.env_actions is not None
-                             else choice.actions, env_params)
+                             else choice.response, env_params)
         g, tok = g + float(ts.reward) - float(pen), tok + float(choice.tokens)
         pens.append(float(pen))
         if bool(ts.done):

@@ -67,7 +67,7 @@ def test_shapes_match_jax_rollout_conventions(setup):
     env, env_params = make_env("toy_tree")
     ref = jax.eval_shape(lambda p, k: rollout(setup["policy"], p, env, env_params, k, 2, 2),
                          setup["params"], jax.random.key(0))
-    expected = {"obs": (b, T, O), "feedback": (b, T, F), "actions": (b, T, A),
+    expected = {"obs": (b, T, O), "feedback": (b, T, F), "responses": (b, T, A),
                 "action_index": (b, T), "token_mask": (b, T, A), "turn_mask": (b, T),
                 "logp_old": (b, T, A), "values": (b, T), "rewards": (b, T), "dones": (b, T),
                 "cand_tokens": (b, T, K, A), "cand_mask": (b, T, K),
@@ -90,7 +90,7 @@ def test_shapes_match_jax_rollout_conventions(setup):
 def test_masks_and_groups_consistent(setup):
     batch, host_states = setup["batch"], setup["host_states"]
     bt = jax.tree.map(np.asarray, {k: getattr(batch, k) for k in (
-        "actions", "action_index", "token_mask", "turn_mask", "dones", "cand_tokens",
+        "responses", "action_index", "token_mask", "turn_mask", "dones", "cand_tokens",
         "cand_mask", "cand_costs", "logp_old", "rewards")})
     turn, tokm = bt["turn_mask"], bt["token_mask"]
     # turns happen as a prefix; every episode ended (host max_turns < T), exactly once
@@ -100,16 +100,16 @@ def test_masks_and_groups_consistent(setup):
     assert np.all(bt["dones"][np.arange(len(last)), last])
     assert np.all(turn.sum(1) <= HOST_MAX_TURNS)
     # token_mask: real action tokens (EOS included, PAD excluded) of real turns only
-    np.testing.assert_array_equal(tokm, (bt["actions"] != PAD_ID) & turn[..., None])
+    np.testing.assert_array_equal(tokm, (bt["responses"] != PAD_ID) & turn[..., None])
     assert not tokm[~turn].any() and not bt["cand_mask"][~turn].any()
     assert np.all(bt["action_index"][~turn] == -1) and np.all(bt["action_index"][turn] >= 0)
     assert not bt["logp_old"][~tokm].any() and not bt["rewards"][~turn].any()
     for i, t in zip(*np.nonzero(turn)):
         k = bt["action_index"][i, t]
         assert bt["cand_mask"][i, t, k]
-        np.testing.assert_array_equal(bt["actions"][i, t], bt["cand_tokens"][i, t, k])
+        np.testing.assert_array_equal(bt["responses"][i, t], bt["cand_tokens"][i, t, k])
         n = tokm[i, t].sum()
-        assert bt["actions"][i, t, n - 1] == EOS_ID and EOS_ID not in bt["actions"][i, t, :n - 1]
+        assert bt["responses"][i, t, n - 1] == EOS_ID and EOS_ID not in bt["responses"][i, t, :n - 1]
     np.testing.assert_array_equal(bt["cand_costs"], (bt["cand_tokens"] != PAD_ID).sum(-1))
     # legal candidates are PAD-padded token sequences ending with EOS, all distinct
     assert bt["cand_mask"].sum(-1).max() <= K
@@ -126,7 +126,7 @@ def test_logp_old_matches_recomputed_and_rewards_sum_to_score(setup):
     b = NUM_GAMES * G
     flat = lambda x: x.reshape((b * T,) + x.shape[2:])  # noqa: E731
     logp, _, value = jax.jit(policy.action_log_probs)(
-        params, flat(batch.obs), flat(batch.actions), flat(batch.cand_tokens),
+        params, flat(batch.obs), flat(batch.responses), flat(batch.cand_tokens),
         flat(batch.cand_mask))
     logp = np.where(batch.token_mask, np.asarray(logp).reshape(b, T, A), 0.0)
     np.testing.assert_allclose(logp, batch.logp_old, atol=2e-4)
@@ -272,7 +272,7 @@ def test_a_pretrained_model_plays_the_games_as_chat_text(setup, tmp_path):
             tokenize=False)
         obs = [int(x) for x in np.asarray(batch.obs[i, 0]) if x != pad]
         assert obs == tokenizer.encode(chat, add_special_tokens=False)
-        action = [int(x) for x in np.asarray(batch.actions[i, 0]) if x != pad]
+        action = [int(x) for x in np.asarray(batch.responses[i, 0]) if x != pad]
         assert action[-1] == codec.pieces.end_of_turn
         command = tokenizer.decode(action[:-1])
         assert command in env.legal_actions(states)[i]

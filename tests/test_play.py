@@ -30,7 +30,7 @@ def test_play_from_takes_the_turns_a_python_loop_takes():
         for _ in range(cap):
             key, sub = jax.random.split(key)
             choice, _ = actor.act(s, sub, ())
-            s, ts = ENV.step(s, choice.actions, params)
+            s, ts = ENV.step(s, choice.response, params)
             g, tok = g + float(ts.reward), tok + float(choice.tokens)
             picks.append(int(choice.index) + 1)
             if bool(ts.done):
@@ -56,9 +56,9 @@ def test_step_turn_subtracts_the_penalty_and_sends_env_actions():
     params = ENV.make_params(seed=2)
     state, _ = ENV.reset(jax.random.PRNGKey(0), params)
     cands, _ = ENV.legal_actions(state, params)
-    plain = P.step_turn(ENV, params, state, P.Choice(actions=cands[1], index=jnp.int32(1)))
+    plain = P.step_turn(ENV, params, state, P.Choice(response=cands[1], index=jnp.int32(1)))
     assert float(plain.penalty) == 0.0 and int(plain.state.node) == 2
-    written = P.Choice(actions=jnp.zeros((7,), jnp.int32), index=jnp.int32(-1),
+    written = P.Choice(response=jnp.zeros((7,), jnp.int32), index=jnp.int32(-1),
                        env_actions=cands[1], penalty=jnp.float32(0.1))
     turn = P.step_turn(ENV, params, state, written)
     assert int(turn.state.node) == 2 and float(turn.penalty) == np.float32(0.1)
@@ -68,7 +68,7 @@ def test_turn_record_is_the_same_on_numpy_and_jnp():
     rng = np.random.default_rng(0)
     n, a, k = 3, 4, 2
     args = dict(live=np.array([True, True, False]), obs=rng.integers(0, 9, (n, 5)),
-                feedback=rng.integers(0, 9, (n, 2)), actions=rng.integers(0, 9, (n, a)),
+                feedback=rng.integers(0, 9, (n, 2)), responses=rng.integers(0, 9, (n, a)),
                 index=np.array([1, -1, 0]), scored=rng.random((n, a)) < 0.5,
                 logp=rng.normal(size=(n, a)).astype(np.float32),
                 value=rng.normal(size=n).astype(np.float32),

@@ -183,7 +183,7 @@ def test_host_rollout_of_a_generating_actor(tmp_path):
         batch, _ = host_rollout(policy, params, source.train_env, source.tokenizer, [0],
                                 source.host_shape, group_size=2, key=jax.random.key(0),
                                 encoder=source.encoder, select=games.select)
-        b, t, r = batch.actions.shape
+        b, t, r = batch.responses.shape
         assert r == config.actor.response_len and batch.prompts.shape[:2] == (b, t)
         act, non = action_tokens(batch), nonaction_tokens(batch)
         assert not jnp.any(act & non) and jnp.all((act | non) == batch.token_mask)
@@ -199,7 +199,7 @@ def test_host_rollout_of_a_generating_actor(tmp_path):
         assert np.asarray(expert)[:, :2].all() and not np.asarray(expert)[:, 2:].any()
         assert np.all(np.asarray(data.turn_info["gen/invalid"])[:, :2] == 0.0)
         words = [source.tokenizer.decode([int(i)]) for i in
-                 np.asarray(data.actions)[0, 0][np.asarray(action_tokens(data))[0, 0]]]
+                 np.asarray(data.responses)[0, 0][np.asarray(action_tokens(data))[0, 0]]]
         assert " ".join(words) == "go to kitchen"
     finally:
         source.close()

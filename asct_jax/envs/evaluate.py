@@ -23,7 +23,7 @@ def scripted_chooser(policy: Callable, params) -> Chooser:
     """policy(state, params, key) -> [] index, vmapped: keys [N], one per episode."""
     def choose(keys, states, ts, cands, legal, costs) -> Choice:
         index = jax.vmap(policy, in_axes=(0, None, 0))(states, params, keys)
-        return Choice(actions=take_candidates(cands, index), index=index)
+        return Choice(response=take_candidates(cands, index), index=index)
     return choose
 
 

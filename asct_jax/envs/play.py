@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from asct_jax.envs.base import PAD_ID, Environment, TimeStep
 
 # Per-turn fields of Episodes.record ([B, T, ...], see asct_jax.rl.types.Rollout).
-RECORD = ("obs", "feedback", "actions", "action_index", "token_mask", "turn_mask",
+RECORD = ("obs", "feedback", "responses", "action_index", "token_mask", "turn_mask",
           "logp_old", "values", "rewards", "dones", "cand_tokens", "cand_mask",
           "cand_costs", "states")
 
@@ -44,18 +44,18 @@ RECORD = ("obs", "feedback", "actions", "action_index", "token_mask", "turn_mask
 class Choice:
     """A chooser's answer for one turn of N episodes.
 
-    actions: [N, A] int32 action tokens; index: [N] int32, their candidate (-1: none);
-    logp: [N, A] float32 or None (zeros), log-probs of the action tokens; value: [N]
-    float32 or None (zeros), the chooser's value of x_t; extra: dict of [N, ...] arrays,
+    response: [N, A] int32, the chosen candidate's tokens or the written response; index:
+    [N] int32, its candidate (-1: none); logp: [N, A] float32 or None (zeros), log-probs of
+    the response tokens; value: [N] float32 or None (zeros), the chooser's value of x_t; extra: dict of [N, ...] arrays,
     stacked to [B, T, ...] as they are (Episodes.extra); scored: [N, A] bool or None (every
     non-PAD token), the tokens that carry the log-prob and the loss (token_mask);
-    env_actions: [N, A_env] int32 or None (= actions), what the environment receives when
-    `actions` are a generated response (its projection); penalty: [N] float32 or None,
+    env_actions: [N, A_env] int32 or None (= response), what the environment receives when
+    `response` is a generated response (its projection); penalty: [N] float32 or None,
     subtracted from the step's reward (an invalid generated action's); tokens: [N] float32
     or None, the action's token cost (read by `play_from` only).
     """
 
-    actions: chex.Array
+    response: chex.Array
     index: chex.Array
     logp: Any = None
     value: Any = None
@@ -81,7 +81,7 @@ class StateActor:
 
     init(state) -> carry: what the actor remembers at the restored state (the generating
       actor's prompt history, empty there; () for a candidate sampler).
-    act(state, key, carry) -> (Choice of ONE episode: actions [A] ([A_env] env_actions if
+    act(state, key, carry) -> (Choice of ONE episode: response [A] ([A_env] env_actions if
       set), penalty [] f32 or None, tokens [] f32 the action's token cost, extra {}; carry).
     """
 
@@ -163,7 +163,7 @@ def uniform_index(key: chex.PRNGKey, legal: chex.Array) -> chex.Array:
 def uniform_chooser(key, states, ts, cands, legal, costs) -> Choice:
     """A uniformly random legal candidate per episode (one key for the batch)."""
     index = uniform_index(key, legal)
-    return Choice(actions=take_candidates(cands, index), index=index)
+    return Choice(response=take_candidates(cands, index), index=index)
 
 
 def sample_candidate(key: chex.PRNGKey, logp: chex.Array, legal: chex.Array) -> chex.Array:
@@ -183,7 +183,7 @@ def candidate_actor(env: Environment, env_params: Any, policy_fn: PolicyFn) -> S
         logp, _ = policy_fn(state)
         a = sample_candidate(key, logp, legal)
         cost = env.action_costs(state, env_params)[a]
-        return Choice(actions=cands[a], index=a, penalty=jnp.float32(0.0),
+        return Choice(response=cands[a], index=a, penalty=jnp.float32(0.0),
                       tokens=jnp.asarray(cost, jnp.float32)), carry
 
     return StateActor(init=lambda state: (), act=act)
@@ -213,21 +213,21 @@ def rekey_state(state: Any, key: chex.PRNGKey) -> Any:
 
 def step_turn(env: Environment, env_params: Any, state: Any, choice: Choice) -> Turn:
     """The environment stepped with ONE episode's Choice (vmap it over a batch): its
-    env_actions (else its actions) sent; the penalty 0 where the actor has none."""
-    env_actions = choice.actions if choice.env_actions is None else choice.env_actions
+    env_actions (else its response) sent; the penalty 0 where the actor has none."""
+    env_actions = choice.response if choice.env_actions is None else choice.env_actions
     new_state, ts = env.step(state, env_actions, env_params)
     penalty = jnp.zeros_like(ts.reward) if choice.penalty is None else choice.penalty
     return Turn(new_state, ts, penalty)
 
 
-def turn_record(live, obs, feedback, actions, index, scored, logp, value, reward, penalty,
+def turn_record(live, obs, feedback, responses, index, scored, logp, value, reward, penalty,
                 done, cands, legal, costs, acted=None, xp=jnp) -> Dict[str, Any]:
     """The RECORD fields of one turn of N episodes (all but states): what the actor chose
     and the environment answered, masked to the live episodes. Shared by `play` (xp = jnp)
     and the host games' loop (asct_jax.rl.host_rollout, xp = numpy).
 
     live [N] bool, the episode ran this turn; acted [N] bool (default live), it sent an
-    action; obs [N, O]; feedback [N, F]; actions [N, A]; index [N] i32; scored [N, A] bool,
+    action; obs [N, O]; feedback [N, F]; responses [N, A]; index [N] i32; scored [N, A] bool,
     the tokens that carry the loss; logp [N, A]; value [N]; reward [N] the environment's;
     penalty [N] the actor's; done [N] bool after the step; cands [N, K, A_c]; legal, costs
     [N, K].
@@ -235,7 +235,7 @@ def turn_record(live, obs, feedback, actions, index, scored, logp, value, reward
     acted = live if acted is None else acted
     token_mask = scored & acted[:, None]
     return dict(
-        obs=obs, feedback=feedback, actions=actions, action_index=xp.where(acted, index, -1),
+        obs=obs, feedback=feedback, responses=responses, action_index=xp.where(acted, index, -1),
         token_mask=token_mask, turn_mask=live, logp_old=xp.where(token_mask, logp, 0.0),
         values=value, rewards=xp.where(live, reward - penalty, 0.0),   # r_t - penalty
         dones=done & live, cand_tokens=cands, cand_mask=legal, cand_costs=costs)
@@ -300,14 +300,14 @@ def play_keys(env: Environment, env_params: Any, chooser: Chooser, reset_keys: c
             c, memory = chooser(key_t, states, ts, cands, legal, costs, memory)
         else:
             c = chooser(key_t, states, ts, cands, legal, costs)
-        logp = jnp.zeros(c.actions.shape, jnp.float32) if c.logp is None else c.logp
+        logp = jnp.zeros(c.response.shape, jnp.float32) if c.logp is None else c.logp
         value = jnp.zeros((batch,), jnp.float32) if c.value is None else c.value
-        sent = Choice(actions=c.actions, index=c.index, env_actions=c.env_actions,
+        sent = Choice(response=c.response, index=c.index, env_actions=c.env_actions,
                       penalty=c.penalty)
         new_states, new_ts, penalty = jax.vmap(
             lambda s, ch: step_turn(env, env_params, s, ch))(states, sent)
-        scored = (c.actions != pad_id) if c.scored is None else c.scored
-        out = turn_record(~done, ts.observation, new_ts.feedback, c.actions, c.index, scored,
+        scored = (c.response != pad_id) if c.scored is None else c.scored
+        out = turn_record(~done, ts.observation, new_ts.feedback, c.response, c.index, scored,
                           logp, value, new_ts.reward, penalty, new_ts.done, cands, legal,
                           costs)
         out["states"] = states

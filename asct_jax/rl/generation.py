@@ -57,7 +57,7 @@ CHOOSERS = ("candidates", "generate")
 # How pi_old acts at restored states (the credit methods' rollouts and continuations):
 # "chooser" as in the rollout (the generating actor writes its turn), "score" sampled from
 # candidate_log_probs (the canonical responses' scores; the candidate actor's only way).
-CONTINUATIONS = ("chooser", "score")
+RESTORED_ACTING = ("chooser", "score")
 # The think part: "required" (the authors' rule: both think tags or the step is invalid;
 # the warm start writes an empty "<think> </think>"), "none" (no think part: the warm start
 # writes only the action tags and the projection asks for no think tags).
@@ -73,7 +73,7 @@ class GenerationSpec:
     default, a chat view's for a pretrained model); response_len: R, the most tokens a
     response has; history: k past steps in the prompt; temperature, top_p: sampling;
     invalid_penalty: subtracted from an invalid step's reward; continuations: how pi_old
-    acts at restored states (CONTINUATIONS); think: the think part (THINK); logits_chunk:
+    acts at restored states (RESTORED_ACTING); think: the think part (THINK); logits_chunk:
     the most (tokens x vocabulary) logits the update's passes form at once (0 = all).
     """
 
@@ -183,7 +183,7 @@ def canonical_response(cands: chex.Array, spec: GenerationSpec, pad_id: int) -> 
 
 
 class GenerationPolicy(Policy):
-    """A Policy whose actor writes its turn (module docstring). `obs_len` is the prompt
+    """A Policy whose actor writes its turn (module docstring). `input_len` is the prompt
     length P, `action_len` the response length R; `env_obs_len` / `env_action_len` /
     `num_actions` the environment's O, A and K (for the history-free prompt)."""
 
@@ -409,7 +409,7 @@ class GenerationChooser:
         shift = lambda h, x: jnp.concatenate([h[:, 1:], x[:, None]], axis=1)  # noqa: E731
         carry = (shift(hist_obs, obs), shift(hist_act, proj.action),
                  shift(hist_live, jnp.ones(obs.shape[:1], bool)))
-        choice = Choice(actions=response, index=proj.index, logp=logp, value=value,
+        choice = Choice(response=response, index=proj.index, logp=logp, value=value,
                         scored=mask, env_actions=proj.action, penalty=penalty, extra=extra)
         return choice, carry
 

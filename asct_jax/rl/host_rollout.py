@@ -214,7 +214,7 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
     out = {
         "obs": np.full((b, t_max, obs_len), pad, np.int32),
         "feedback": np.full((b, t_max, feedback_len), pad, np.int32),
-        "actions": np.full((b, t_max, r_len), pad, np.int32),
+        "responses": np.full((b, t_max, r_len), pad, np.int32),
         "action_index": np.full((b, t_max), -1, np.int32),
         "token_mask": np.zeros((b, t_max, r_len), bool),
         "turn_mask": np.zeros((b, t_max), bool),
@@ -266,7 +266,7 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
             index, logp, value = (np.asarray(choice.index), np.asarray(choice.logp),
                                   np.asarray(choice.value))
             valid = index >= 0
-            chosen = np.asarray(choice.actions)
+            chosen = np.asarray(choice.response)
             scored = np.asarray(choice.scored)
             texts = [("" if not live[i] else kept[i][index[i]] if valid[i] else
                       written_command(chosen[i], scored[i], codec, spec)) for i in range(b)]

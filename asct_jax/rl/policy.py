@@ -230,9 +230,12 @@ class TokenOutputs:
 
 
 class Policy:
-    """Static wrapper: graphdef of the decoder plus sizes. Params are passed explicitly."""
+    """Static wrapper: graphdef of the decoder plus sizes. Params are passed explicitly.
 
-    def __init__(self, graphdef, vocab_size: int, obs_len: int, action_len: int,
+    `input_len` is the length of what the decoder reads before the action: the observation
+    O for a candidate scorer, the prompt P for a generating actor (GenerationPolicy)."""
+
+    def __init__(self, graphdef, vocab_size: int, input_len: int, action_len: int,
                  feedback_len: int, prompt: PromptTokens = PromptTokens(),
                  label_score: str = "sum"):
         if label_score not in LABEL_SCORES:
@@ -241,7 +244,7 @@ class Policy:
         self.label_score = label_score
         self.graphdef = graphdef
         self.vocab_size = vocab_size
-        self.obs_len = obs_len
+        self.input_len = input_len
         self.action_len = action_len
         self.feedback_len = feedback_len
         self.prompt = prompt

@@ -36,7 +36,7 @@ def candidate_chooser(policy: Policy, params: Any, greedy: bool = False) -> Choo
             params, ts.observation, cands, legal)
         index = select_candidate(key, cand_logp, greedy)
         actions = take_candidates(cands, index)
-        return Choice(actions=actions, index=index, logp=take_candidates(token_logp, index),
+        return Choice(response=actions, index=index, logp=take_candidates(token_logp, index),
                       value=value, scored=policy.scored_tokens(actions))
     return choose
 

@@ -21,7 +21,7 @@ from asct_jax.infra.checks import Range, check
 from asct_jax.infra.distributed import DistributedConfig, distributed_config
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.models.config import LORA_TARGETS, PRESETS
-from asct_jax.rl.generation import CHOOSERS, CONTINUATIONS, THINK
+from asct_jax.rl.generation import CHOOSERS, RESTORED_ACTING, THINK
 from asct_jax.rl.policy import LABEL_SCORES
 from asct_jax.rl.protocol import SUBSTRATE, Protocol, resolve, resolved_section
 
@@ -111,7 +111,7 @@ class ActorConfig:
     top_p: float = option(Range(0.0, 1.0, lo_open=True), "nucleus sampling mass", 1.0)
     invalid_penalty: float = option(Range(0.0, None), "subtracted from an invalid step's "
                                     "reward", 0.1)
-    continuations: str = option(CONTINUATIONS, "how pi_old acts at restored states", "chooser")
+    continuations: str = option(RESTORED_ACTING, "how pi_old acts at restored states", "chooser")
     think: str = option(THINK, "the think part: both tags required, or none", "required")
     logits_chunk: int = option(_AT_LEAST_0, "most (tokens x vocabulary) logits of the "
                                "update's full-vocabulary passes at once (0: all)", 2 ** 24)

@@ -187,7 +187,7 @@ def _learn_fn(learner: Learner) -> Callable:
         reduce = (None if dist_reduce is None else
                   (dist_reduce.fn, jax.tree.map(_flat, dist_reduce.inputs(credit))))
         out = policy.action_outputs(
-            join_params(params, frozen), _flat(policy_inputs(mb)), _flat(mb.actions),
+            join_params(params, frozen), _flat(policy_inputs(mb)), _flat(mb.responses),
             _flat(mb.cand_tokens), _flat(mb.cand_mask), dist_reduce=reduce)
         out = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]), out)
         if policy_loss_fn is None:
@@ -202,7 +202,7 @@ def _learn_fn(learner: Learner) -> Callable:
         if ppo.kl_coef > 0.0:
             # With LoRA the reference is the initial adapters (B = 0) on the frozen base.
             ref_logp, _, _ = policy.action_log_probs(
-                join_params(ref, frozen), _flat(policy_inputs(mb)), _flat(mb.actions),
+                join_params(ref, frozen), _flat(policy_inputs(mb)), _flat(mb.responses),
                 _flat(mb.cand_tokens), _flat(mb.cand_mask))
             kl = losses.kl_penalty(out.logp, jax.lax.stop_gradient(ref_logp.reshape(b, t, -1)),
                                    mb.token_mask, ppo.aggregation, ppo.kl_clamp)

@@ -19,7 +19,8 @@ class Rollout:
     Attributes:
       obs: [B, T, O] int32, x_t tokens the policy read at turn t.
       feedback: [B, T, F] int32, o_{t+1}: the feedback after the action of turn t.
-      actions: [B, T, A] int32, the action tokens y_{t,1..A} (EOS then PAD).
+      responses: [B, T, A] int32, the tokens y_{t,1..A} the actor answered with (EOS then
+        PAD): the chosen candidate's, or the written response (prompts below).
       action_index: [B, T] int32, index of the action among the candidates (-1: none).
       token_mask: [B, T, A] bool, real action tokens (EOS included, PAD excluded) of
         turns that happened.
@@ -38,8 +39,8 @@ class Rollout:
       extras: None, or the pytree one method adds to the batch outside the jitted step
         (its `Method.host_prepare`, on host games); its type is the method's own.
       prompts: None (the candidate-scoring actor reads obs), or [B, T, P] int32, the prompt
-        the generating actor read (asct_jax.rl.generation); then `actions` are its
-        responses [B, T, R] and A = R above.
+        the generating actor read (asct_jax.rl.generation); then `responses` are its
+        written responses [B, T, R] and A = R above.
       action_mask: None (every action token is an action token), or [B, T, R] bool, the
         response's action tokens (inside the action tags); the other token_mask tokens
         are non-action tokens (reasoning, tags, end of turn).
@@ -49,7 +50,7 @@ class Rollout:
 
     obs: chex.Array
     feedback: chex.Array
-    actions: chex.Array
+    responses: chex.Array
     action_index: chex.Array
     token_mask: chex.Array
     turn_mask: chex.Array

@@ -90,7 +90,7 @@ def noisy_expert_chooser(env, env_params, epsilon: float, teacher: str = "expert
 
     def choose(key, states, ts, cands, legal, costs) -> Choice:
         index, expert = pick(key, states, cands, legal)
-        return Choice(actions=take_candidates(cands, index), index=index,
+        return Choice(response=take_candidates(cands, index), index=index,
                       extra={"expert": expert})
     return choose
 
@@ -124,9 +124,9 @@ def sample_turns(key: chex.PRNGKey, data: Rollout, weight: chex.Array, batch: in
     idx = jax.random.choice(key, w.shape[0], (batch,), p=w / jnp.maximum(jnp.sum(w), 1e-9))
     targets = jnp.zeros(weight.shape, jnp.float32) if targets is None else targets
     pick = lambda x: merge_batch_turns(x)[idx]  # noqa: E731
-    return dict(obs=pick(policy_inputs(data)), actions=pick(data.actions), cands=pick(data.cand_tokens),
-                legal=pick(data.cand_mask), token_mask=pick(data.token_mask),
-                targets=pick(targets))
+    return dict(obs=pick(policy_inputs(data)), actions=pick(data.responses),
+                cands=pick(data.cand_tokens), legal=pick(data.cand_mask),
+                token_mask=pick(data.token_mask), targets=pick(targets))
 
 
 def sft_loss(policy, params, mb: Dict[str, chex.Array]) -> chex.Array:

@@ -70,7 +70,7 @@ def rule_actor(model: EnvModel, continuation: ContinuationFn,
         logits, actor, decided = continuation(model, table, state, cands, legal)
         a = sample_candidate(key, logits, legal)
         cost = jnp.asarray(env.action_costs(state, p), jnp.float32)[a]
-        return Choice(actions=cands[a], index=a, penalty=jnp.float32(0.0), tokens=cost,
+        return Choice(response=cands[a], index=a, penalty=jnp.float32(0.0), tokens=cost,
                       extra={"actor": actor, "decided": decided}), carry
 
     return StateActor(init=lambda state: (), act=act)

@@ -56,7 +56,7 @@ from asct_jax.search.rollout_value import mc_return
 from asct_jax.search.search import search
 from asct_jax.search.types import SearchConfig, SearchRules
 
-CONTINUATIONS = ("rule", "actor")
+SEARCH_CONTINUATIONS = ("rule", "actor")
 # J_search's token weight (the paper's beta = 1e-4 per auxiliary token, Eq. 5).
 BETA_REPORT = 1e-4
 PAPER_RULES = ("uniform", "uct", "agentuct")
@@ -90,7 +90,7 @@ class ASCTConfig:
     trials: int = option(Range(1, None, integer=True), "terminal trials per searched state (B)")
     states_per_episode: int = option(Range(0, None, integer=True),
                                      "visited states searched per episode (0: every one)")
-    continuation: str = option(CONTINUATIONS, "suffixes by the search rule, or by pi_old")
+    continuation: str = option(SEARCH_CONTINUATIONS, "suffixes by the search rule, or by pi_old")
     cache: bool = option(None, "execution cache of workflow prefixes (method state)")
     c_exp: float = option(Range(0.0, None), "exploration constant of UCT / AgentUCT")
     c_tok: float = option(Range(0.0, None), "AgentUCT's cost weight per token")

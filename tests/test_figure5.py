@@ -1,0 +1,53 @@
+"""Tests of factor_jax/figure5.py: Figure 5's Diagnostics, on experiments/factor_fig5.py's
+tiny config (no training: the initial parameters)."""
+import jax
+import numpy as np
+import pytest
+
+from asct_jax.rl.build import build_learner
+from asct_jax.rl.sources import JaxEnvSource
+from experiments import registry
+from experiments import factor_fig5 as fig5
+from experiments.configs import base
+from experiments.configs import factor_fig5 as fig5_config
+from factor_jax.figure5 import credit_step
+from factor_jax.methods import factor_config
+
+# The module fixture builds Figure 5's diagnostics on a learner: the slow tier.
+pytestmark = pytest.mark.slow
+
+
+def tiny_config(tmp_path):
+    c = base.use_test_model(fig5_config.get_config("quick"))
+    c.rollout.num_groups = 2
+    c.rollout.group_size = 4
+    c.fig5.num_groups = 2
+    c.fig5.group_size = 4
+    c.fig5.mc_rollouts = 2
+    c.fig5.perturb_rollouts = 2
+    c.fig5.perturb_actions = 2
+    c.fig5.chunk = 64
+    c.train.results_dir = str(tmp_path)
+    return c
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    c = tiny_config(tmp_path_factory.mktemp("fig5"))
+    source = JaxEnvSource(c)
+    exp = build_learner(c, registry.get(c.method), source)
+    diag = fig5.diagnostics(c, *fig5.exp_parts(c, source, exp))
+    return c, exp, exp.init_state.params, diag
+
+
+def test_weights_match_registered_credit(setup):
+    c, exp, params, diag = setup
+    batch = diag.collect(params, jax.random.key(3))
+    mstate = exp.init_state.method_state
+    pieces, cons, tac_sum_err, _ = diag.parts(params, batch, jax.random.key(4), mstate)
+    credit = jax.jit(exp.credit_fn)(params, batch, jax.random.key(4),
+                                    credit_step(factor_config(c)), mstate)
+    np.testing.assert_allclose(np.asarray(pieces.coef), np.asarray(credit.coef), atol=1e-6)
+    assert pieces.weights.shape == cons.weights_softmax.shape == batch.token_mask.shape
+    assert cons.cons_apm.shape == batch.turn_mask.shape
+    assert tac_sum_err.shape == batch.turn_mask.shape[:1]
