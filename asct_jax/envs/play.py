@@ -239,7 +239,8 @@ def turn_record(live, obs, feedback, actions, index, scored, logp, value, reward
         obs=obs, feedback=feedback, actions=actions, action_index=xp.where(acted, index, -1),
         token_mask=token_mask, turn_mask=live, logp_old=xp.where(token_mask, logp, 0.0),
         values=value, rewards=xp.where(live, reward - penalty, 0.0),   # r_t - penalty
-        penalties=xp.where(live, penalty, 0.0), dones=done & live, cand_tokens=cands, cand_mask=legal, cand_costs=costs)
+        penalties=xp.where(live, penalty, 0.0), dones=done & live, cand_tokens=cands,
+        cand_mask=legal, cand_costs=costs)
 
 
 def play_from(env: Environment, env_params: Any, actor: Any, state: Any, key: chex.PRNGKey,
