@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 import factor_jax as fj
-from asct_jax.infra.checks import Range
+from asct_jax.infra.checks import Range, check_choice
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import CreditContext, Method, any_over_seeds, value_targets_mc
@@ -37,10 +37,16 @@ class SerlConfig:
     clip: float = option(Range(0.0, None), "weights clipped to [1 - clip, 1 + clip]")
     scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
     train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
-    stats: str = option(adv.GROUP_STATS, "samples of GRPO's group mean / std: steps (one "
-                        "per real turn, theirs) or episodes", "steps")
-    penalty: str = option(PENALTY_PLACEMENTS, "invalid-action penalty: step (off the step's "
-                          "own score, theirs) or reward (in r_t)", "step")
+    # Issue 36's fields, not yet in experiments/configs/base.py: their rules are checked
+    # here, outside get_constraints, until base.py holds them.
+    stats: str = option(None, "samples of GRPO's group mean / std: steps (one per real "
+                        "turn, theirs) or episodes", "steps")
+    penalty: str = option(None, "invalid-action penalty: step (off the step's own score, "
+                          "theirs) or reward (in r_t)", "step")
+
+    def __post_init__(self):
+        check_choice("serl.stats", self.stats, adv.GROUP_STATS)
+        check_choice("serl.penalty", self.penalty, PENALTY_PLACEMENTS)
 
 
 def serl_config(config) -> SerlConfig:

@@ -230,3 +230,16 @@ def test_factor_kl_is_lambda_times_the_forward_kl_kernel(setup):
     c2.factor.kl_coef = 0.0
     cfg2 = factor.make_config(c2)
     assert factor.make_aux_loss(cfg2, ctx) is None and factor.make_dist_reduce(cfg2, ctx) is None
+
+@pytest.mark.parametrize("field, value", [("grpo.stats", "turns"), ("grpo.penalty", "tokens"),
+                                          ("gigpo.penalty", "tokens"), ("serl.stats", "turns"),
+                                          ("serl.penalty", "tokens")])
+def test_group_method_fields_reject_unknown_values(field, value):
+    from asct_jax.infra.checks import ConfigError
+    c = base.get_config()
+    section, name = field.split(".")
+    if section not in c:
+        c[section] = {}
+    c[section][name] = value
+    with pytest.raises(ConfigError, match=rf"^{field}: '{value}' is not allowed"):
+        registry.get(section).make_config(c)
