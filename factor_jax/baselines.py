@@ -1,7 +1,8 @@
 """The FACTOR paper's baselines as credit methods (`Method` records, see
 asct_jax.rl.credit; docs/methods.md, Baselines > SERL and Extended-compute GRPO):
 
-serl           GRPO advantage, action tokens reweighted by clipped exp(sign(A) Delta),
+serl           GRPO advantage (verl-agent's step samples and penalty placement, as
+               asct_jax.rl.methods' GRPO), action tokens reweighted by clipped exp(sign(A) Delta),
                lam 0.5 -> 0 over 50 steps; teacher = a copy of the policy re-synced
                every 10 steps (method state); as its authors' code (OliverLeeXZ/SERL)
 grpo_extended  GRPO; the experiment gives it FACTOR's environment-call budget
@@ -21,7 +22,7 @@ from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import CreditContext, Method, any_over_seeds, value_targets_mc
-from asct_jax.rl.methods import GRPO
+from asct_jax.rl.methods import GRPO, PENALTY_PLACEMENTS, group_rewards
 from asct_jax.rl.protocol import SERL as SERL_PROTOCOL
 from asct_jax.rl.types import Credit, Rollout, action_tokens
 from factor_jax.teacher import teacher_log_probs
@@ -37,6 +38,10 @@ class SerlConfig:
     clip: float = option(Range(0.0, None), "weights clipped to [1 - clip, 1 + clip]")
     scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
     train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
+    stats: str = option(adv.GROUP_STATS, "samples of GRPO's group mean / std: steps (one "
+                        "per real turn, theirs) or episodes", "steps")
+    penalty: str = option(PENALTY_PLACEMENTS, "invalid-action penalty: step (off the step's "
+                          "own score, theirs) or reward (in r_t)", "step")
 
 
 def serl_config(config) -> SerlConfig:
@@ -45,14 +50,16 @@ def serl_config(config) -> SerlConfig:
 
 def _serl(sc: SerlConfig, ctx: CreditContext):
     """SERL: C = A ((1 - lam) + lam w) on action tokens, w = clip(exp(clip(sign(A) Delta,
-    -20, 20)), 1 - clip, 1 + clip), Delta = log pi_T - log pi_theta; the teacher is the
-    method state's copy of the policy."""
+    -20, 20)), 1 - clip, 1 + clip), Delta = log pi_T - log pi_theta; A the GRPO advantage
+    of each step sample (`adv.grpo_step_advantages`); the teacher is the method state's
+    copy of the policy."""
     decay = (fj.scale_steps(sc.decay_steps, sc.train_steps)
              if sc.scale_schedules and sc.decay_steps else sc.decay_steps)
 
     def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
-        g = adv.episode_returns(batch.rewards, batch.turn_mask)
-        a = adv.grpo_advantages(g, ctx.group_size)
+        r, p = group_rewards(batch, sc.penalty)
+        a = adv.grpo_step_advantages(r, batch.turn_mask, ctx.group_size, penalties=p,
+                                     stats=sc.stats)                        # [B, T]
         lam = fj.serl_lambda(step + 1, sc.lam0, decay)
         teacher_params = _join_like(mstate["teacher"], params)
         run = any_over_seeds(lam > 0, ctx)          # lam = 0: pure GRPO, no teacher pass

@@ -2,9 +2,9 @@
 as its authors' code computes it (OliverLeeXZ/SERL: verl/trainer/ppo/core_algos.py,
 compute_serl_action_mask_reweighted_advantages and _serl_effective_lambda).
 
-GRPO advantage per episode, reweighted on action tokens only by the hindsight teacher
-(reasoning / format tokens keep A); no renormalisation to mean 1 (contrast with APM).
-Shapes: [B] per episode, [B, T, A] per token.
+GRPO advantage per episode or per step sample, reweighted on action tokens only by the
+hindsight teacher (reasoning / format tokens keep A); no renormalisation to mean 1
+(contrast with APM). Shapes: [B] per episode or [B, T] per turn, [B, T, A] per token.
 """
 from __future__ import annotations
 
@@ -16,6 +16,12 @@ from factor_jax._checks import check_range
 
 SERL_CLAMP = 20.0  # |sign(A) * delta| is clamped to this before exp
 SERL_WEIGHT_CLIP = 0.2  # w is clipped to [1 - 0.2, 1 + 0.2] (serl.weight_clip)
+
+
+def _per_token(advantage: chex.Array) -> chex.Array:
+    """[B] (one per episode) or [B, T] (one per turn) -> [B, 1, 1] or [B, T, 1]."""
+    chex.assert_rank(advantage, {1, 2})
+    return advantage.reshape(advantage.shape + (1,) * (3 - advantage.ndim))
 
 
 def serl_token_weights(delta: chex.Array, advantage: chex.Array, action_mask: chex.Array,
@@ -30,7 +36,8 @@ def serl_token_weights(delta: chex.Array, advantage: chex.Array, action_mask: ch
 
     Args:
       delta: [B, T, A] float, log pi_T - log pi_theta per token (a constant).
-      advantage: [B] float, A (GRPO advantage of the episode; only its sign is used).
+      advantage: [B] or [B, T] float, A (GRPO advantage of the episode or of the turn's
+        step sample; only its sign is used).
       action_mask: [B, T, A] bool, the tokens SERL reweights (inside <action>...</action>
         of the samples that have a teacher prompt).
       lam: mixing weight in [0, 1] (serl_lambda; may be traced).
@@ -38,14 +45,14 @@ def serl_token_weights(delta: chex.Array, advantage: chex.Array, action_mask: ch
     Returns:
       [B, T, A] multiplier (stop-gradient).
     """
-    chex.assert_rank([delta, advantage, action_mask], [3, 1, 3])
+    chex.assert_rank([delta, advantage, action_mask], [3, {1, 2}, 3])
     chex.assert_type([delta, advantage, action_mask], [float, float, bool])
     chex.assert_equal_shape([delta, action_mask])
-    chex.assert_equal_shape_prefix([advantage, delta], 1)
+    chex.assert_equal_shape_prefix([advantage, delta], advantage.ndim)
     check_range("lam", lam, lo=0.0, hi=1.0)
     check_range("clip", clip, lo=0.0)
     sg = jax.lax.stop_gradient
-    sign = jnp.sign(sg(advantage))[:, None, None].astype(delta.dtype)
+    sign = jnp.sign(sg(_per_token(advantage))).astype(delta.dtype)
     x = jnp.clip(sign * sg(jnp.where(action_mask, delta, 0.0)), -SERL_CLAMP, SERL_CLAMP)
     w = jnp.clip(jnp.exp(x), 1.0 - clip, 1.0 + clip)  # w = clip(exp(clip(sign(A) delta)))
     blended = (1.0 - lam) + lam * w  # (1 - lam) + lam * w
@@ -63,7 +70,8 @@ def serl_coefficients(advantage: chex.Array, delta: chex.Array, action_mask: che
     A * [1 - clip lam, 1 + clip lam]).
 
     Args:
-      advantage: [B] float, GRPO advantage (G_i - mean) / (std + eps) of each episode.
+      advantage: [B] or [B, T] float, GRPO advantage of each episode, or of each turn's
+        step sample (R(tau_i) - p_{i,t} - mean) / (std + eps).
       delta: [B, T, A] float, hindsight log-ratio log pi_T - log pi_theta.
       action_mask: [B, T, A] bool, the reweighted tokens (a subset of token_mask).
       token_mask: [B, T, A] bool, every response token that enters the loss.
@@ -75,7 +83,7 @@ def serl_coefficients(advantage: chex.Array, delta: chex.Array, action_mask: che
     chex.assert_type(token_mask, bool)
     chex.assert_equal_shape([delta, token_mask])
     mult = serl_token_weights(delta, advantage, action_mask & token_mask, lam, clip)
-    coef = advantage[:, None, None] * mult  # A * ((1 - lam) + lam w), A elsewhere
+    coef = _per_token(advantage) * mult  # A * ((1 - lam) + lam w), A elsewhere
     return jax.lax.stop_gradient(jnp.where(token_mask, coef, 0.0))
 
 

@@ -49,7 +49,55 @@ def test_chunked_vineppo_values_equal_plain_vmap(setup):
     assert np.all(np.asarray(v)[~np.asarray(batch.turn_mask)] == 0)
 
 
-@pytest.mark.parametrize("method", ["vineppo", "asct_agentuct", "factor", "serl",
+def _penalised_batch():
+    """2 episodes x 3 turns x 2 tokens; ep 0's middle step is invalid: recorded rewards
+    r - p = (0, -0.1, 1), penalties (0, 0.1, 0); ep 1 rewards 0. Observations 1, 2, 3."""
+    from asct_jax.rl.types import Rollout
+    fields = {f: None for f in Rollout.__dataclass_fields__}
+    p = jnp.array([[0., 0.1, 0.], [0., 0., 0.]])
+    return Rollout(**dict(fields, rewards=jnp.array([[0., 0., 1.], [0., 0., 0.]]) - p,
+                          penalties=p, turn_mask=jnp.ones((2, 3), bool),
+                          token_mask=jnp.ones((2, 3, 2), bool),
+                          obs=jnp.tile(jnp.arange(1, 4, dtype=jnp.int32)[None, :, None],
+                                       (2, 1, 1))))
+
+
+@pytest.mark.parametrize("method", ["grpo", "gigpo"])
+def test_group_methods_place_the_penalty_as_verl_agent_does(method):
+    """Defaults (verl-agent's): the penalty comes off the invalid step's own score / R_t.
+    GRPO's step scores (1, 0.9, 1 | 0, 0, 0) centred on 29/60 (mean_norm: GiGPO, plus its
+    anchor pairs' +-(0.125, 0.2, 0.5), gamma 0.5); penalty = "reward" and per-episode
+    statistics give the earlier numbers (R(tau) = 0.9 on every step of episode 0)."""
+    from asct_jax.rl.credit import CreditContext
+    batch = _penalised_batch()
+    ctx = CreditContext(policy=None, env=None, env_params=None, group_size=2)
+    m = registry.get(method)
+    c = base.get_config()
+    c.gigpo.gamma = 0.5
+
+    def coef(**fields):
+        for k, v in fields.items():
+            c[method][k] = v
+        return np.asarray(m.make_credit(m.make_config(c), ctx)(None, batch, None, 0).coef)
+
+    if method == "grpo":
+        c.grpo = {}    # an empty section: its fields' defaults
+    centred = np.array([[31, 25, 31], [-29, -29, -29]]) / 60
+    if method == "grpo":
+        want = centred / np.sqrt(5070 / 18000)        # sample std of the six scores
+        old = np.array([[1.0] * 3, [-1.0] * 3]) / np.sqrt(2)   # G = (0.9, 0): +-0.45 / 0.45 sqrt2
+    else:
+        a_s = np.array([[0.125, 0.2, 0.5], [-0.125, -0.2, -0.5]])
+        want = centred + a_s
+        old = np.array([[0.45 + 0.1, 0.45 + 0.2, 0.45 + 0.5],    # R_0 of ep 0: 0.2
+                        [-0.45 - 0.1, -0.45 - 0.2, -0.45 - 0.5]])
+    np.testing.assert_allclose(coef(), want[..., None] * np.ones(2), rtol=1e-5)
+    stats = "stats" if method == "grpo" else "episode_stats"
+    np.testing.assert_allclose(coef(penalty="reward", **{stats: "episodes"}),
+                               old[..., None] * np.ones(2), rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["vineppo", "asct_agentuct", "factor", "serl", "grpo",
                                     pytest.param("asct_factor", marks=pytest.mark.slow),
                                     "gigpo"])
 def test_credit_is_masked_finite_and_counts_its_costs(setup, method):
@@ -65,6 +113,25 @@ def test_credit_is_masked_finite_and_counts_its_costs(setup, method):
     if method in ("vineppo", "asct_agentuct", "factor", "asct_factor"):
         assert float(credit.metrics["env_calls"]) > 0
         assert float(credit.metrics["aux_tokens"]) > 0
+
+
+def test_serl_without_its_teacher_is_grpo_over_step_samples(setup):
+    """With lam = 0 (past the decay) SERL's coefficients are GRPO's, penalties and step
+    statistics included (both read verl-agent's compute_grpo_outcome_advantage)."""
+    c, ctx, params, batch = setup
+    live = np.asarray(batch.turn_mask)
+    p = jnp.asarray(np.where(live & (np.arange(live.shape[1]) % 2 == 1), 0.1, 0.0),
+                    jnp.float32)
+    batch = batch.replace(rewards=batch.rewards - p, penalties=p)
+    coef = {}
+    for name in ("serl", "grpo"):
+        m = registry.get(name)
+        cfg = m.make_config(c)
+        mstate = m.init_state(cfg, ctx, params, jax.random.key(3)) if m.stateful else None
+        coef[name] = np.asarray(m.make_credit(cfg, ctx)(params, batch, jax.random.key(2),
+                                                         jnp.int32(10**6), mstate).coef)
+    np.testing.assert_allclose(coef["serl"], coef["grpo"], rtol=1e-6, atol=1e-7)
+    assert np.any(coef["grpo"] != 0)
 
 
 @pytest.mark.slow
@@ -197,3 +264,17 @@ def test_factor_step_rewards_auto_zeroes_them_only_where_g_is_the_return():
     assert step_rewards_of(auto, "score") == "keep"         # WebShop G
     assert step_rewards_of(auto, "return") == "zero"        # G = sum_t r_t already
     assert step_rewards_of(dataclasses.replace(auto, step_rewards="keep"), "return") == "keep"
+
+
+@pytest.mark.parametrize("field, value", [("grpo.stats", "turns"), ("grpo.penalty", "tokens"),
+                                          ("gigpo.penalty", "tokens"), ("serl.stats", "turns"),
+                                          ("serl.penalty", "tokens")])
+def test_group_method_fields_reject_unknown_values(field, value):
+    from asct_jax.infra.checks import ConfigError
+    c = base.get_config()
+    section, name = field.split(".")
+    if section not in c:
+        c[section] = {}
+    c[section][name] = value
+    with pytest.raises(ConfigError, match=rf"^{field}: '{value}' is not allowed"):
+        registry.get(section).make_config(c)

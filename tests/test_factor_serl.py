@@ -38,6 +38,31 @@ def test_hand_case():
                                np.where(mask, adv[:, None, None], 0.0))
 
 
+def test_per_turn_advantages_weigh_each_turn_by_its_own_sign():
+    # SERL's GRPO over step samples gives one A per turn: an invalid step's score can fall
+    # below the group mean while its episode's other turns stay above it. One episode,
+    # two turns of one action token each, delta = 0.5, lam = 0.5, A = (0.4, -0.1):
+    # turn 0: w = clip(e^0.5) = 1.2 -> 0.4 (0.5 + 0.6) = 0.44;
+    # turn 1: w = clip(e^-0.5) = 0.8 -> -0.1 (0.5 + 0.4) = -0.09.
+    adv = jnp.array([[0.4, -0.1]])
+    delta = jnp.full((1, 2, 1), 0.5)
+    mask = jnp.ones((1, 2, 1), bool)
+    np.testing.assert_allclose(serl(adv, delta, mask, mask, 0.5), [[[0.44], [-0.09]]],
+                               rtol=1e-6)
+
+
+@given(st.integers(0, 2**31 - 1), st.floats(0.0, 1.0))
+def test_episode_advantages_are_per_turn_ones_broadcast(seed, lam):
+    """A [B] advantage is the same as that advantage on every turn ([B, T])."""
+    rng = np.random.default_rng(seed)
+    b = random_batch(rng, B, T, A, scale=10.0)
+    delta = b["teacher_logp"] - b["student_logp"]
+    adv = rng.normal(size=(B,)).astype(np.float32)
+    np.testing.assert_array_equal(
+        serl(adv, delta, b["token_mask"], b["token_mask"], lam),
+        serl(np.repeat(adv[:, None], T, 1), delta, b["token_mask"], b["token_mask"], lam))
+
+
 @given(st.integers(0, 2**31 - 1), st.floats(0.0, 1.0))
 def test_padding_and_bounds(seed, lam):
     rng = np.random.default_rng(seed)

@@ -130,6 +130,7 @@ def test_expert_responses_are_valid_and_garbage_is_penalised_as_a_no_op():
     live = bad.turn_mask
     assert bool(jnp.all(bad.turn_info["gen/invalid"][live] == 1.0))
     np.testing.assert_allclose(bad.rewards[live], -0.25)
+    np.testing.assert_allclose(bad.penalties, jnp.where(live, 0.25, 0.0))
     assert float(jnp.mean(bad.final_info["success"])) == 0.0
 
     # actor.think = "none": the expert writes "<action> c </action> EOS" (3 non-action

@@ -69,7 +69,8 @@ def test_shapes_match_jax_rollout_conventions(setup):
                          setup["params"], jax.random.key(0))
     expected = {"obs": (b, T, O), "feedback": (b, T, F), "responses": (b, T, A),
                 "action_index": (b, T), "token_mask": (b, T, A), "turn_mask": (b, T),
-                "logp_old": (b, T, A), "values": (b, T), "rewards": (b, T), "dones": (b, T),
+                "logp_old": (b, T, A), "values": (b, T), "rewards": (b, T),
+                "penalties": (b, T), "dones": (b, T),
                 "cand_tokens": (b, T, K, A), "cand_mask": (b, T, K),
                 "cand_costs": (b, T, K), "group": (b,), "env_calls": ()}
     # (prompts / action_mask / turn_info: a generating actor's, None here)
@@ -140,6 +141,35 @@ def test_logp_old_matches_recomputed_and_rewards_sum_to_score(setup):
     scores = [s[-1].score - s[0].score for s in setup["host_states"]]
     np.testing.assert_allclose(np.asarray(batch.rewards).sum(1), scores)
     assert set(np.asarray(batch.final_info["success"]).tolist()) <= {0.0, 1.0}
+    np.testing.assert_array_equal(batch.penalties, 0.0)   # candidates: nothing is invalid
+
+
+def test_a_generating_actor_records_its_invalid_penalties(setup):
+    """Generate mode: an untrained tiny actor's invalid turns carry p_t = 0.1 in
+    `penalties` and rewards = the game's reward - 0.1, so rewards + penalties add up to the
+    game's score; valid turns and turns after done carry no penalty."""
+    from asct_jax.envs.projection import Tags
+    from asct_jax.envs.tokenizer import TAG_TOKENS, tag_ids
+    from asct_jax.rl.generation import GenerationPolicy, GenerationSpec
+
+    tok = setup["tok"]
+    spec = GenerationSpec(tags=Tags(*((i,) for i in tag_ids(len(tok)))), response_len=6)
+    cfg = get_preset("tiny", vocab_size=len(tok) + len(TAG_TOKENS),
+                     max_seq_len=spec.prompt_len(O, K, A) + F + spec.response_len + 2,
+                     hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                     head_dim=16, intermediate_size=64)
+    graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(1)))
+    policy = GenerationPolicy(graphdef, cfg.vocab_size, spec, O, A, K, F)
+    batch, host_states = host_rollout(policy, params, setup["env"], tok,
+                                      list(range(NUM_GAMES)), SHAPE, group_size=G,
+                                      key=jax.random.key(2))
+    live = np.asarray(batch.turn_mask)
+    invalid = live & (np.asarray(batch.turn_info["gen/invalid"]) == 1.0)
+    assert invalid.any()
+    np.testing.assert_allclose(batch.penalties, np.where(invalid, 0.1, 0.0), rtol=1e-6)
+    scores = [s[-1].score - s[0].score for s in host_states]
+    np.testing.assert_allclose(np.asarray(batch.rewards + batch.penalties).sum(1), scores,
+                               atol=1e-5)
 
 
 def test_one_grpo_learn_step_changes_params(setup):

@@ -73,7 +73,7 @@ def test_turn_record_is_the_same_on_numpy_and_jnp():
                 logp=rng.normal(size=(n, a)).astype(np.float32),
                 value=rng.normal(size=n).astype(np.float32),
                 reward=np.array([1.0, 0.5, 2.0], np.float32),
-                penalty=np.array([0.0, 0.1, 0.0], np.float32),
+                penalty=np.array([0.0, 0.1, 0.3], np.float32),
                 done=np.array([True, False, True]), cands=rng.integers(0, 9, (n, k, a)),
                 legal=rng.random((n, k)) < 0.5, costs=rng.random((n, k)).astype(np.float32),
                 acted=np.array([True, False, False]))
@@ -84,7 +84,32 @@ def test_turn_record_is_the_same_on_numpy_and_jnp():
         np.testing.assert_array_equal(host[key], np.asarray(jit[key]), err_msg=key)
     np.testing.assert_array_equal(host["action_index"], [1, -1, -1])
     np.testing.assert_allclose(host["rewards"], [1.0, 0.4, 0.0], rtol=1e-6)
+    # the penalty is kept beside the reward on the live episodes (r_t + p_t = env reward)
+    np.testing.assert_allclose(host["penalties"], [0.0, 0.1, 0.0], rtol=1e-6)
     assert not host["token_mask"][1:].any() and list(host["dones"]) == [True, False, False]
+
+
+def test_play_records_the_penalty_beside_the_reward_it_lowers():
+    """A chooser that penalises its odd candidates: play records p_t = 0.1 on those live
+    turns (0 elsewhere and after done) and rewards = the penalty-free play's - p_t."""
+    params = ENV.make_params(seed=3)
+
+    def chooser(pen):
+        def choose(key, states, ts, cands, legal, costs):
+            c = P.uniform_chooser(key, states, ts, cands, legal, costs)
+            return c.replace(penalty=jnp.where(c.index % 2 == 1, pen, 0.0))
+        return choose
+
+    run = lambda pen: P.play(ENV, params, chooser(pen), jax.random.PRNGKey(4), 3, 2)  # noqa
+    eps, plain = run(0.1), run(0.0)
+    rec, live = eps.record, np.asarray(eps.record["turn_mask"])
+    np.testing.assert_array_equal(rec["action_index"], plain.record["action_index"])
+    odd = live & (np.asarray(rec["action_index"]) % 2 == 1)
+    assert odd.any() and (live & ~odd).any()
+    np.testing.assert_allclose(rec["penalties"], np.where(odd, 0.1, 0.0), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(rec["rewards"]) + np.asarray(rec["penalties"]),
+                               plain.record["rewards"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(plain.record["penalties"], 0.0)
 
 
 def test_sample_candidate_stays_legal_and_falls_back_when_none_is():

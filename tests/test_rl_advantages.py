@@ -264,15 +264,19 @@ def _returns_numpy(r, m, gamma):
     return ret
 
 
-def _gigpo_numpy(r, obs, m, group_size, gamma, omega, mode, episode_stats, eps=1e-6):
+def _gigpo_numpy(r, obs, m, group_size, gamma, omega, mode, episode_stats, eps=1e-6,
+                 p=None):
     """verl-agent's layout in explicit loops, float64: one row per real turn (i, t) with
-    its group, its episode's return R(tau_i), its step return R_t and its observation;
-    statistics over rows ("steps") or over distinct episodes ("episodes")."""
+    its group, its copy of the episode's return R(tau_i) - p_{i,t}, its step return
+    R_t - p_{i,t} (the penalty after discounting) and its observation; statistics over
+    rows ("steps") or over distinct episodes' R(tau) ("episodes")."""
     r, obs, m = np.asarray(r, np.float64), np.asarray(obs), np.asarray(m)
     b, t = r.shape
-    ret = _returns_numpy(r, m, gamma)
+    p = np.zeros((b, t)) if p is None else np.where(m, p, 0.0)
+    ret = _returns_numpy(r, m, gamma) - p
     ep_ret = [sum(r[i, k] for k in range(t) if m[i, k]) for i in range(b)]
     rows = [(i, k) for i in range(b) for k in range(t) if m[i, k]]
+    score = {(i, k): ep_ret[i] - p[i, k] for i, k in rows}
 
     def norm(x, xs, singleton_mean):
         if len(xs) == 1:
@@ -284,8 +288,9 @@ def _gigpo_numpy(r, obs, m, group_size, gamma, omega, mode, episode_stats, eps=1
     out = np.zeros((b, t))
     for i, k in rows:
         peers = [(j, k2) for j, k2 in rows if j // group_size == i // group_size]
-        episodes = peers if episode_stats == "steps" else sorted({(j, 0) for j, _ in peers})
-        a_e = norm(ep_ret[i], [ep_ret[j] for j, _ in episodes], 0.0)
+        sample = ([score[q] for q in peers] if episode_stats == "steps"
+                  else [ep_ret[j] for j in sorted({j for j, _ in peers})])
+        a_e = norm(score[i, k], sample, 0.0)
         anchor = [ret[j, k2] for j, k2 in peers if np.array_equal(obs[j, k2], obs[i, k])]
         out[i, k] = a_e + omega * norm(ret[i, k], anchor, ret[i, k])
     return out
@@ -300,6 +305,12 @@ def _gigpo_batch(seed, num_groups, group_size, t, o, vocab, min_len=0):
     rewards = np.where(mask, rng.normal(size=(b, t)), np.nan).astype(np.float32)
     obs = rng.integers(0, vocab, size=(b, t, o)).astype(np.int32)
     return rewards, obs, mask
+
+
+def _penalties(seed, m, p=0.1):
+    """p on about a third of the real turns (invalid actions), nan where no turn happened."""
+    rng = np.random.default_rng(seed + 2)
+    return np.where(m, p * (rng.random(m.shape) < 0.35), np.nan).astype(np.float32)
 
 
 def _anchor_groups(obs, m, group_size):
@@ -423,13 +434,16 @@ def test_gigpo_equal_values_give_exactly_zero():
 @given(seed=st.integers(0, 2**31 - 1), num_groups=st.integers(1, 3),
        group_size=st.integers(1, 4), t=st.integers(1, 6), o=st.integers(1, 3),
        vocab=st.integers(1, 3), gamma=st.sampled_from([1.0, 0.95, 0.5]),
-       omega=st.sampled_from([1.0, 0.5, 0.0]), mode=_MODES, episode_stats=_STATS)
+       omega=st.sampled_from([1.0, 0.5, 0.0]), mode=_MODES, episode_stats=_STATS,
+       penalised=st.booleans())
 def test_gigpo_matches_numpy_loops(seed, num_groups, group_size, t, o, vocab, gamma, omega,
-                                   mode, episode_stats):
+                                   mode, episode_stats, penalised):
     r, obs, m = _gigpo_batch(seed, num_groups, group_size, t, o, vocab)
+    p = _penalties(seed, m) if penalised else None
     out = _gigpo(jnp.asarray(r), jnp.asarray(obs), jnp.asarray(m), group_size, gamma=gamma,
-                 omega=omega, mode=mode, episode_stats=episode_stats)
-    ref = _gigpo_numpy(r, obs, m, group_size, gamma, omega, mode, episode_stats)
+                 omega=omega, mode=mode, episode_stats=episode_stats,
+                 penalties=None if p is None else jnp.asarray(p))
+    ref = _gigpo_numpy(r, obs, m, group_size, gamma, omega, mode, episode_stats, p=p)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
     assert np.all(np.asarray(out)[~m] == 0)   # masked turns (nan rewards there) are 0
 
@@ -585,3 +599,158 @@ def test_standardise_coefficients_mean0_std1_and_masks(seed, b, t, a):
         i, j = np.argwhere(live)[0]
         np.testing.assert_allclose(out[i, j][tok[i, j]] - a_t[0],
                                    (coef[i, j][tok[i, j]] - raw[0]) / raw.std(), atol=1e-3)
+
+
+# ---------------------------------------- GRPO over step samples, the invalid-action penalty
+_grpo_steps = jax.jit(adv.grpo_step_advantages,
+                      static_argnames=("group_size", "stats", "normalise_std"))
+
+
+def test_grpo_step_samples_weigh_episodes_by_their_turns():
+    # G = 2, T = 3: ep 0 one turn, r = 2; ep 1 three turns, r = 0, 1, 0 (nan padding).
+    r = jnp.array([[2., np.nan, np.nan], [0., 1., 0.]])
+    m = jnp.array([[1, 0, 0], [1, 1, 1]], bool)
+    # R(tau) = 2, 1. Step samples (2, 1, 1, 1): mean 5/4, centred 3/4 | -1/4 (x3),
+    #   sample std sqrt((9/16 + 3/16) / 3) = 1/2  ->  3/2 | -1/2 on each of ep 1's turns.
+    # Episode samples (2, 1): mean 3/2, centred +-1/2, sample std 1/sqrt2 -> +-1/sqrt2.
+    steps = adv.grpo_step_advantages(r, m, 2, eps=1e-12)
+    np.testing.assert_allclose(steps, [[1.5, 0, 0], [-0.5, -0.5, -0.5]], rtol=1e-6)
+    episodes = adv.grpo_step_advantages(r, m, 2, stats="episodes", eps=1e-12)
+    h = 1 / np.sqrt(2)
+    np.testing.assert_allclose(episodes, [[h, 0, 0], [-h, -h, -h]], rtol=1e-6)
+    # Dr. GRPO (no std): the centred values.
+    np.testing.assert_allclose(adv.grpo_step_advantages(r, m, 2, normalise_std=False),
+                               [[0.75, 0, 0], [-0.25, -0.25, -0.25]], rtol=1e-6)
+    # The per-episode statistics are the earlier per-episode GRPO on every turn.
+    g = adv.episode_returns(jnp.where(m, r, 0.0), m)
+    np.testing.assert_allclose(episodes, adv.grpo_advantages(g, 2, eps=1e-12)[:, None] * m,
+                               rtol=1e-6)
+
+
+def test_grpo_penalty_is_taken_off_the_invalid_steps_own_score():
+    # G = 2, T = 3. ep 0: env rewards 0, 0, 1 and an invalid middle step (p = 0.1);
+    # ep 1: rewards 0, 0, 0. Scores s = R(tau) - p: ep 0 (1, 0.9, 1), ep 1 (0, 0, 0).
+    r = jnp.array([[0., 0., 1.], [0., 0., 0.]])
+    p = jnp.array([[0., 0.1, 0.], [0., 0., 0.]])
+    m = jnp.ones((2, 3), bool)
+    # Step samples: mean 2.9 / 6 = 29/60; centred 31/60, 25/60, 31/60 | -29/60 (x3);
+    #   sample variance (961 + 625 + 961 + 3 * 841) / 3600 / 5 = 5070 / 18000.
+    c = np.array([[31, 25, 31], [-29, -29, -29]]) / 60
+    np.testing.assert_allclose(adv.grpo_step_advantages(r, m, 2, penalties=p,
+                                                        normalise_std=False), c, rtol=1e-5)
+    np.testing.assert_allclose(adv.grpo_step_advantages(r, m, 2, penalties=p, eps=1e-12),
+                               c / np.sqrt(5070 / 18000), rtol=1e-5)
+    # Per-episode statistics over R(tau) = (1, 0): mean 1/2, std 1/sqrt2; only the
+    # invalid step's own score moves, by -0.1.
+    e = np.array([[0.5, 0.4, 0.5], [-0.5, -0.5, -0.5]])
+    np.testing.assert_allclose(adv.grpo_step_advantages(r, m, 2, penalties=p,
+                                                        stats="episodes", eps=1e-12),
+                               e * np.sqrt(2), rtol=1e-5)
+    # The earlier placement (p in r_t: every step carries G = 0.9) is what rewards - p gives.
+    np.testing.assert_allclose(adv.grpo_step_advantages(r - p, m, 2, normalise_std=False),
+                               [[0.45] * 3, [-0.45] * 3], rtol=1e-5)
+
+
+def test_gigpo_penalty_is_taken_off_the_invalid_steps_own_returns():
+    # G = 2, T = 3, gamma = 0.5, mean_norm. Both episodes see observations 1, 2, 3 at turns
+    # 0, 1, 2 (anchor pairs {(0, t), (1, t)}). ep 0: env rewards 0, 0, 1, invalid middle
+    # step (p = 0.1); ep 1: rewards 0, 0, 0.
+    r = jnp.array([[0., 0., 1.], [0., 0., 0.]])
+    p = jnp.array([[0., 0.1, 0.], [0., 0., 0.]])
+    m = jnp.ones((2, 3), bool)
+    obs = jnp.tile(jnp.arange(1, 4, dtype=jnp.int32)[None, :, None], (2, 1, 1))
+    # R_t of ep 0 without the penalty: (0 + .5 * .5, 0 + .5 * 1, 1) = (0.25, 0.5, 1);
+    # less its own p after discounting: (0.25, 0.4, 1) (p in r_t would give R_0 = 0.2).
+    # ep 1: R_t = 0. Anchor pair means: (0.125, 0.2, 0.5) -> A^S = +-(0.125, 0.2, 0.5).
+    # A^E: the GRPO scores above, centred: (31, 25, 31) / 60 | -29 / 60.
+    a_s = np.array([[0.125, 0.2, 0.5], [-0.125, -0.2, -0.5]])
+    a_e = np.array([[31, 25, 31], [-29, -29, -29]]) / 60
+    out = adv.gigpo_advantages(r, obs, m, 2, gamma=0.5, penalties=p)
+    np.testing.assert_allclose(out, a_e + a_s, rtol=1e-5)
+    # The earlier placement (p in r_t): R_0 of ep 0 falls to 0.2 and every A^E is the
+    # episode's: R(tau) = 0.9, 0 -> +-0.45.
+    old = adv.gigpo_advantages(r - p, obs, m, 2, gamma=0.5)
+    np.testing.assert_allclose(old, [[0.45 + 0.1, 0.45 + 0.2, 0.45 + 0.5],
+                                     [-0.45 - 0.1, -0.45 - 0.2, -0.45 - 0.5]], rtol=1e-5)
+
+
+@given(seed=st.integers(0, 2**31 - 1), num_groups=st.integers(1, 3),
+       group_size=st.integers(2, 4), t=st.integers(1, 6), normalise_std=st.booleans())
+@settings(deadline=None)
+def test_grpo_step_and_episode_statistics_agree_on_equal_lengths(seed, num_groups,
+                                                                 group_size, t,
+                                                                 normalise_std):
+    """No penalty and every episode L turns long: L copies of each return have the
+    episodes' mean, so the centred values agree (and "episodes" is the earlier per-episode
+    GRPO); the sample std of the L G copies is sqrt(L (G - 1) / (L G - 1)) times the
+    episodes' (ddof 1 on both), so mean_std advantages differ by that factor."""
+    rng = np.random.default_rng(seed)
+    b = num_groups * group_size
+    length = int(rng.integers(1, t + 1))
+    m = np.broadcast_to(np.arange(t)[None] < length, (b, t))
+    r = np.where(m, rng.normal(size=(b, t)), np.nan).astype(np.float32)
+    kw = dict(group_size=group_size, normalise_std=normalise_std)
+    steps = np.asarray(_grpo_steps(jnp.asarray(r), jnp.asarray(m), stats="steps", **kw))
+    episodes = np.asarray(_grpo_steps(jnp.asarray(r), jnp.asarray(m), stats="episodes", **kw))
+    g = adv.episode_returns(jnp.asarray(np.where(m, r, 0.0)), jnp.asarray(m))
+    grpo = np.asarray(adv.grpo_advantages(g, group_size, normalise_std=normalise_std))
+    np.testing.assert_allclose(episodes, grpo[:, None] * m, rtol=1e-4, atol=1e-4)
+    if not normalise_std or length == 1:
+        np.testing.assert_allclose(steps, episodes, rtol=1e-4, atol=1e-4)
+    else:   # the same centred values over a smaller std: steps = episodes * sd_e / sd_s
+        scale = np.sqrt(length * (group_size - 1) / (length * group_size - 1))
+        np.testing.assert_allclose(steps * scale, episodes, rtol=1e-3, atol=1e-3)
+
+
+@given(seed=st.integers(0, 2**31 - 1), num_groups=st.integers(1, 3),
+       group_size=st.integers(1, 4), t=st.integers(1, 6), mode=_MODES,
+       stats=_STATS, penalised=st.booleans())
+@settings(deadline=None)
+def test_grpo_steps_is_gigpo_episode_term(seed, num_groups, group_size, t, mode, stats,
+                                          penalised):
+    """GRPO over step samples is GiGPO's A^E (omega = 0), penalties included."""
+    r, obs, m = _gigpo_batch(seed, num_groups, group_size, t, 2, 2)
+    p = jnp.asarray(_penalties(seed, m)) if penalised else None
+    r, obs, m = map(jnp.asarray, (r, obs, m))
+    np.testing.assert_allclose(
+        _grpo_steps(r, m, group_size, penalties=p, stats=stats,
+                    normalise_std=mode == "mean_std_norm"),
+        _gigpo(r, obs, m, group_size, omega=0.0, mode=mode, episode_stats=stats,
+               penalties=p), rtol=1e-6, atol=1e-6)
+
+
+@given(seed=st.integers(0, 2**31 - 1), num_groups=st.integers(1, 3),
+       group_size=st.integers(2, 4), t=st.integers(1, 6), gamma=st.sampled_from([1.0, 0.5]))
+@settings(deadline=None)
+def test_penalty_moves_only_the_invalid_steps_own_inputs(seed, num_groups, group_size, t,
+                                                         gamma):
+    """With per-episode statistics (a set without penalties), mean_norm and every anchor a
+    singleton, A(p) - A(0) = -p on the invalid turns and 0 elsewhere, in GRPO and GiGPO;
+    GiGPO's anchor term sees p only through R_t - p of the invalid turn itself."""
+    r, obs, m = _gigpo_batch(seed, num_groups, group_size, t, 2, 2)
+    p = _penalties(seed, m)
+    b = r.shape[0]
+    rj, mj, pj = jnp.asarray(r), jnp.asarray(m), jnp.asarray(p)
+    want = -np.where(m, p, 0.0)
+    kw = dict(stats="episodes", normalise_std=False)
+    np.testing.assert_allclose(_grpo_steps(rj, mj, group_size, penalties=pj, **kw)
+                               - _grpo_steps(rj, mj, group_size, **kw), want, atol=1e-6)
+    unique = jnp.arange(b * t * 2, dtype=jnp.int32).reshape(b, t, 2)
+    gkw = dict(gamma=gamma, episode_stats="episodes")
+    np.testing.assert_allclose(_gigpo(rj, unique, mj, group_size, penalties=pj, **gkw)
+                               - _gigpo(rj, unique, mj, group_size, **gkw), want, atol=1e-6)
+    # Shared anchors: A^S is the anchor group's centred R_t - p (numpy reference).
+    out = _gigpo(rj, jnp.asarray(obs), mj, group_size, penalties=pj, **gkw)
+    ref = _gigpo_numpy(r, obs, m, group_size, gamma, 1.0, "mean_norm", "episodes", p=p)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_grpo_step_advantages_checks_its_arguments():
+    from asct_jax.infra.checks import ConfigError
+    r, m = jnp.zeros((4, 3)), jnp.ones((4, 3), bool)
+    with pytest.raises(ConfigError, match=r"^stats: 'turns' is not allowed"):
+        adv.grpo_step_advantages(r, m, 2, stats="turns")
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        adv.grpo_step_advantages(r, m, 3)
+    with pytest.raises(AssertionError):
+        adv.grpo_step_advantages(r, m, 2, penalties=jnp.zeros((4, 2)))

@@ -205,11 +205,11 @@ def test_same_seed_same_numbers_and_candidate_scores_match_full_pass(tmp_path):
 
 
 def test_non_finite_loss_stops_with_step_and_last_checkpoint(tmp_path):
-    from asct_jax.rl.methods import GRPO
+    from asct_jax.rl.methods import GRPO, GRPOConfig
     from asct_jax.rl.trainer import train
 
     def nan_coefficients(config, ctx):
-        grpo = GRPO.make_credit(config, ctx)
+        grpo = GRPO.make_credit(GRPOConfig(), ctx)
 
         def fn(params, batch, key, step, mstate=None):
             c = grpo(params, batch, key, step, mstate)

@@ -36,8 +36,8 @@ from asct_jax.envs.base import PAD_ID, Environment, TimeStep
 
 # Per-turn fields of Episodes.record ([B, T, ...], see asct_jax.rl.types.Rollout).
 RECORD = ("obs", "feedback", "responses", "action_index", "token_mask", "turn_mask",
-          "logp_old", "values", "rewards", "dones", "cand_tokens", "cand_mask",
-          "cand_costs", "states")
+          "logp_old", "values", "rewards", "penalties", "dones", "cand_tokens",
+          "cand_mask", "cand_costs", "states")
 
 
 @chex.dataclass(frozen=True)
@@ -230,7 +230,8 @@ def turn_record(live, obs, feedback, responses, index, scored, logp, value, rewa
     action; obs [N, O]; feedback [N, F]; responses [N, A]; index [N] i32; scored [N, A] bool,
     the tokens that carry the loss; logp [N, A]; value [N]; reward [N] the environment's;
     penalty [N] the actor's; done [N] bool after the step; cands [N, K, A_c]; legal, costs
-    [N, K].
+    [N, K]. rewards = reward - penalty and penalties = penalty on the live episodes, 0
+    elsewhere (asct_jax.rl.types.Rollout).
     """
     acted = live if acted is None else acted
     token_mask = scored & acted[:, None]
@@ -238,7 +239,8 @@ def turn_record(live, obs, feedback, responses, index, scored, logp, value, rewa
         obs=obs, feedback=feedback, responses=responses, action_index=xp.where(acted, index, -1),
         token_mask=token_mask, turn_mask=live, logp_old=xp.where(token_mask, logp, 0.0),
         values=value, rewards=xp.where(live, reward - penalty, 0.0),   # r_t - penalty
-        dones=done & live, cand_tokens=cands, cand_mask=legal, cand_costs=costs)
+        penalties=xp.where(live, penalty, 0.0), dones=done & live, cand_tokens=cands,
+        cand_mask=legal, cand_costs=costs)
 
 
 def play_from(env: Environment, env_params: Any, actor: Any, state: Any, key: chex.PRNGKey,

@@ -27,7 +27,8 @@ A generating actor (policy.chooser == "generate", asct_jax.rl.generation) writes
 instead: the prompt lists the kept commands and the last k steps, the response ([B, T, R]
 actions, its prompt in `prompts`, `action_mask`, the gen/ statistics) is projected onto
 them in jit; a valid one sends its command, an invalid one is penalised by
-invalid_penalty and the game receives what verl-agent would send (`written_command`).
+invalid_penalty (in `rewards`, and in `penalties` for GRPO / GiGPO / SERL, see
+`Rollout`) and the game receives what verl-agent would send (`written_command`).
 Games that are done are no longer stepped: their turns have turn_mask False, all-PAD
 candidates with cand_mask False, action_index -1, zero rewards and log-probs.
 `states` is None (host states are not arrays); the HostStates of every turn are returned
@@ -221,6 +222,7 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
         "logp_old": np.zeros((b, t_max, r_len), np.float32),
         "values": np.zeros((b, t_max), np.float32),
         "rewards": np.zeros((b, t_max), np.float32),
+        "penalties": np.zeros((b, t_max), np.float32),
         "dones": np.zeros((b, t_max), bool),
         "cand_tokens": np.full((b, t_max, k_max, a_len), pad, np.int32),
         "cand_mask": np.zeros((b, t_max, k_max), bool),

@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import jax.numpy as jnp
-
 from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
@@ -20,6 +18,20 @@ from asct_jax.rl.credit import (Credit, CreditContext, CreditFn, Method, Rollout
 
 
 RETURN_BASELINES = ("critic", "none")   # config.ppo.return_baseline of ppo_return
+# Where GRPO / GiGPO / SERL read the invalid-action penalty (config.<method>.penalty):
+# "step", verl-agent's (ray_trainer.py apply_invalid_action_penalty): off the invalid
+# step's own copy of the episode return and its own R_t after discounting; "reward": in
+# r_t (Rollout.rewards as recorded), what they read before issue 36.
+PENALTY_PLACEMENTS = ("step", "reward")
+
+
+def group_rewards(batch: Rollout, penalty: str):
+    """(r_t, p_t) a group-relative method reads ([B, T] each): the environment's reward
+    rewards + penalties and the penalty apart ("step"), or the recorded rewards (the
+    penalty in them) and none ("reward")."""
+    if penalty == "reward":
+        return batch.rewards, None
+    return batch.rewards + batch.penalties, batch.penalties   # r_t = (r_t - p_t) + p_t
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +50,21 @@ class GAEConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    """GRPO's fields (section grpo); defaults verl-agent's (compute_grpo_outcome_advantage)."""
+
+    stats: str = option(adv.GROUP_STATS, "samples of the group mean / std: steps (one per "
+                        "real turn, theirs: compute_mean_std_cross_steps) or episodes", "steps")
+    penalty: str = option(PENALTY_PLACEMENTS, "invalid-action penalty: step (off the step's "
+                          "own score, theirs) or reward (in r_t)", "step")
+
+
+def grpo_config(config) -> GRPOConfig:
+    """Section grpo (every field has a default: a config without the section reads them)."""
+    return from_section(GRPOConfig, config if "grpo" in config else {"grpo": {}}, "grpo")
+
+
+@dataclasses.dataclass(frozen=True)
 class GiGPOConfig:
     """GiGPO's fields (section gigpo); names and defaults as verl-agent's algorithm.gigpo."""
 
@@ -48,6 +75,8 @@ class GiGPOConfig:
     episode_stats: str = option(adv.GIGPO_EPISODE_STATS,
                                 "samples of the episode term's mean / std: steps (one per "
                                 "real turn, theirs) or episodes (one per episode)")
+    penalty: str = option(PENALTY_PLACEMENTS, "invalid-action penalty: step (off the "
+                          "step's own R(tau) copy and R_t, theirs) or reward (in r_t)", "step")
 
 
 def _ppo_return(cfg: ReturnConfig, ctx: CreditContext) -> CreditFn:
@@ -72,14 +101,15 @@ def _ppo_gae(cfg: GAEConfig, ctx: CreditContext) -> CreditFn:
     return credit
 
 
-def _grpo(cfg: None, ctx: CreditContext) -> CreditFn:
-    """GRPO: A_i = (G_i - mean_group G) / (std_group G + eps) on every token of episode i."""
+def _grpo(cfg: GRPOConfig, ctx: CreditContext) -> CreditFn:
+    """GRPO over verl-agent's step samples: A_{i,t} = (R(tau_i) - p_{i,t} - mean) / (std +
+    eps) on every token of turn t of episode i (`adv.grpo_step_advantages`)."""
 
     def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
-        g = adv.episode_returns(batch.rewards, batch.turn_mask)
-        a = adv.grpo_advantages(g, ctx.group_size)
-        per_turn = jnp.broadcast_to(a[:, None], batch.turn_mask.shape)
-        return from_turn_advantages(batch, per_turn, value_targets_mc(batch))
+        r, p = group_rewards(batch, cfg.penalty)
+        a = adv.grpo_step_advantages(r, batch.turn_mask, ctx.group_size, penalties=p,
+                                     stats=cfg.stats)
+        return from_turn_advantages(batch, a, value_targets_mc(batch))
     return credit
 
 
@@ -90,9 +120,10 @@ def _gigpo(cfg: GiGPOConfig, ctx: CreditContext) -> CreditFn:
     gamma, omega = float(cfg.gamma), float(cfg.omega)
 
     def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
-        a = adv.gigpo_advantages(batch.rewards, batch.obs, batch.turn_mask, ctx.group_size,
+        r, p = group_rewards(batch, cfg.penalty)
+        a = adv.gigpo_advantages(r, batch.obs, batch.turn_mask, ctx.group_size,
                                  gamma=gamma, omega=omega, mode=cfg.mode,
-                                 episode_stats=cfg.episode_stats)
+                                 episode_stats=cfg.episode_stats, penalties=p)
         return from_turn_advantages(batch, a, value_targets_mc(batch))
     return credit
 
@@ -103,7 +134,7 @@ PPO_RETURN = Method("ppo_return", _ppo_return, protocol=ASCT,
                     make_config=functools.partial(from_section, ReturnConfig, section="ppo"))
 PPO_GAE = Method("ppo_gae", _ppo_gae, protocol=SUBSTRATE,
                  make_config=functools.partial(from_section, GAEConfig, section="ppo"))
-GRPO = Method("grpo", _grpo, protocol=VERL)
+GRPO = Method("grpo", _grpo, make_config=grpo_config, protocol=VERL)
 GIGPO = Method("gigpo", _gigpo, protocol=VERL,
                make_config=functools.partial(from_section, GiGPOConfig, section="gigpo"))
 METHODS = (PPO_RETURN, PPO_GAE, GRPO, GIGPO)

@@ -27,7 +27,13 @@ class Rollout:
       turn_mask: [B, T] bool, the turn happened (the episode was not done before it).
       logp_old: [B, T, A] float32, log pi_old(y_{t,j} | x_t, y_{t,<j}) (0 where masked).
       values: [B, T] float32, the critic V_phi(x_t) under the behaviour parameters.
-      rewards: [B, T] float32, r_t (0 after done).
+      rewards: [B, T] float32, r_t (0 after done): the environment's reward less the
+        actor's invalid-action penalty (FACTOR's authors and the critic-based methods read
+        the penalty in the step reward).
+      penalties: [B, T] float32, p_t, the invalid-action penalty already in rewards (0 in
+        candidates mode and where no turn happened): rewards + penalties is the
+        environment's reward. GRPO / GiGPO / SERL add it back and take it off the invalid
+        step's own copy of the episode return and R_t instead, as verl-agent does.
       dones: [B, T] bool, the episode ended with the action of turn t.
       cand_tokens: [B, T, K, A] int32, candidate actions at x_t (constrained decoding).
       cand_mask: [B, T, K] bool, legal candidates at x_t.
@@ -57,6 +63,7 @@ class Rollout:
     logp_old: chex.Array
     values: chex.Array
     rewards: chex.Array
+    penalties: chex.Array
     dones: chex.Array
     cand_tokens: chex.Array
     cand_mask: chex.Array

@@ -124,6 +124,12 @@ def get_config():
     # mean_norm: verl-agent's default and most of its GiGPO example scripts.
     c.gigpo.mode = "mean_norm"
     c.gigpo.episode_stats = "steps"  # steps (theirs: one sample per turn) | episodes
+    # The invalid-action penalty: "step" off the invalid step's own return copy and R_t
+    # (verl-agent's), "reward" in r_t (the stored factor_generate table's).
+    c.gigpo.penalty = "step"
+    c.grpo = ml_collections.ConfigDict()    # GRPO (asct_jax/rl/methods.py)
+    c.grpo.stats = "steps"          # group mean / std over step samples (verl's) | episodes
+    c.grpo.penalty = "step"
     c.vineppo = ml_collections.ConfigDict()
     c.vineppo.k = 12                # pi_old continuations per visited state (the paper's B)
     c.vineppo.cache = True          # the same execution cache and actor-scoring ledger
@@ -162,6 +168,8 @@ def get_config():
     c.serl.resync_every = 10        # teacher re-synced to the student every 10 steps
     c.serl.clip = 0.2               # w clipped to [0.8, 1.2]
     c.serl.scale_schedules = True
+    c.serl.stats = "steps"          # its GRPO advantage, as grpo.stats / grpo.penalty
+    c.serl.penalty = "step"
 
     c.train = ml_collections.ConfigDict()
     c.train.steps = 60
@@ -309,7 +317,7 @@ def get_constraints():
     from asct_jax.infra.checks import Range
     from asct_jax.infra.typed_config import constraints
     from asct_jax.rl.protocol import PROTOCOLS
-    from asct_jax.rl.methods import GAEConfig, GiGPOConfig, ReturnConfig
+    from asct_jax.rl.methods import GAEConfig, GiGPOConfig, GRPOConfig, ReturnConfig
     from asct_jax.rl.run_config import SECTIONS, SFT_STEPS
     from asct_jax.search.methods import ASCTConfig, VinePPOConfig
     from experiments import registry
@@ -323,6 +331,7 @@ def get_constraints():
         "ppo.protocol": PROTOCOLS, "ppo.lr": Range(0.0, 1.0, lo_open=True),
         **constraints(ReturnConfig, "ppo"),
         **constraints(GAEConfig, "ppo"), **constraints(GiGPOConfig, "gigpo"),
+        **constraints(GRPOConfig, "grpo"),
         **constraints(ASCTConfig, "asct"),
         **constraints(VinePPOConfig, "vineppo"), **constraints(FactorConfig, "factor"),
         **constraints(SerlConfig, "serl"),
