@@ -23,7 +23,7 @@ from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import CreditContext, Method, any_over_seeds, value_targets_mc
 from asct_jax.rl.methods import GRPO
 from asct_jax.rl.types import Credit, Rollout, action_tokens
-from factor_jax.teacher import teacher_log_probs
+from factor_jax.teacher import TEACHER_PROMPTS, teacher_log_probs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +36,8 @@ class SerlConfig:
     clip: float = option(Range(0.0, None), "weights clipped to [1 - clip, 1 + clip]")
     scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
     train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
+    teacher_prompt: str = option(TEACHER_PROMPTS, "the teacher's prompt: serl (SERL's "
+                                 "wording) or appended (the earlier one)", default="serl")
 
 
 def serl_config(config) -> SerlConfig:
@@ -55,7 +57,8 @@ def _serl(sc: SerlConfig, ctx: CreditContext):
         lam = fj.serl_lambda(step + 1, sc.lam0, decay)
         teacher_params = _join_like(mstate["teacher"], params)
         run = any_over_seeds(lam > 0, ctx)          # lam = 0: pure GRPO, no teacher pass
-        teacher = jax.lax.cond(run, lambda: teacher_log_probs(ctx, teacher_params, batch),
+        teacher = jax.lax.cond(run, lambda: teacher_log_probs(ctx, teacher_params, batch,
+                                                                   sc.teacher_prompt),
                                lambda: batch.logp_old)
         delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
         coef = fj.serl_coefficients(a, delta, action_tokens(batch), batch.token_mask, lam,

@@ -48,7 +48,7 @@ from asct_jax.rl.types import merge_batch_turns as _flat
 from factor_jax import critic as tac_critic
 from factor_jax.continuations import Continuations, checkpoint_targets, run_continuations
 from factor_jax.host_continuations import continue_on_host
-from factor_jax.teacher import TEACHER_DIST, kl_reduce, teacher_outputs
+from factor_jax.teacher import TEACHER_DIST, TEACHER_PROMPTS, kl_reduce, teacher_outputs
 
 REWARD_RULES = ("auto",) + fj.REWARD_RULES  # factor.reward_rule; auto: the env's own
 OUTCOMES = ("auto", "success", "score", "return")  # factor.outcome: what G is
@@ -80,6 +80,8 @@ class FactorConfig:
     kl_decay: int = option(Range(1, None, integer=True), "lambda_k = max(1 - k/decay, 0)")
     scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
     train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
+    teacher_prompt: str = option(TEACHER_PROMPTS, "the teacher's prompt: serl (SERL's "
+                                 "wording) or appended (the earlier one)", default="serl")
 
 
 def factor_config(config) -> FactorConfig:
@@ -266,7 +268,7 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
     warm = k <= sched.warmup
     credit = jnp.where(warm, fj.warmup_credit(a_seq, batch.turn_mask),
                        action_credit(tac, a_seq, batch.turn_mask))
-    teacher, dist, support = teacher_outputs(ctx, params, batch)
+    teacher, dist, support = teacher_outputs(ctx, params, batch, fc.teacher_prompt)
     delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
     eta = fj.eta_schedule(k, fc.eta0, sched.eta_start, sched.eta_end, sched.eta_decay)
     mask = action_tokens(batch)

@@ -74,3 +74,30 @@ def test_lambda_schedule():
 def test_bad_config_raises(call, field):
     with pytest.raises(ValueError, match=field):
         call()
+
+
+
+def test_teacher_prompt_in_the_word_vocabulary():
+    """The tiny actor's teacher reads SERL's text in its words: lower case, every newline a
+    SEP; the instruction's new words come after every environment word (ids unchanged)."""
+    import types
+
+    from asct_jax.envs import tokenizer as wt
+    from asct_jax.envs.prompt import PromptTokens
+    from asct_jax.envs.text_interface import render_text
+    from factor_jax.teacher import teacher_prefix
+    tok = wt.get_tokenizer()
+    obs = jnp.asarray([wt.encode_fixed("you see a mug", 6)])
+    fb = jnp.asarray([wt.encode_fixed("mug is clean", 4)])
+    policy = types.SimpleNamespace(prompt=PromptTokens(), pad_id=0)
+    words = lambda x: tok.convert_ids_to_tokens([int(i) for i in x[0] if i != 0])  # noqa: E731
+    serl = words(teacher_prefix(policy, obs, fb))
+    assert render_text(serl) == ("you see a mug\n\nimmediate feedback from the current step:\n"
+                                 "mug is clean\n\ncorrectly solve the current task.\n")
+    assert serl[4:6] == ["<sep>", "<sep>"] and serl[-1] == "<sep>"
+    assert words(teacher_prefix(policy, obs, fb, "appended")) == (
+        ["you", "see", "a", "mug", "<sep>", "mug", "is", "clean"])
+    vocab = wt.vocabulary()
+    n_env = len(set(wt._word_source()) - set(wt.SPECIAL_TOKENS)) + len(wt.SPECIAL_TOKENS)
+    assert vocab[5:n_env] == sorted(vocab[5:n_env]) and vocab[:5] == list(wt.SPECIAL_TOKENS)
+    assert {"immediate", "correctly", "solve"} <= set(vocab[n_env:])
