@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 import factor_jax as fj
-from asct_jax.infra.checks import Range
+from asct_jax.infra.checks import Range, check
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, Method, installs_credit_state, state_actor,
@@ -80,8 +80,11 @@ class FactorConfig:
     kl_decay: int = option(Range(1, None, integer=True), "lambda_k = max(1 - k/decay, 0)")
     scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
     train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
-    teacher_prompt: str = option(TEACHER_PROMPTS, "the teacher's prompt: serl (SERL's "
+    teacher_prompt: str = option(None, "the teacher's prompt (TEACHER_PROMPTS): serl (SERL's "
                                  "wording) or appended (the earlier one)", default="serl")
+
+    def __post_init__(self):   # its rule, checked here while base.py lacks the field
+        check("factor.teacher_prompt", self.teacher_prompt, TEACHER_PROMPTS)
 
 
 def factor_config(config) -> FactorConfig:

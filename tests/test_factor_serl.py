@@ -240,3 +240,9 @@ def test_serl_credit_feeds_its_policy_loss(credit_setup):
     want, _ = losses.policy_loss(batch.logp_old, batch.logp_old, credit.coef,
                                  batch.token_mask, 0.2, "token_mean")
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_bad_teacher_prompt_names_the_field():
+    from asct_jax.infra.checks import ConfigError
+    with pytest.raises(ConfigError, match=r"^serl\.teacher_prompt: "):
+        _serl_config(teacher_prompt="hindsight")
