@@ -21,7 +21,8 @@ from factor_jax.hta import hindsight_delta, hta_scores
 from factor_jax.losses import factor_policy_loss, forward_kl, kl_token_mean
 from factor_jax.rewards import OUTCOME_RULES, REWARD_RULES, outcome_rule, reward_construction
 from factor_jax.schedules import eta_schedule, kl_schedule, scale_steps
-from factor_jax.serl import serl_coefficients, serl_lambda, serl_token_weights
+from factor_jax.serl import (serl_coefficients, serl_lambda, serl_prompted_rows,
+                             serl_token_weights)
 from factor_jax.tac import (STEP_REWARDS, boundary_potentials, tac_credit, tac_rewards,
                             warmup_credit)
 
@@ -34,7 +35,7 @@ __all__ = [
     "apm_weights", "softmax_weights", "uniform_weights",
     "token_coefficients",
     "factor_policy_loss", "forward_kl", "kl_token_mean",
-    "serl_coefficients", "serl_lambda", "serl_token_weights",
+    "serl_coefficients", "serl_lambda", "serl_prompted_rows", "serl_token_weights",
     "conservation_error", "calibration_metrics", "CalibrationMetrics", "extreme_tokens",
     "conservation", "Conservation", "choice_tokens",
     "mc_state_values", "mc_credit", "perturbable_actions", "perturbed_actions",

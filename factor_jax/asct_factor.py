@@ -39,7 +39,7 @@ def _asct_factor(cfg: AsctFactorConfig, ctx: CreditContext):
     def credit(params, batch: Rollout, key, step, mstate=None):
         a, _, metrics = searched_advantages(cfg.asct, ctx, params, batch, key, step,
                                             "agentuct")   # no cache: a stateless method
-        teacher = teacher_log_probs(ctx, params, batch)
+        teacher = teacher_log_probs(ctx, params, batch, fc.teacher_prompt)
         delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
         eta = fj.eta_schedule(jnp.asarray(step, jnp.int32) + 1, fc.eta0, sched.eta_start,
                               sched.eta_end, sched.eta_decay)

@@ -2,13 +2,16 @@
 asct_jax.rl.credit; docs/methods.md, Baselines > SERL and Extended-compute GRPO):
 
 serl           GRPO advantage (verl-agent's step samples and penalty placement, as
-               asct_jax.rl.methods' GRPO), action tokens reweighted by clipped exp(sign(A) Delta),
-               lam 0.5 -> 0 over 50 steps; teacher = a copy of the policy re-synced
-               every 10 steps (method state); as its authors' code (OliverLeeXZ/SERL)
+               asct_jax.rl.methods' GRPO), action tokens of the rows with a teacher prompt reweighted
+               by clipped exp(sign(A) Delta), Delta from the current policy in each
+               minibatch's pass (the policy-loss plug-in); lam 0.5 -> 0 over 50 steps;
+               teacher = a copy of the policy re-synced every 10 steps (method state);
+               as its authors' code (OliverLeeXZ/SERL)
 grpo_extended  GRPO; the experiment gives it FACTOR's environment-call budget
 
-SERL's step constants (10 and 50) are given for 150-step runs and scale with train.steps
-(serl.scale_schedules). The kernels are factor_jax.serl.
+SERL's step constants (10 and 50) are its code's, not scaled to the run length
+(serl.scale_schedules = False); scaling them to train.steps like FACTOR's (given for 150
+steps) stays an option. The kernels are factor_jax.serl.
 """
 from __future__ import annotations
 
@@ -21,11 +24,12 @@ import factor_jax as fj
 from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
+from asct_jax.rl import losses
 from asct_jax.rl.credit import CreditContext, Method, any_over_seeds, value_targets_mc
 from asct_jax.rl.methods import GRPO, PENALTY_PLACEMENTS, group_rewards
 from asct_jax.rl.protocol import SERL as SERL_PROTOCOL
 from asct_jax.rl.types import Credit, Rollout, action_tokens
-from factor_jax.teacher import teacher_log_probs
+from factor_jax.teacher import TEACHER_PROMPTS, teacher_log_probs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,8 +40,11 @@ class SerlConfig:
     decay_steps: int = option(Range(0, None, integer=True), "steps of lambda's decay to 0")
     resync_every: int = option(Range(1, None, integer=True), "teacher re-synced every n steps")
     clip: float = option(Range(0.0, None), "weights clipped to [1 - clip, 1 + clip]")
-    scale_schedules: bool = option((True, False), "scale the step constants to train.steps")
     train_steps: int = option(None, "train.steps (passed in, not a field of the section)")
+    scale_schedules: bool = option((True, False), "scale the step constants to train.steps "
+                                   "(False: SERL's, 50 and 10 steps)", default=False)
+    teacher_prompt: str = option(TEACHER_PROMPTS, "the teacher's prompt: serl (SERL's "
+                                 "wording) or appended (the earlier one)", default="serl")
     stats: str = option(adv.GROUP_STATS, "samples of GRPO's group mean / std: steps (one "
                         "per real turn, theirs) or episodes", "steps")
     penalty: str = option(PENALTY_PLACEMENTS, "invalid-action penalty: step (off the step's "
@@ -48,13 +55,21 @@ def serl_config(config) -> SerlConfig:
     return from_section(SerlConfig, config, "serl", train_steps=int(config.train.steps))
 
 
+def serl_schedules(sc: SerlConfig):
+    """(lambda's decay steps, teacher re-sync period) in steps: SERL's 50 and 10, or
+    scaled to train.steps (given for 150 steps) when sc.scale_schedules."""
+    if not sc.scale_schedules:
+        return sc.decay_steps, sc.resync_every
+    decay = fj.scale_steps(sc.decay_steps, sc.train_steps) if sc.decay_steps else 0
+    return decay, fj.scale_steps(sc.resync_every, sc.train_steps)
+
+
 def _serl(sc: SerlConfig, ctx: CreditContext):
-    """SERL: C = A ((1 - lam) + lam w) on action tokens, w = clip(exp(clip(sign(A) Delta,
-    -20, 20)), 1 - clip, 1 + clip), Delta = log pi_T - log pi_theta; A the GRPO advantage
-    of each step sample (`adv.grpo_step_advantages`); the teacher is the method state's
-    copy of the policy."""
-    decay = (fj.scale_steps(sc.decay_steps, sc.train_steps)
-             if sc.scale_schedules and sc.decay_steps else sc.decay_steps)
+    """SERL's credit: the GRPO advantage A of each step sample (`adv.grpo_step_advantages`,
+    [B, T]), the teacher's log-probs and the reweighted
+    tokens for the policy loss (serl_policy_loss recomputes w with the current policy);
+    coef = A ((1 - lam) + lam w) with Delta from pi_old, for logging only."""
+    decay, _ = serl_schedules(sc)
 
     def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
         r, p = group_rewards(batch, sc.penalty)
@@ -63,15 +78,41 @@ def _serl(sc: SerlConfig, ctx: CreditContext):
         lam = fj.serl_lambda(step + 1, sc.lam0, decay)
         teacher_params = _join_like(mstate["teacher"], params)
         run = any_over_seeds(lam > 0, ctx)          # lam = 0: pure GRPO, no teacher pass
-        teacher = jax.lax.cond(run, lambda: teacher_log_probs(ctx, teacher_params, batch),
-                               lambda: batch.logp_old)
-        delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
-        coef = fj.serl_coefficients(a, delta, action_tokens(batch), batch.token_mask, lam,
-                                    sc.clip)
+        teacher = jax.lax.cond(
+            run, lambda: teacher_log_probs(ctx, teacher_params, batch, sc.teacher_prompt),
+            lambda: batch.logp_old)
+        rows = fj.serl_prompted_rows(batch.feedback, batch.turn_mask, ctx.policy.pad_id)
+        reweight = action_tokens(batch) & rows[..., None]     # action tokens, serl_mask 1
+        delta_old = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
+        coef = fj.serl_coefficients(a, delta_old, reweight, batch.token_mask, lam, sc.clip)
+        n_rows = jnp.maximum(jnp.sum(batch.turn_mask), 1)
         return Credit(coef=coef, value_targets=value_targets_mc(batch),
                       metrics={"aux_tokens": jnp.float32(0.0), "env_calls": jnp.float32(0.0),
-                               "serl/lambda": jnp.asarray(lam, jnp.float32)})
+                               "serl/lambda": jnp.asarray(lam, jnp.float32),
+                               "serl/prompted_rows": jnp.sum(rows) / n_rows},
+                      loss_inputs={"teacher_logp": teacher, "advantage": a,
+                                   "reweight": reweight, "lambda": lam})
     return credit
+
+
+def serl_policy_loss(sc: SerlConfig, ctx: CreditContext):
+    """SERL's policy loss: the clipped surrogate (asct_jax.rl.losses.policy_loss) on
+
+      C = A ((1 - lam) + lam w),  w = clip(exp(clip(sign(A) Delta, -20, 20)), 1 - c, 1 + c),
+      Delta = sg(log pi_T - log pi_theta)
+
+    with log pi_theta the current policy's log-probs of this minibatch's pass (out.logp),
+    on the reweighted tokens of credit_mb.loss_inputs; A elsewhere (SERL's
+    compute_serl_action_mask_reweighted_advantages inside the actor's update)."""
+
+    def pg_loss(out, mb: Rollout, credit: Credit, ppo):
+        li = credit.loss_inputs
+        delta = fj.hindsight_delta(li["teacher_logp"], out.logp, mb.token_mask)  # constant
+        coef = fj.serl_coefficients(li["advantage"], delta, li["reweight"], mb.token_mask,
+                                    li["lambda"], sc.clip)
+        return losses.policy_loss(out.logp, mb.logp_old, coef, mb.token_mask, ppo.clip_eps,
+                                  ppo.aggregation, ppo.dual_clip)
+    return pg_loss
 
 
 def _trainable(params):
@@ -89,16 +130,16 @@ def _serl_init(sc: SerlConfig, ctx: CreditContext, params, key):
 
 
 def _serl_update(sc: SerlConfig, ctx: CreditContext, mstate, inputs):
-    """Re-sync the teacher to the student after every `resync_every`-th step."""
-    every = (fj.scale_steps(sc.resync_every, sc.train_steps) if sc.scale_schedules
-             else sc.resync_every)
+    """Re-sync the teacher to the student after every `resync_every`-th step (SERL's
+    teacher_sync_interval)."""
+    _, every = serl_schedules(sc)
     sync = (inputs.step + 1) % every == 0
     new = _trainable(inputs.params)
     teacher = jax.tree.map(lambda n, o: jnp.where(sync, n, o), new, mstate["teacher"])
     return {"teacher": teacher}, {"serl_resync": sync.astype(jnp.float32)}
 
 
-SERL = Method("serl", _serl, make_config=serl_config, init_state=_serl_init,
-              update_state=_serl_update, protocol=SERL_PROTOCOL)
+SERL = Method("serl", _serl, make_config=serl_config, make_policy_loss=serl_policy_loss,
+              init_state=_serl_init, update_state=_serl_update, protocol=SERL_PROTOCOL)
 GRPO_EXTENDED = dataclasses.replace(GRPO, name="grpo_extended")
 METHODS = (SERL, GRPO_EXTENDED)

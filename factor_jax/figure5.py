@@ -40,8 +40,8 @@ def factor_parts(fc: FactorConfig, ctx: CreditContext, params, batch, key, mstat
     p = factor_pieces(fc, ctx, params, batch, key, step, mstate)
     cons = fj.conservation(p.weights, p.scores, p.alloc_mask, tau=fc.tau)
     no_feedback = batch.replace(feedback=jnp.zeros_like(batch.feedback))   # PAD only
-    delta_nf = fj.hindsight_delta(teacher_log_probs(ctx, params, no_feedback),
-                                  batch.logp_old, batch.token_mask)
+    teacher_nf = teacher_log_probs(ctx, params, no_feedback, fc.teacher_prompt)
+    delta_nf = fj.hindsight_delta(teacher_nf, batch.logp_old, batch.token_mask)
     return p, cons, jnp.abs(jnp.sum(p.credit, axis=1) - p.credit_total), delta_nf
 
 

@@ -50,7 +50,7 @@ from asct_jax.rl.protocol import FACTOR as FACTOR_PROTOCOL
 from factor_jax import critic as tac_critic
 from factor_jax.continuations import Continuations, checkpoint_targets, run_continuations
 from factor_jax.host_continuations import continue_on_host
-from factor_jax.teacher import TEACHER_DIST, kl_reduce, teacher_outputs
+from factor_jax.teacher import TEACHER_DIST, TEACHER_PROMPTS, kl_reduce, teacher_outputs
 
 REWARD_RULES = ("auto",) + fj.REWARD_RULES  # factor.reward_rule; auto: the env's own
 OUTCOMES = ("auto", "success", "score", "return")  # factor.outcome: what G is
@@ -86,6 +86,8 @@ class FactorConfig:
                                "turn: the env's (keep, the authors') or 0 (zero, the "
                                "earlier); auto: keep, zero where G is the return (it holds "
                                "them already)", default="auto")
+    teacher_prompt: str = option(TEACHER_PROMPTS, "the teacher's prompt: serl (SERL's "
+                                 "wording) or appended (the earlier one)", default="serl")
 
 
 def factor_config(config) -> FactorConfig:
@@ -283,7 +285,7 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
     tac_v0 = fj.tac_credit(rewards, jnp.zeros_like(values), baseline, batch.turn_mask)
     credit_total = jnp.sum(jnp.where(warm, warmup, action_credit(
         tac_v0, a_seq, batch.turn_mask)), axis=1)
-    teacher, dist, support = teacher_outputs(ctx, params, batch)
+    teacher, dist, support = teacher_outputs(ctx, params, batch, fc.teacher_prompt)
     delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
     eta = fj.eta_schedule(k, fc.eta0, sched.eta_start, sched.eta_end, sched.eta_decay)
     mask = action_tokens(batch)

@@ -1,9 +1,11 @@
 """SERL (selective hindsight distillation, arXiv 2605.19447): the paper's main baseline,
 as its authors' code computes it (OliverLeeXZ/SERL: verl/trainer/ppo/core_algos.py,
-compute_serl_action_mask_reweighted_advantages and _serl_effective_lambda).
+compute_serl_action_mask_reweighted_advantages and _serl_effective_lambda;
+recipe/serl/privileged_context.py for which rows get a teacher prompt).
 
 GRPO advantage per episode or per step sample, reweighted on action tokens only by the
-hindsight teacher (reasoning / format tokens keep A); no renormalisation to mean 1
+hindsight teacher (reasoning / format tokens keep A), and only on the rows (turns) whose
+teacher prompt got privileged context (SERL's serl_mask); no renormalisation to mean 1
 (contrast with APM). Shapes: [B] per episode or [B, T] per turn, [B, T, A] per token.
 """
 from __future__ import annotations
@@ -85,6 +87,28 @@ def serl_coefficients(advantage: chex.Array, delta: chex.Array, action_mask: che
     mult = serl_token_weights(delta, advantage, action_mask & token_mask, lam, clip)
     coef = _per_token(advantage) * mult  # A * ((1 - lam) + lam w), A elsewhere
     return jax.lax.stop_gradient(jnp.where(token_mask, coef, 0.0))
+
+
+def serl_prompted_rows(feedback: chex.Array, turn_mask: chex.Array, pad_id: int) -> chex.Array:
+    """SERL's serl_mask: the turns whose teacher prompt got privileged context.
+
+      mask_{i,t} = turn_mask_{i,t} and o_{t+1} has a token other than PAD
+
+    In SERL's "immediate_feedback" sampling mode a step's feedback section is built only
+    when the feedback text is not empty (privileged_context.py: _build_named_section
+    returns None for empty text, and a row without a section keeps the student's prompt
+    and gets serl_mask 0); only rows with serl_mask 1 are reweighted.
+
+    Args:
+      feedback: [B, T, F] int, o_{t+1} of each turn (pad_id-padded).
+      turn_mask: [B, T] bool, real turns.
+      pad_id: the padding id of the feedback.
+    Returns:
+      [B, T] bool.
+    """
+    chex.assert_rank([feedback, turn_mask], [3, 2])
+    chex.assert_equal_shape_prefix([feedback, turn_mask], 2)
+    return turn_mask & jnp.any(feedback != pad_id, axis=-1)
 
 
 def serl_lambda(step, lam0: float = 0.5, decay_steps: int = 50) -> chex.Array:

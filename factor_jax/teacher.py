@@ -1,9 +1,14 @@
-"""The hindsight teacher (docs/methods.md, FACTOR > HTA): the policy's parameters reading
-x_t with the feedback o_{t+1} after it,
+"""The hindsight teacher (docs/methods.md, FACTOR > HTA, Baselines > SERL): the policy's
+parameters reading SERL's teacher prompt (OliverLeeXZ/SERL, recipe/serl/
+privileged_context.py; asct_jax.envs.prompt), x_t and the feedback o_{t+1} in one message,
 
-    [x_t | feedback header | o_{t+1} | feedback footer | action header | y_t],
+    [x_t (its message end stripped) | header | o_{t+1} | footer | action header | y_t],
 
-through the policy's generic passes (token_log_probs, distributions) over that prefix.
+header = "\\n\\nImmediate feedback from the current step:\\n", footer = "\\n\\nCorrectly solve
+the current task.\\n" (+ the message end), through the policy's generic passes
+(token_log_probs, distributions) over that prefix. FACTOR's code has no teacher prompt of
+its own, so both teachers read SERL's; `prompt="appended"` is the earlier prompt
+(PromptTokens.teacher_appended).
 FACTOR's teacher is pi_old (the step's parameters); SERL's, a copy of the policy re-synced
 every few steps. FACTOR's KL to the teacher is a reduction of the update's own pass
 (`kl_reduce`, an asct_jax.rl.credit.DistReduce).
@@ -14,6 +19,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from asct_jax.envs.prompt import TEACHER_PROMPTS  # noqa: F401  (re-export)
+from asct_jax.envs.tokenizer import get_tokenizer, word_teacher_prompt
 from asct_jax.rl.credit import CreditContext, DistReduce
 from asct_jax.rl.policy import pads_to_right
 from asct_jax.rl.types import Rollout, policy_inputs
@@ -23,35 +30,43 @@ from factor_jax.losses import forward_kl
 TEACHER_DIST = "teacher_dist"   # the key of the teacher's distributions in loss_inputs
 
 
-def teacher_prefix(policy, obs, feedback):
-    """[obs | feedback header | feedback | feedback footer] [N, O + F + ...] with its PAD
-    moved right (the policy's pass left-aligns a prefix): obs [N, O], feedback [N, F]."""
-    n, p = obs.shape[0], policy.prompt
+def teacher_prefix(policy, obs, feedback, prompt: str = "serl"):
+    """The teacher's prefix [N, O + F + ...] with its PAD moved right (the policy's pass
+    left-aligns a prefix): obs [N, O] without its last `strip` real tokens, then header,
+    feedback [N, F], footer of policy.prompt.teacher_prompt(prompt) (TEACHER_PROMPTS)."""
+    t = policy.prompt.teacher_prompt(prompt)
+    if t is None:        # the default pieces: the shared environment vocabulary's
+        t = word_teacher_prompt(get_tokenizer())
+    n, pad = obs.shape[0], policy.pad_id
+    if t.strip:
+        real = obs != pad
+        after = jnp.sum(real, axis=1, keepdims=True) - jnp.cumsum(real, axis=1)  # real after
+        obs = jnp.where(real & (after < t.strip), pad, obs)
     ids = lambda x: jnp.broadcast_to(jnp.asarray(x, obs.dtype), (n, len(x)))  # noqa: E731
     return pads_to_right(jnp.concatenate(
-        [obs, ids(p.feedback_header), feedback, ids(p.feedback_footer)], axis=1),
-        policy.pad_id)
+        [obs, ids(t.header), feedback, ids(t.footer)], axis=1), pad)
 
 
-def _teacher_args(ctx: CreditContext, batch: Rollout):
-    prefix = teacher_prefix(ctx.policy, _flat(policy_inputs(batch)), _flat(batch.feedback))
+def _teacher_args(ctx: CreditContext, batch: Rollout, prompt: str):
+    prefix = teacher_prefix(ctx.policy, _flat(policy_inputs(batch)), _flat(batch.feedback),
+                            prompt)
     return prefix, _flat(batch.responses), _flat(batch.cand_tokens), _flat(batch.cand_mask)
 
 
-def teacher_outputs(ctx: CreditContext, params, batch: Rollout):
+def teacher_outputs(ctx: CreditContext, params, batch: Rollout, prompt: str = "serl"):
     """Hindsight teacher on the batch: (token log-probs [B, T, A] (0 on padding), its
     next-token distributions dist_logp, support in the policy's layout: [B, T, K, A]
     over the candidates; [B, T, R, V] and [B, T, 1, 1] for the generating actor)."""
     b, t = batch.turn_mask.shape
-    logp, dist, support = ctx.policy.distributions(params, *_teacher_args(ctx, batch))
+    logp, dist, support = ctx.policy.distributions(params, *_teacher_args(ctx, batch, prompt))
     shape = lambda x: x.reshape((b, t) + x.shape[1:])  # noqa: E731
     return jnp.where(batch.token_mask, shape(logp), 0.0), shape(dist), shape(support)
 
 
-def teacher_log_probs(ctx: CreditContext, params, batch: Rollout):
+def teacher_log_probs(ctx: CreditContext, params, batch: Rollout, prompt: str = "serl"):
     """Hindsight teacher log-probs [B, T, A] (0 on padding)."""
     b, t = batch.turn_mask.shape
-    logp = ctx.policy.token_log_probs(params, *_teacher_args(ctx, batch))
+    logp = ctx.policy.token_log_probs(params, *_teacher_args(ctx, batch, prompt))
     return jnp.where(batch.token_mask, logp.reshape(b, t, -1), 0.0)
 
 

@@ -1,14 +1,18 @@
 """The text interface: in-jit ids of every JAX-native environment equal the model
 tokenizer's ids of the rendered chat text, on many states; the policy's prompt pieces
 equal the chat template; actions map back to the environment's own actions."""
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from asct_jax.envs import make
+from asct_jax.envs.prompt import serl_teacher_text
 from asct_jax.envs.text_interface import LLMView, render_text
 from asct_jax.models import gguf_io, loading
+from factor_jax.teacher import teacher_prefix
 
 EPISODES = 8
 LENGTHS = {"household": (72, 16, 16), "shop": (80, 16, 8), "science": (64, 16, 8)}
@@ -97,12 +101,27 @@ def test_chat_pieces_reproduce_the_template(tokenizer):
     ids = tokenizer.encode(full, add_special_tokens=False)
     assert ids[:len(obs) + len(p.action_header) + len(act)] == obs + list(p.action_header) + act
     fb_text = "you see a mug"
-    teacher = tokenizer.apply_chat_template(
+    fb = tokenizer.encode(fb_text, add_special_tokens=False)
+    pad = jnp.full((1, 3), p.pad_id, jnp.int32)           # trailing PAD, moved out
+    policy = types.SimpleNamespace(prompt=p, pad_id=p.pad_id)
+
+    def teacher_ids(prompt):
+        prefix = teacher_prefix(policy, jnp.concatenate([jnp.asarray([obs]), pad], 1),
+                                jnp.concatenate([jnp.asarray([fb]), pad], 1), prompt)
+        return [int(i) for i in np.asarray(prefix[0]) if i != p.pad_id] + list(p.action_header)
+
+    # SERL's teacher prompt: ONE user message (OliverLeeXZ/SERL privileged_context.py).
+    serl = {"role": "user", "content": user["content"] + "\n\nImmediate feedback from the "
+            "current step:\nyou see a mug\n\nCorrectly solve the current task.\n"}
+    assert serl["content"] == serl_teacher_text(user["content"], fb_text)
+    text = tokenizer.apply_chat_template([system, serl], tokenize=False,
+                                         add_generation_prompt=True)
+    assert tokenizer.encode(text, add_special_tokens=False) == teacher_ids("serl")
+    # The earlier prompt ("appended"): the feedback as a second user message.
+    appended = tokenizer.apply_chat_template(
         [system, user, {"role": "user", "content": "The result of your next action will be:\n"
                         + fb_text}], tokenize=False, add_generation_prompt=True)
-    fb = tokenizer.encode(fb_text, add_special_tokens=False)
-    assert tokenizer.encode(teacher, add_special_tokens=False) == (
-        obs + list(p.feedback_header) + fb + list(p.feedback_footer) + list(p.action_header))
+    assert tokenizer.encode(appended, add_special_tokens=False) == teacher_ids("appended")
 
 
 def test_an_unknown_action_is_nothing_happens_and_truncation_is_counted(tokenizer):

@@ -14,7 +14,11 @@ def test_tokenizer_vocab_and_roundtrip(tmp_path):
     vocab = tok.get_vocab()
     assert [vocab[s] for s in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
     words = sorted(vocab, key=vocab.get)[len(SPECIAL_TOKENS):]
-    assert words == sorted(words) and len(vocab) < 1024
+    # The environments' words sorted, then the teacher instruction's words no environment
+    # uses (asct_jax.envs.prompt): immediate, feedback, current, step, correctly, solve.
+    env_words, extra = words[:-6], words[-6:]
+    assert env_words == sorted(env_words) and len(vocab) < 1024
+    assert extra == ["immediate", "feedback", "current", "step", "correctly", "solve"]
     save_tokenizer(str(tmp_path))
     tok2 = PreTrainedTokenizerFast.from_pretrained(str(tmp_path))
     text = "now call the deep_retrieve tool take the apple from the fridge : 42"

@@ -15,8 +15,11 @@ every observation, feedback and candidate action as text and gives the model the
   The observation is the user message of the model's chat template after a system prompt
   with the task (`system_prompt`); an action is the assistant's reply, ending with the
   template's end-of-turn token; the policy adds the assistant header between the two
-  (`prompt_tokens`, asct_jax.envs.prompt.PromptTokens), and the hindsight teacher reads the
-  feedback as a second user message.
+  (`prompt_tokens`, asct_jax.envs.prompt.PromptTokens), and the hindsight teacher reads
+  SERL's prompt, one user message: the observation's text, "\\n\\nImmediate feedback from
+  the current step:\\n", the feedback, "\\n\\nCorrectly solve the current task.\\n"
+  (asct_jax.envs.prompt; the earlier "appended" prompt: the feedback as a second user
+  message after FEEDBACK_INTRO).
 * Ids in jit. A static table, built once with the tokenizer, holds each environment
   word's ids with and without a leading space; a rendering gathers the rows of its words
   and compacts them (an exclusive cumsum of their lengths and one scatter). Byte-level
@@ -49,7 +52,8 @@ from asct_jax.envs.base import EOS_ID, PAD_ID, SEP_ID, Environment, TimeStep, ma
 from asct_jax.envs.play import play_keys, uniform_chooser
 from asct_jax.envs.projection import (ACTION_CLOSE, ACTION_OPEN, THINK_CLOSE, THINK_OPEN,
                                        Tags)
-from asct_jax.envs.prompt import GenerationPieces, PromptTokens
+from asct_jax.envs.prompt import (SERL_FEEDBACK_TITLE, SERL_INSTRUCTION, GenerationPieces,
+                                  PromptTokens, TeacherPrompt)
 
 SYSTEM_PROMPTS = {
     "rag_workflow": "You answer a multi-hop question by calling tools. Retrieve the evidence "
@@ -62,7 +66,7 @@ SYSTEM_PROMPTS = {
 }
 DEFAULT_SYSTEM_PROMPT = ("You are an agent in a text environment. Read the observation and "
                          "reply with the next action.")
-FEEDBACK_INTRO = "The result of your next action will be:\n"
+FEEDBACK_INTRO = "The result of your next action will be:\n"   # the earlier teacher prompt
 # A generating actor's prompt (verl-agent's, in this project's words): the last k steps,
 # the current observation, the admissible actions, then the format instruction.
 GENERATION_TEXT = {
@@ -118,14 +122,18 @@ class ChatPieces:
         two = chat(system + [{"role": "user", "content": _MARK},
                              {"role": "user", "content": FEEDBACK_INTRO + _MARK}])
         fb_head, fb_tail = two[len(user):].split(_MARK)
-        self.feedback_header, self.feedback_footer = enc(fb_head), enc(fb_tail)
+        # SERL's teacher prompt: the user message's end moves after the instruction.
+        self.teacher = TeacherPrompt(header=tuple(enc(SERL_FEEDBACK_TITLE)),
+                                     footer=tuple(enc(SERL_INSTRUCTION) + self.obs_tail),
+                                     strip=len(self.obs_tail))
+        self.teacher_appended = TeacherPrompt(header=tuple(enc(fb_head)),
+                                              footer=tuple(enc(fb_tail)))
         self.user_text = (head, tail)
 
     def prompt_tokens(self, pad_id: int):
         """The policy's static pieces (asct_jax.envs.prompt.PromptTokens)."""
         return PromptTokens(pad_id=pad_id, action_header=tuple(self.action_header),
-                            feedback_header=tuple(self.feedback_header),
-                            feedback_footer=tuple(self.feedback_footer))
+                            teacher=self.teacher, teacher_appended=self.teacher_appended)
 
     def generation_pieces(self, tokenizer):
         """A generating actor's prompt in this template (asct_jax.envs.prompt
@@ -143,8 +151,10 @@ class ChatPieces:
             stop_id=self.end_of_turn, tokenizer=tokenizer)
 
     def ids(self):
-        return set(self.obs_head + self.obs_tail + self.action_header + self.feedback_header
-                   + self.feedback_footer + [self.end_of_turn])
+        teacher = (self.teacher.header + self.teacher.footer + self.teacher_appended.header
+                   + self.teacher_appended.footer)
+        return set(self.obs_head + self.obs_tail + self.action_header + list(teacher)
+                   + [self.end_of_turn])
 
 
 class WordTable:

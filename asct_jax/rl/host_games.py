@@ -33,6 +33,7 @@ import numpy as np
 
 from asct_jax.envs.external import BatchedHostEnv, HostEnv, ParallelHostEnv
 from asct_jax.envs.prompt import PromptTokens
+from asct_jax.envs.tokenizer import word_teacher_prompt
 from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import option
 from asct_jax.models.loading import load_tokenizer, resolve_model_path
@@ -133,6 +134,15 @@ SYSTEM_PROMPT = ("You are playing a text adventure game. Read the observation an
                  "the next command.")
 
 
+def _word_teacher(tokenizer):
+    """The teacher's prompt in the games' word vocabulary (tokenizer.word_teacher_prompt)."""
+    try:
+        return word_teacher_prompt(tokenizer)
+    except ValueError as e:
+        raise ValueError("the games' saved word tokenizer predates the teacher prompt's "
+                         "words: delete its directory to rebuild it") from e
+
+
 class HostGames:
     """Games played on the host (a GameSet): a `trainer.RolloutSource`."""
 
@@ -152,6 +162,7 @@ class HostGames:
             self.prompt = self.tokenizer.prompt_tokens()
         else:
             tokenizer = self.tokenizer = build_tokenizer_for(run, games)
+            self.prompt = PromptTokens(teacher=_word_teacher(tokenizer))
         self.vocab_size = len(tokenizer)
         self.shape = TextShape(tw.obs_len, tw.action_len, tw.feedback_len,
                                num_actions=tw.max_candidates, base_vocab_size=self.vocab_size)

@@ -162,12 +162,17 @@ def get_config():
     # the terminal reward), "zero" every r_t before the last (the stored tables' runs);
     # "auto": keep, but zero where G is the return (host games), which sums them already.
     c.factor.step_rewards = "auto"
+    # The hindsight teacher's prompt: "serl" (SERL's one user message: the prompt,
+    # "Immediate feedback from the current step:", the feedback, "Correctly solve the
+    # current task."; FACTOR's code has none of its own), "appended" (the stored tables').
+    c.factor.teacher_prompt = "serl"
     c.serl = ml_collections.ConfigDict()
     c.serl.lam0 = 0.5               # lam_k = 0.5 max(0, 1 - (k - 1) / 50)
     c.serl.decay_steps = 50
     c.serl.resync_every = 10        # teacher re-synced to the student every 10 steps
     c.serl.clip = 0.2               # w clipped to [0.8, 1.2]
-    c.serl.scale_schedules = True
+    c.serl.scale_schedules = False   # SERL's 50 and 10 steps whatever train.steps is
+    c.serl.teacher_prompt = "serl"
     c.serl.stats = "steps"          # its GRPO advantage, as grpo.stats / grpo.penalty
     c.serl.penalty = "step"
 
