@@ -180,12 +180,15 @@ def write_table(results: Dict[str, List[Dict[str, Any]]], metrics: Mapping[str, 
 def liveness_table(out_dir: str, names: Sequence[str], seeds: Sequence[int],
                    metrics: Mapping[str, str]) -> str:
     """Markdown: that a comparison is live. Per run name (results/<out_dir>/<name>_s<seed>/
-    metrics.jsonl): the policy-gradient norm at the first batch (mean over seeds), then
-    each of `metrics` (key -> column) averaged over the steps and seeds ("-" if absent)."""
+    metrics.jsonl): the policy-gradient norm at the first batch (mean over seeds), the
+    protocol's optimiser updates per step and share of clipped tokens, then each of
+    `metrics` (key -> column) averaged over the steps and seeds ("-" if absent)."""
     import numpy as np
 
     from asct_jax.infra.run_logger import read_jsonl
 
+    metrics = {"train/updates": "updates / step", "train/clip_frac": "clip share",
+               **metrics}
     head = ["method", "grad norm @1"] + list(metrics.values())
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in names:

@@ -87,14 +87,17 @@ def test_run_grid_refuses_a_run_of_another_scale(tmp_path):
 
 def test_liveness_table_takes_each_seeds_first_grad_norm_and_means_over_steps(tmp_path):
     from experiments.runner import liveness_table
-    rows = {42: [{"step": 0, "eval/x": 1.0}, {"step": 1, "train/grad_norm": 2.0, "k": 1.0},
-                 {"step": 2, "train/grad_norm": 10.0, "k": 3.0}],
-            43: [{"step": 1, "train/grad_norm": 4.0, "k": 5.0}]}
+    rows = {42: [{"step": 0, "eval/x": 1.0},
+                 {"step": 1, "train/grad_norm": 2.0, "k": 1.0, "train/updates": 2.0},
+                 {"step": 2, "train/grad_norm": 10.0, "k": 3.0, "train/updates": 4.0}],
+            43: [{"step": 1, "train/grad_norm": 4.0, "k": 5.0, "train/updates": 3.0}]}
     for seed, recs in rows.items():
         os.makedirs(tmp_path / f"m_s{seed}")
         (tmp_path / f"m_s{seed}" / "metrics.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in recs))
     text = liveness_table(str(tmp_path), ["m", "absent"], (42, 43), {"k": "K", "q": "Q"})
     lines = text.strip().splitlines()
-    assert lines[0] == "| method | grad norm @1 | K | Q |" and len(lines) == 3
-    assert lines[2] == "| m | 3.000 | 3.000 | - |"     # (2 + 4) / 2; (1 + 3 + 5) / 3
+    assert (lines[0] == "| method | grad norm @1 | updates / step | clip share | K | Q |"
+            and len(lines) == 3)
+    # (2 + 4) / 2; updates (2 + 4 + 3) / 3; (1 + 3 + 5) / 3
+    assert lines[2] == "| m | 3.000 | 3.000 | - | 3.000 | - |"
