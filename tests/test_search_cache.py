@@ -58,3 +58,40 @@ def test_init_cache_and_lookup():
     cache = cache.replace(executed=cache.executed.at[1, 3].set(True))
     got = C.lookup(cache, jnp.array([1, 0, 1, 1]), jnp.array([3, 3, -1, P]))
     np.testing.assert_array_equal(np.asarray(got), [True, False, False, False])
+
+
+def test_new_iteration_empties_scored_and_keeps_executed():
+    """At every training step the actor's scoring namespace starts empty; the executed
+    workflows stay for the run (the paper's cache is per method, seed and worker)."""
+    cache = S.init_cache(WF, make_params())
+    cache = cache.replace(executed=cache.executed.at[1, 3].set(True),
+                          scored=cache.scored.at[0, 1].set(True))
+    fresh = S.new_iteration(cache)
+    np.testing.assert_array_equal(np.asarray(fresh.executed), np.asarray(cache.executed))
+    assert not np.asarray(fresh.scored).any()
+    assert S.new_iteration(None) is None
+
+
+def test_scored_prefix_is_charged_again_next_step_executed_prefix_is_not():
+    """Chain 0 -> 1 -> 3 (TinyWorkflow), trees of questions (0, 1, 1), pi_old suffixes.
+    Step k pays the edges 0-1 [10] and 1-3 [1] plus q per edge: 11 (q 0), 13 (q 1), 0
+    (tree 2 shares question 1), and the actor's scoring at prefix 1, 4 observation tokens
+    + 1 legal candidate of 2 tokens = 6, once per question: (6, 6, 0). Step k + 1, the
+    same search: the executed prefixes are free (0, 0, 0), the scoring is charged again
+    (6, 6, 0) after new_iteration; only a cache carried as it is would make it free."""
+    from tiny_workflow import wf_search
+
+    ch = np.full((P, K), -1)
+    ch[0, 0], ch[1, 0] = 1, 3
+    chain = make_params(children=ch)
+    fn = wf_search("agentuct", actor=True)
+    r = roots([0, 1, 1])
+    step_k = jax.device_get(fn(chain, r, jax.random.PRNGKey(0), S.init_cache(WF, chain)))
+    np.testing.assert_allclose(step_k.env_tokens, [11, 13, 0])
+    np.testing.assert_allclose(step_k.actor_tokens, [6, 6, 0])
+    nxt = jax.device_get(fn(chain, r, jax.random.PRNGKey(0), S.new_iteration(step_k.cache)))
+    np.testing.assert_allclose(nxt.env_tokens, [0, 0, 0])
+    np.testing.assert_array_equal(nxt.env_calls, [0, 0, 0])
+    np.testing.assert_allclose(nxt.actor_tokens, [6, 6, 0])
+    kept = jax.device_get(fn(chain, r, jax.random.PRNGKey(0), step_k.cache))
+    np.testing.assert_allclose(kept.actor_tokens, [0, 0, 0])

@@ -1,5 +1,5 @@
 """Tests of ASCT's credit kernel (asct_jax.search.credit, the paper's Eqs. 3-4) on
-hand-computed cases."""
+hand-computed cases, and the credit methods' per-iteration actor-scoring ledger."""
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -54,3 +54,33 @@ def test_policy_weighted_advantage_centred_under_pi_old(seed, k):
     np.testing.assert_allclose(np.sum(np.exp(lp0[0, 0]) * a0), 0.0, atol=1e-5)
     a_shift = np.asarray(policy_weighted_advantage(q + 3.0, mask, logp, taken, turn))
     np.testing.assert_allclose(a_shift, a, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["vineppo", "asct_actor_rollout"])
+def test_each_step_charges_the_actor_scoring_again_not_the_executions(credit_setup, method):
+    """The method's credit starts every step (iteration) with an empty scored namespace
+    (asct_jax.search.cache.new_iteration): the same batch credited again with the carried
+    cache pays no environment tokens (every prefix executed at step 0) and the same actor
+    scoring tokens as step 0 (the paper reuses pi_old's probabilities only under one
+    frozen actor)."""
+    import jax
+    import jax.numpy as jnp
+
+    from experiments import registry
+    from experiments.configs import base
+
+    c = base.use_test_model(base.get_config())
+    c.env.name = "ragspace"
+    c.vineppo.k = c.asct.trials = 3
+    c, ctx, params, batch = credit_setup(c, num_groups=2, group_size=1)
+    m = registry.get(method)
+    cfg = m.make_config(c)
+    fn = jax.jit(m.make_credit(cfg, ctx))
+    key = jax.random.key(2)
+    first = fn(params, batch, key, jnp.int32(0), m.init_state(cfg, ctx, params, key))
+    again = fn(params, batch, key, jnp.int32(1), first.state)
+    assert float(first.metrics["t_env"]) > 0 and float(first.metrics["t_actor"]) > 0
+    assert float(again.metrics["t_env"]) == 0.0
+    assert float(again.metrics["t_actor"]) == float(first.metrics["t_actor"])
+    assert np.asarray(again.state.executed).sum() == np.asarray(first.state.executed).sum()

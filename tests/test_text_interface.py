@@ -203,3 +203,21 @@ def test_text_projection_decodes_the_response_and_marks_the_action_tokens(tokeni
     np.testing.assert_array_equal(spec_out.index, index)
     np.testing.assert_array_equal(spec_out.action[0], cands[0, live[-1]])
     assert bool(jnp.all(spec_out.action[1:] == view.pad_id))
+
+
+def test_a_view_starts_an_episode_on_a_chosen_question(tokenizer):
+    """LLMView.reset_to renders a given initial state as reset does (reset = reset_to of
+    reset_env's state), so the question walk (asct_jax.envs.questions) plays through it."""
+    from asct_jax.envs.questions import question_env, reset_question
+
+    view, params = _view("ragspace", tokenizer)
+    key = jax.random.PRNGKey(5)
+    s, ts = view.reset_to(view.inner.reset_env(key, params), params)
+    s_ref, ts_ref = view.reset(key, params)
+    for a, b in zip(jax.tree.leaves((s, ts)), jax.tree.leaves((s_ref, ts_ref))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert question_env(view) is view.inner
+    s, ts = reset_question(view, key, jnp.int32(7), params)
+    assert int(s.qid) == 7
+    np.testing.assert_array_equal(np.asarray(ts.observation),
+                                  np.asarray(view.observe(s, params)))

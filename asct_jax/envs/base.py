@@ -124,7 +124,11 @@ class Environment:
 
     # ------------------------------------------------------------------ the protocol
     def reset(self, key: chex.PRNGKey, params: Any) -> Tuple[Any, TimeStep]:
-        state = self.reset_env(key, params)
+        return self.reset_to(self.reset_env(key, params), params)
+
+    def reset_to(self, state: Any, params: Any) -> Tuple[Any, TimeStep]:
+        """(state, the TimeStep `reset` returns for it): an initial state made otherwise
+        (a chosen question's, asct_jax.envs.questions) starts as a reset one does."""
         return state, TimeStep(
             observation=self.observe(state, params),
             feedback=jnp.full((self.feedback_len,), PAD_ID, jnp.int32),

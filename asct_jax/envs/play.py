@@ -4,6 +4,7 @@ state (`play_from`). Both step a turn with `step_turn` and ask one actor protoco
 
     choice = chooser(key, states, ts, cands, legal, costs)     # one turn of N episodes
     eps = play(env, env_params, chooser, key, num_groups, group_size)   # [B, T] record
+    eps = play(..., question_ids=qids)      # group g plays question qids[g] (QuestionEnv)
     choice, carry = actor.act(state, key, carry)                # one turn of ONE episode
     out = play_from(env, env_params, actor, state, key, max_turns)      # [] totals
 
@@ -33,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from asct_jax.envs.base import PAD_ID, Environment, TimeStep
+from asct_jax.envs.questions import reset_question
 
 # Per-turn fields of Episodes.record ([B, T, ...], see asct_jax.rl.types.Rollout).
 RECORD = ("obs", "feedback", "responses", "action_index", "token_mask", "turn_mask",
@@ -277,19 +279,36 @@ def play_from(env: Environment, env_params: Any, actor: Any, state: Any, key: ch
 
 
 def play(env: Environment, env_params: Any, chooser: Chooser, key: chex.PRNGKey,
-         num_groups: int, group_size: int, pad_id: int = PAD_ID) -> Episodes:
+         num_groups: int, group_size: int, pad_id: int = PAD_ID,
+         question_ids: Optional[chex.Array] = None) -> Episodes:
     """B = num_groups * group_size episodes; key -> (reset key, turn key), the turn key
-    split into T per-turn chooser keys."""
+    split into T per-turn chooser keys. question_ids: [num_groups] i32, the question each
+    group plays (a QuestionEnv, asct_jax.envs.questions), or None: env.reset draws it."""
     reset_key, turn_key = jax.random.split(key)
+    qids = None if question_ids is None else jnp.repeat(
+        jnp.asarray(question_ids, jnp.int32), group_size, axis=0)
     return play_keys(env, env_params, chooser, group_reset_keys(reset_key, num_groups, group_size),
-                     jax.random.split(turn_key, env.max_turns), pad_id, group_size)
+                     jax.random.split(turn_key, env.max_turns), pad_id, group_size, qids)
+
+
+def reset_batch(env: Environment, env_params: Any, reset_keys: chex.Array,
+                question_ids: Optional[chex.Array] = None):
+    """(states, ts) [B] of B = len(reset_keys) episodes: env.reset, or with question_ids
+    [B] i32 each episode's question (asct_jax.envs.questions.reset_question), its state
+    carrying its reset key."""
+    if question_ids is None:
+        return jax.vmap(env.reset, in_axes=(0, None))(reset_keys, env_params)
+    chex.assert_shape(question_ids, reset_keys.shape[:1])
+    return jax.vmap(lambda k, q: reset_question(env, k, q, env_params))(reset_keys, question_ids)
 
 
 def play_keys(env: Environment, env_params: Any, chooser: Chooser, reset_keys: chex.Array,
-              turn_keys: Any, pad_id: int = PAD_ID, group_size: int = 1) -> Episodes:
+              turn_keys: Any, pad_id: int = PAD_ID, group_size: int = 1,
+              question_ids: Optional[chex.Array] = None) -> Episodes:
     """The loop: B = len(reset_keys) episodes; turn_keys [T, ...] (a pytree), turn t's
-    slice is the chooser's key; pad_id: the action token that is not one (token_mask)."""
-    states, ts = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, env_params)
+    slice is the chooser's key; pad_id: the action token that is not one (token_mask);
+    question_ids: [B] i32 or None (`reset_batch`)."""
+    states, ts = reset_batch(env, env_params, reset_keys, question_ids)
     batch = reset_keys.shape[0]
     stateful = hasattr(chooser, "init")
     memory = chooser.init(batch, env.obs_len, env.action_len) if stateful else ()

@@ -312,6 +312,10 @@ class LLMView(Environment):
         state, ts = self.inner.reset(key, params)
         return state, self._timestep(ts)
 
+    def reset_to(self, state: Any, params: Any):
+        state, ts = self.inner.reset_to(state, params)
+        return state, self._timestep(ts)
+
     def step(self, state: Any, action: chex.Array, params: Any):
         cands, legal = self.legal_actions(state, params)
         index = match_action(cands, legal, action)

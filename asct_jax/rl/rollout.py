@@ -9,7 +9,7 @@ including the environment state at every turn (recoverable).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import chex
 import jax
@@ -64,13 +64,16 @@ def episodes_to_rollout(eps: Episodes) -> Rollout:
 
 def rollout(policy: Policy, params: Any, env: Environment, env_params: Any,
             key: chex.PRNGKey, num_groups: int, group_size: int,
-            greedy: bool = False) -> Rollout:
+            greedy: bool = False, question_ids: Optional[chex.Array] = None) -> Rollout:
     """Plays B = num_groups * group_size episodes of T = env.max_turns turns.
 
+    question_ids: [num_groups] i32, the question of each group (an environment with a
+    question split: asct_jax.envs.questions step_question_ids, evaluation_question_ids),
+    or None: env.reset draws each group's task.
     Returns a Rollout with [B, T, ...] arrays (see types.Rollout).
     """
     eps = play(env, env_params, policy_chooser(policy, params, greedy), key, num_groups,
-               group_size, policy.pad_id)
+               group_size, policy.pad_id, question_ids)
     return episodes_to_rollout(eps)
 
 

@@ -2,7 +2,8 @@
 rules as callables, selection / expansion / continuation rules, the execution cache and
 its accounting, the credit kernel."""
 from asct_jax.search.accounting import trial_cost
-from asct_jax.search.cache import ExecutionCache, init_cache, remaining_costs, t_hat_table
+from asct_jax.search.cache import (ExecutionCache, init_cache, new_iteration, remaining_costs,
+                                   t_hat_table)
 from asct_jax.search.continuation import (actor_continuation, continue_episode,
                                           cost_weighted_continuation, evaluate_leaf,
                                           uniform_continuation)
@@ -22,7 +23,7 @@ __all__ = [
     "SearchOutput", "SearchRules", "SearchState", "Selection", "StagedWorkflow", "Trace",
     "Tree", "actor_continuation", "agentuct", "agentuct_scores", "backward",
     "continue_episode", "cost_weighted_continuation", "cost_weighted_expansion",
-    "evaluate_leaf", "expand", "init_cache", "init_tree", "mc_return",
+    "evaluate_leaf", "expand", "init_cache", "init_tree", "mc_return", "new_iteration",
     "policy_weighted_advantage", "prior_sample", "remaining_costs", "rollout_return",
     "search", "simulate", "t_hat_table", "trial_cost", "uct", "uct_scores", "uniform",
     "uniform_continuation", "uniform_expansion", "workflow_of",

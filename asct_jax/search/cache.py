@@ -5,7 +5,13 @@ A staged-workflow environment (search.workflow: `workflow_of(env, params)` is a
 and p determine the state. The cache holds, per question, which prefixes a search has executed:
 
   executed[q, p] = True  <=>  some earlier trial (of this method and seed, over the whole
-                              training run) executed the edge into prefix p of question q.
+                              training run) executed the edge into prefix p of question q;
+  scored[q, p]   = True  <=>  some earlier decision of THIS iteration (train step) scored
+                              the actor's probabilities at prefix p of question q.
+
+The paper's cache (WTB) is per method, seed and worker: executed workflows are reused for
+the whole run. The actor's probabilities are reused only under one frozen actor, so every
+iteration starts with an empty scored table (`new_iteration`).
 
 Executing a cached prefix costs no new auxiliary tokens; a partial hit executes only the
 uncached suffix (the ledger that charges and marks it: search.accounting).
@@ -43,9 +49,11 @@ class ExecutionCache:
     """Which workflow prefixes have been executed, one namespace per method and seed.
 
     Attributes:
-      executed: [Q, P] bool, prefix p of question q has been executed by a search.
+      executed: [Q, P] bool, prefix p of question q has been executed by a search (kept
+        for the run).
       scored: [Q, P] bool, the actor's probabilities at prefix p of question q have been
-        computed for a continuation (charged once, as the paper's VinePPO ledger does).
+        computed for a continuation in this iteration (charged once per iteration, as the
+        paper's VinePPO ledger does under one frozen actor).
     """
 
     executed: chex.Array
@@ -68,6 +76,15 @@ def init_cache(env, params: Any) -> Optional[ExecutionCache]:
         return None
     shape = (env.num_questions(params), wf.children.shape[0])
     return ExecutionCache(executed=jnp.zeros(shape, bool), scored=jnp.zeros(shape, bool))
+
+
+def new_iteration(cache: Optional[ExecutionCache]) -> Optional[ExecutionCache]:
+    """The cache at the start of a training iteration (one train step): `scored` emptied
+    (the actor has changed, its probabilities are charged again), `executed` kept (the
+    executed workflows have not). None stays None."""
+    if cache is None:
+        return None
+    return cache.replace(scored=jnp.zeros_like(cache.scored))
 
 
 def lookup(cache: ExecutionCache, qid: chex.Array, prefix: chex.Array,

@@ -9,7 +9,8 @@ asct_uniform / asct_uct / asct_agentuct / asct_actor_rollout: the ASCT paper (ar
      root action first, rule continuations to the end (asct.continuation = "actor": pi_old
      continuations), no critic, no depth cap; the execution cache (asct.cache, the
      method's state: one namespace per method and seed for the whole run) charges a
-     prefix executed before nothing;
+     prefix executed before nothing; the actor's scoring is charged once per prefix and
+     iteration (the cache's scored table is emptied at every step: cache.new_iteration);
   3. Q_hat(s, a) = mean terminal utility of the trials starting with a;
   4. A(s_t, a_t) = Q_hat(s_t, a_t) - sum_a pi_old(a | s_t) Q_hat(s_t, a)
      (policy_weighted_advantage); the train step standardises it within the iteration
@@ -25,7 +26,7 @@ vineppo (the paper's workflow-adapted VinePPO): at every visited state B = vinep
 continuations of the frozen actor (root action ~ pi_old with replacement, then pi_old
 to the end), V_hat(s_t) = their mean terminal utility, V_hat(terminal) = 0,
 A_t = r_t + V_hat(s_{t+1}) - V_hat(s_t); with vineppo.cache the same execution cache, and
-the actor's scoring charged once per question prefix (T_actor).
+the actor's scoring charged once per question prefix and iteration (T_actor).
 
 asct_factor (ASCT's A_t with FACTOR's token allocation) lives in factor_jax.methods, the
 package that depends on both.
@@ -48,7 +49,7 @@ from asct_jax.rl.types import Rollout
 from asct_jax.rl.protocol import ASCT
 from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search import selection
-from asct_jax.search.cache import init_cache
+from asct_jax.search.cache import init_cache, new_iteration
 from asct_jax.search.continuation import (actor_continuation, cost_weighted_continuation,
                                           uniform_continuation)
 from asct_jax.search.credit import policy_weighted_advantage
@@ -213,7 +214,8 @@ def _asct_factory(rule: str, actor_rollout: bool = False):
         def credit(params, batch: Rollout, key, step, mstate=None):
             a, cache, metrics = searched_advantages(
                 cfg, ctx, params, batch, key, step, rule,
-                cache=mstate if use_cache else None, actor_rollout=actor_rollout)
+                cache=new_iteration(mstate) if use_cache else None,
+                actor_rollout=actor_rollout)
             out = from_turn_advantages(batch, a, value_targets_mc(batch), metrics)
             return out.replace(state=cache if use_cache else mstate)
         return credit
@@ -290,7 +292,8 @@ def _vineppo(cfg: VinePPOConfig, ctx: CreditContext):
 
     def credit(params, batch: Rollout, key, step, mstate=None):
         if cfg.cache and not generates_continuations(ctx):
-            v_hat, cache, metrics = vine_values(ctx, params, batch, key, k, mstate)
+            v_hat, cache, metrics = vine_values(ctx, params, batch, key, k,
+                                                new_iteration(mstate))
         else:
             v_hat, aux, calls = live_state_values(ctx, params, batch, key, k,
                                                   chunk=batch.turn_mask.shape[0])

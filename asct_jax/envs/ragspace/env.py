@@ -92,6 +92,10 @@ class RagSpace(C.TextEnvironment):
     def num_questions(self, params) -> int:
         return params.num_questions
 
+    def split_range(self, params):
+        """[lo, hi): the qids of `params.split` (asct_jax.envs.questions.QuestionEnv)."""
+        return params.split_range()
+
     # ------------------------------------------------------------------ protocol
     def reset_question(self, key, qid, params) -> RagSpaceState:
         """The initial state of question `qid` ([] int32), carrying `key`."""
