@@ -25,6 +25,7 @@ from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import scatter_with_errorbars
 from experiments.runner import from_warm_start, liveness_table, run_grid, write_table
+from experiments.configs.asct_ragspace import GROUPED
 
 BETA = 1e-4
 DEPLOY_USES = (100_000, 500_000, 1_000_000)
@@ -74,8 +75,10 @@ def by_difficulty(info) -> dict:
 
 def difficulty_eval(config, params) -> dict:
     """Held-out utility of `params` per question difficulty: the greedy evaluation's own
-    episodes (its environment, eval_seed key, eval_episodes, group size 1, so the
+    episodes (its environment, eval_seed key, the first eval_episodes test questions once
+    each, group size 1, so the
     count-weighted mean is final/env/utility), grouped by info["difficulty"]."""
+    from asct_jax.envs.questions import evaluation_question_ids
     from asct_jax.rl.rollout import rollout
     from asct_jax.rl.build import build_policy
     from asct_jax.rl.sources import JaxEnvSource, held_out_env
@@ -84,8 +87,9 @@ def difficulty_eval(config, params) -> dict:
     source = JaxEnvSource(config)
     env, env_params = held_out_env(config, source)
     policy, _ = build_policy(config, source.vocab_size, source.shape, source.prompt)
-    info = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, tc.eval_episodes, 1,
-                                        greedy=tc.eval_greedy).final_info)(
+    qids = evaluation_question_ids(env, env_params, tc.eval_episodes)   # as make_eval
+    info = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, int(qids.shape[0]), 1,
+                                        greedy=tc.eval_greedy, question_ids=qids).final_info)(
         params, jax.random.key(tc.eval_seed))
     return by_difficulty(jax.device_get(info))
 
@@ -168,13 +172,24 @@ def liveness(out_dir, methods, seeds):
     return liveness_table(out_dir, methods, seeds, LIVENESS)
 
 
+def method_overrides(config, method: str) -> dict:
+    """The variant of `method`: a grouped method (configs GROUPED, GiGPO) plays the
+    iteration's episodes as num_groups / G questions x G."""
+    g = GROUPED.get(method, 1)
+    if g == 1:
+        return {"method": method}
+    n = config.rollout.num_groups * config.rollout.group_size
+    return {"method": method, "rollout.num_groups": max(n // g, 1), "rollout.group_size": g}
+
+
 def main(config):
     out_dir = os.path.join(config.train.results_dir, config.train.experiment)
     os.makedirs(out_dir, exist_ok=True)
     base = base_rows(config)
     atomic_write_json(os.path.join(out_dir, "base.json"), base)
     seeds = tuple(config.table.seeds)
-    variants = [(m, from_warm_start(config, {"method": m})) for m in config.table.methods]
+    variants = [(m, from_warm_start(config, method_overrides(config, m)))
+                for m in config.table.methods]
     results = run_grid(config, variants, seeds, config.train.experiment, after_run=after_run)
     print(write_table(results, MAIN_METRICS, os.path.join(out_dir, "table")))
     print(difficulty_table(results, base, out_dir))

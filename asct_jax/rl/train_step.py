@@ -37,6 +37,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from asct_jax.envs.questions import evaluation_question_ids, step_question_ids
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl import advantages as adv
 from asct_jax.rl import losses
@@ -326,10 +327,16 @@ def train_step_fn(learner: Learner, env, env_params) -> Callable:
     learn = _learn_fn(learner)
     policy, num_groups, group_size = learner.policy, learner.num_groups, learner.group_size
 
+    walk = learner.ppo.questions == "walk"
+
     def step(state: TrainState, key: chex.PRNGKey):
         k_roll, k_learn = jax.random.split(jax.random.fold_in(key, state.step))
+        # ppo.questions "walk": the step's groups walk the training split without
+        # replacement (None for an environment without a question split).
+        qids = (step_question_ids(env, env_params, key, state.step, num_groups)
+                if walk else None)
         data = rollout(policy, policy_params(state), env, env_params, k_roll, num_groups,
-                       group_size)
+                       group_size, question_ids=qids)
         return learn(state, data, k_learn)
     return step
 
@@ -362,7 +369,9 @@ def make_seeds_train_step(learner: Learner, env, env_params,
 
 def make_eval(policy, env, env_params, num_episodes: int, mesh: Mesh,
               greedy: bool = True, seeds: bool = False, state_sharding: Any = None) -> Callable:
-    """Jitted held-out evaluation: `num_episodes` fresh episodes (group size 1).
+    """Jitted held-out evaluation: `num_episodes` fresh episodes (group size 1); on an
+    environment with a question split, each of the split's first `num_episodes` questions
+    once (asct_jax.envs.questions.evaluation_question_ids).
 
     evaluate(params, frozen, key): `frozen` is the shared base (None without LoRA).
     seeds=True: params carry a leading seed axis [S, ...] and the metrics are [S]; every
@@ -373,9 +382,14 @@ def make_eval(policy, env, env_params, num_episodes: int, mesh: Mesh,
     params_sh, frozen_sh = ((replicated, replicated) if state_sharding is None
                             else (state_sharding.params, state_sharding.frozen))
 
+    # An environment with a question split plays each of the split's first num_episodes
+    # questions once (every test question at the paper's scale), else num_episodes draws.
+    qids = evaluation_question_ids(env, env_params, num_episodes)
+    episodes = num_episodes if qids is None else int(qids.shape[0])
+
     def evaluate(params, frozen, key):
         data = rollout(policy, join_params(params, frozen), env, env_params, key,
-                       num_episodes, 1, greedy=greedy)
+                       episodes, 1, greedy=greedy, question_ids=qids)
         return episode_metrics(data)
 
     fn = jax.vmap(evaluate, in_axes=(0, None, None)) if seeds else evaluate

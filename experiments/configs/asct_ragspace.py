@@ -10,11 +10,16 @@ defines the methods (arXiv 2609.35215).
 scripted adaptive rule, experiments/warm_start.py). Without it: from scratch.
 
 The paper's settings are the defaults (base.py: asct.trials 12 at every visited state, rule
-continuations, the execution cache, c_exp 1.4, c_tok 1e-4, vineppo.k 12, credit
-standardised within the iteration); its protocol is batch 8, 2 PPO epochs, 3 iterations
-over 2000 training questions, clip 0.2 (the full config below spells it as 750 steps of 8
-questions, 2 epochs); the reduced scales shorten training and keep every per-state budget.
-Evaluation: greedy on the test split (400 questions), as the paper's.
+continuations, the execution cache, c_exp 1.4, c_tok 1e-4, vineppo.k 12) and its update is
+the methods' protocol (asct_jax.rl.protocol.ASCT: per iteration, credit standardised over
+the iteration's decisions, then 2 epochs of clipped PPO on minibatches of 8; no critic, no
+entropy bonus). One training step is one iteration: its batch is the iteration's
+questions, walked through the training split without replacement (ppo.questions "walk"),
+one episode each, the sampler frozen for the whole iteration. The paper: 3 iterations over
+the 2000 training questions (full scale below); the reduced scales take 3 (quick) or 2
+(smoke) iterations over a part of the split and keep every per-state budget. GiGPO (not a
+paper baseline) needs groups: it plays the same number of episodes as num_groups / 4
+questions x 4 (GROUPED). Evaluation: greedy, every test question once (400), as the paper's.
 
 Ablations by override, e.g. --config.asct.trials=48, --config.asct.c_tok=0,
 --config.asct.cache=False, --config.asct.continuation=actor or
@@ -27,6 +32,7 @@ from experiments.configs import base
 QUICK_LR = 3e-4
 METHODS = ("ppo_return", "vineppo", "asct_uniform", "asct_uct", "asct_agentuct",
            "asct_actor_rollout", "gigpo")
+GROUPED = {"gigpo": 4}   # method -> group size: the iteration's episodes as groups
 
 
 def get_config(arg: str = "full"):
@@ -44,11 +50,11 @@ def get_config(arg: str = "full"):
     c.warm_start.teacher = "base"
     c.train.eval_greedy = True              # the paper's endpoint rule
     c.train.eval_episodes = 400
-    # The paper's protocol: 3 iterations over 2000 questions in batches of 8.
-    c.train.steps = 750
-    c.train.eval_every = 250
-    c.rollout.num_groups = 2                # 2 questions x 4 episodes (GiGPO's groups)
-    c.rollout.group_size = 4
+    # The paper's protocol: 3 iterations, each over the 2000 training questions.
+    c.train.steps = 3
+    c.train.eval_every = 1
+    c.rollout.num_groups = 2000             # the iteration's questions, one episode each
+    c.rollout.group_size = 1
 
     c.table = ml_collections.ConfigDict()
     c.table.methods = METHODS
@@ -57,23 +63,20 @@ def get_config(arg: str = "full"):
     c.table.probe = True                        # the description probe (Table 6)
     c.table.warm_start = False                  # set by the "_warm" args
     if arg in ("quick", "smoke"):
-        # 30 steps of 8 questions x 2 episodes, 2 minibatches x 2 epochs. lr 3e-4 chosen
-        # on seed 7 (not a table seed) from {1e-4: the greedy actor did not move in 30
-        # steps, 3e-4, 1e-3} (docs/results/asct_ragspace.md).
+        # 3 iterations of 160 questions (480 episodes, 120 updates: the budget of the
+        # earlier 30 steps of 16); lr 3e-4 chosen on seed 7 (docs/results/asct_ragspace.md).
         c.train.experiment = "asct_ragspace_quick"
-        c.train.steps = 30
-        c.train.eval_every = 30
-        c.rollout.num_groups = 8
-        c.rollout.group_size = 2
+        c.train.steps = 3
+        c.train.eval_every = 3
+        c.rollout.num_groups = 160
         c.ppo.lr = QUICK_LR
         if arg == "smoke":
             # `experiments.reproduce --quick`: the pipeline in a few minutes on 2 cores;
             # its numbers do not separate the methods.
             c.train.experiment = "asct_ragspace_smoke"
-            c.train.steps = c.train.eval_every = 8
-            c.train.eval_episodes = 128
-            c.rollout.num_groups = 2
-            c.rollout.group_size = 4
+            c.train.steps = c.train.eval_every = 2
+            c.train.eval_episodes = 128         # the first 128 test questions
+            c.rollout.num_groups = 32
             c.table.seeds = (42, 43)
             c.table.methods = ("ppo_return", "vineppo", "asct_agentuct")
             c.table.transfer = ()
