@@ -129,7 +129,7 @@ def bench_method(method, env_name, repeats, num_groups, group_size, chooser="can
     # continuations, VinePPO rollouts).
     env_calls = float(m["rollout/env_calls"]) + float(m["credit/env_calls"])
     update_s = max(learn_s - cred_s, 0.0)
-    loops = c.ppo.epochs * c.ppo.minibatches
+    loops = float(m["train/updates"])    # the protocol's optimiser updates of this step
     update_flops = max(_flops(learn, state, batch, key)
                        - _flops(credit, state.params, batch, key, jnp.int32(0), mstate), 0.0) * loops
     n_params = sum(x.size for x in jax.tree.leaves(state.params))

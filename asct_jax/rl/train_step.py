@@ -3,12 +3,15 @@
     state, metrics = train_step(state, key)
 
 * rollout: B = num_groups * G episodes of pi_old (= the current parameters, frozen for the
-  whole update), lax.scan over turns;
+  whole update), lax.scan over turns; under ppo.questions "walk" the groups walk the
+  training split without replacement (asct_jax.envs.questions);
 * credit: the registered method maps the batch (and its state) to per-token
   coefficients C [B, T, A] and value targets; the step does not know which method it runs;
-* update: `epochs` passes over `minibatches` shuffled minibatches of episodes, nested
-  lax.scan; clipped surrogate on C (aggregation by config), value loss, entropy bonus,
-  optional KL to a reference policy; a method may replace the surrogate
+* update: the method's protocol (asct_jax.rl.protocol): credit standardised over the
+  step's decisions or not, then `epochs` passes over shuffled minibatches of episodes or
+  of real turn samples (asct_jax.rl.minibatches; an empty one skipped), nested lax.scan;
+  clipped surrogate on C (dual clip optional), value loss, entropy bonus, optional KL to
+  the initial policy (its copy in the state); a method may replace the surrogate
   (Method.make_policy_loss), add an auxiliary loss (Method.make_aux_loss) and have the
   pass reduce its next-token distributions for them (Method.make_dist_reduce);
 * method state: a stateful method's update_state, after the PPO update (asct_jax.rl.credit).
