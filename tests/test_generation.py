@@ -269,6 +269,9 @@ def test_every_method_trains_a_step_with_the_generating_actor(method, tmp_path):
     from asct_jax.rl.sources import JaxEnvSource
     c = _generate_config(method, "rag_workflow" if method.startswith("asct") else "household")
     c.train.results_dir = str(tmp_path)
+    # An entropy term: every method's step moves the parameters even where its own credit
+    # and losses are 0 on this batch (FACTOR's first step on an all-fail batch).
+    c.ppo.ent_coef = 0.01
     source = JaxEnvSource(c)
     learner = build_learner(c, registry.get(method), source)
     before = jax.tree.map(np.asarray, learner.init_state.params)   # the step donates it

@@ -101,7 +101,11 @@ def test_the_run_config_is_built_once_and_passes_through():
     method, run = registry.check(config)
     assert isinstance(run, RunConfig) and run.method_config == method.make_config(config)
     assert run_config(run, method) is run
-    assert run.record == config_to_dict(config)
+    given = config_to_dict(config)
+    assert {k: v for k, v in run.record.items() if k != "ppo"} == {
+        k: v for k, v in given.items() if k != "ppo"}
+    # config.json records the resolved protocol beside the ppo fields as given.
+    assert run.record["ppo"] == dict(given["ppo"], **dataclasses.asdict(run.ppo))
     assert run.model.shape_overrides()["hidden_size"] == 64
     assert run.train.distributed.barrier_timeout == 900
     assert run.warm_start.sft_steps["shop"] == 100

@@ -131,8 +131,9 @@ def test_runs_stored_before_init_from_still_match_a_fresh_config(tmp_path):
     """A config.json written before train.init_from / warm_start existed is the same run."""
     from asct_jax.infra.config_cli import config_to_dict
     from experiments.runner import config_differences
+    from experiments import registry
     c = small_config(tmp_path)
-    stored = config_to_dict(c)
+    stored = config_to_dict(registry.check(c)[1].record)    # what config.json holds
     del stored["train"]["init_from"], stored["warm_start"]
     assert config_differences(stored, c) == []
     c.train.init_from = "elsewhere"

@@ -137,12 +137,15 @@ def resolve(section: Any, method_protocol: Protocol) -> Protocol:
     ppo.<field>); lr is required."""
     from asct_jax.infra.checks import check
 
-    base = section.get("protocol", "method")
+    def get(name, default=None):   # item access: a field absent from the section is None
+        return section[name] if name in section else default
+
+    base = get("protocol", "method")
     check("ppo.protocol", base, PROTOCOLS)
     proto = method_protocol if base == "method" else SUBSTRATE
     given = {}
     for f in dataclasses.fields(Protocol):
-        value = section.get(f.name)
+        value = get(f.name)
         if value is None:
             continue
         rule = option_rule(f)

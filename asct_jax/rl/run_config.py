@@ -231,7 +231,8 @@ def run_config(config: Any, method: Optional[Any] = None) -> RunConfig:
     train = sec(TrainConfig, "train", distributed=distributed_config(config))
     ppo = resolve(config.ppo, SUBSTRATE if method is None else method.protocol)
     record = config_to_dict(config)
-    record["ppo"] = resolved_section(ppo, record["ppo"])
+    if isinstance(record.get("ppo"), dict):    # config.json holds the resolved protocol
+        record["ppo"] = resolved_section(ppo, record["ppo"])
     return RunConfig(
         seed=config.seed, method=config.method, env=sec(EnvConfig, "env"),
         model=sec(ModelSetup, "model"), text=sec(TextConfig, "text"),
