@@ -91,3 +91,13 @@ def test_every_protocol_field_is_a_placeholder_in_the_base_config():
     c = base.get_config()
     assert all(c.ppo[f] is None for f in P.protocol_fields())
     assert c.ppo.lr is not None and c.ppo.protocol == "method"
+
+
+def test_the_asct_papers_ppo_has_no_critic():
+    # The paper's PPO baseline: the terminal utility as every decision's credit, no critic,
+    # no value loss, no entropy bonus (App. A.2).
+    c = base.get_config()
+    c.method = "ppo_return"
+    _, run = registry.check(c)
+    assert run.method_config.return_baseline == "none"
+    assert run.ppo.vf_coef == 0.0 and run.ppo.ent_coef == 0.0
