@@ -339,7 +339,8 @@ def _factor_factory(action_credit: ActionCredit = tac_action_credit,
 def _factor_policy_loss(fc: FactorConfig, ctx: CreditContext):
     """L_act + L_nonact (factor_jax.factor_policy_loss) over the action tokens and the
     other response tokens. The candidate-scoring actor writes action tokens only, so
-    there L_nonact has no token to average (it is 0)."""
+    there L_nonact has no token to average (it is 0). Clipped at ppo.clip_eps with no dual
+    clip, as the authors' (ppo.dual_clip does not reach this loss)."""
 
     def loss(out, mb: Rollout, credit: Credit, ppo):
         terms = fj.factor_policy_loss(out.logp, mb.logp_old, credit.coef,
