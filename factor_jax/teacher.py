@@ -37,6 +37,10 @@ def teacher_prefix(policy, obs, feedback, prompt: str = "serl"):
     t = policy.prompt.teacher_prompt(prompt)
     if t is None:        # the default pieces: the shared environment vocabulary's
         t = word_teacher_prompt(get_tokenizer())
+    if max(t.header + t.footer, default=-1) >= policy.vocab_size:
+        raise ValueError(f"teacher prompt: its ids reach {max(t.header + t.footer)}, past the "
+                         f"policy's vocabulary ({policy.vocab_size}); give the policy "
+                         "PromptTokens(teacher=...) in its own vocabulary")
     n, pad = obs.shape[0], policy.pad_id
     if t.strip:
         real = obs != pad

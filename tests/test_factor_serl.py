@@ -220,7 +220,7 @@ def test_teacher_prompt_in_the_word_vocabulary():
     tok = wt.get_tokenizer()
     obs = jnp.asarray([wt.encode_fixed("you see a mug", 6)])
     fb = jnp.asarray([wt.encode_fixed("mug is clean", 4)])
-    policy = types.SimpleNamespace(prompt=PromptTokens(), pad_id=0)
+    policy = types.SimpleNamespace(prompt=PromptTokens(), pad_id=0, vocab_size=len(tok))
     words = lambda x: tok.convert_ids_to_tokens([int(i) for i in x[0] if i != 0])  # noqa: E731
     serl = words(teacher_prefix(policy, obs, fb))
     assert render_text(serl) == ("you see a mug\n\nimmediate feedback from the current step:\n"
@@ -228,6 +228,9 @@ def test_teacher_prompt_in_the_word_vocabulary():
     assert serl[4:6] == ["<sep>", "<sep>"] and serl[-1] == "<sep>"
     assert words(teacher_prefix(policy, obs, fb, "appended")) == (
         ["you", "see", "a", "mug", "<sep>", "mug", "is", "clean"])
+    small = types.SimpleNamespace(prompt=PromptTokens(), pad_id=0, vocab_size=50)
+    with pytest.raises(ValueError, match="past the policy's vocabulary"):
+        teacher_prefix(small, obs, fb)          # another vocabulary: a clear error, not NaN
     vocab = wt.vocabulary()
     n_env = len(set(wt._word_source()) - set(wt.SPECIAL_TOKENS)) + len(wt.SPECIAL_TOKENS)
     assert vocab[5:n_env] == sorted(vocab[5:n_env]) and vocab[:5] == list(wt.SPECIAL_TOKENS)

@@ -12,6 +12,8 @@ import pytest
 from flax import nnx
 
 from asct_jax.envs import make as make_env
+from asct_jax.envs.prompt import PromptTokens
+from asct_jax.envs.tokenizer import word_teacher_prompt
 from asct_jax.envs.base import EOS_ID, PAD_ID
 from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
 from asct_jax.models import Decoder, get_preset
@@ -43,7 +45,9 @@ def setup():
                      num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
                      intermediate_size=64)
     graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)))
-    policy = Policy(graphdef, cfg.vocab_size, O, A, F)
+    # The teacher's prompt in the games' word vocabulary (as HostGames gives it).
+    policy = Policy(graphdef, cfg.vocab_size, O, A, F,
+                    PromptTokens(teacher=word_teacher_prompt(tok)))
     env = BatchedHostEnv([TextWorldEnv(games, max_turns=HOST_MAX_TURNS)
                           for _ in range(NUM_GAMES * G)])
     encoder = CommandEncoder(tok, A)
@@ -189,7 +193,8 @@ def test_one_grpo_learn_step_changes_params(setup):
     learn, state = make_learn_step(learner), learner.init_state
     new, metrics = learn(state, setup["batch"], jax.random.key(1))
     assert int(new.step) == 1
-    assert all(np.isfinite(float(v)) for v in metrics.values())
+    bad = {k: float(v) for k, v in metrics.items() if not np.isfinite(float(v))}
+    assert not bad, bad
     assert float(metrics["rollout/env_calls"]) == float(setup["batch"].env_calls)
     diff = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), new.params, params)
     assert max(jax.tree.leaves(diff)) > 0.0
@@ -270,7 +275,8 @@ def test_factor_learn_step_uses_host_continuations(setup):
     assert float(metrics["credit/aux_tokens"]) == float(cont.aux_tokens)
     assert float(metrics["credit/factor/critic_targets"]) == float(np.asarray(cont.valid).sum())
     assert int(state.method_state.cursor) == 1
-    assert all(np.isfinite(float(v)) for v in metrics.values())
+    bad = {k: float(v) for k, v in metrics.items() if not np.isfinite(float(v))}
+    assert not bad, bad
 
 
 def test_a_pretrained_model_plays_the_games_as_chat_text(setup, tmp_path):

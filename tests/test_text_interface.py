@@ -103,7 +103,7 @@ def test_chat_pieces_reproduce_the_template(tokenizer):
     fb_text = "you see a mug"
     fb = tokenizer.encode(fb_text, add_special_tokens=False)
     pad = jnp.full((1, 3), p.pad_id, jnp.int32)           # trailing PAD, moved out
-    policy = types.SimpleNamespace(prompt=p, pad_id=p.pad_id)
+    policy = types.SimpleNamespace(prompt=p, pad_id=p.pad_id, vocab_size=len(tokenizer))
 
     def teacher_ids(prompt):
         prefix = teacher_prefix(policy, jnp.concatenate([jnp.asarray([obs]), pad], 1),
