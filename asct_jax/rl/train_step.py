@@ -288,8 +288,9 @@ def _learn_fn(learner: Learner) -> Callable:
         made = m.pop("updates")                       # [epochs, M]: 1 where an update ran
         n_made = jnp.sum(made)
         # Means over the updates made (a skipped minibatch left out).
-        metrics: Dict[str, Any] = {f"train/{k}": jnp.sum(v * made) / jnp.maximum(n_made, 1.0)
-                                   for k, v in m.items()}
+        metrics: Dict[str, Any] = {
+            f"train/{k}": jnp.sum(jnp.where(made > 0, v, 0.0)) / jnp.maximum(n_made, 1.0)
+            for k, v in m.items()}
         metrics["train/updates"] = n_made             # optimiser updates this step
         metrics.update({f"rollout/{k}": v for k, v in episode_metrics(data).items()})
         metrics.update({f"credit/{k}": v for k, v in credit.metrics.items()})
