@@ -48,8 +48,8 @@ class Choice:
 
     response: [N, A] int32, the chosen candidate's tokens or the written response; index:
     [N] int32, its candidate (-1: none); logp: [N, A] float32 or None (zeros), log-probs of
-    the response tokens; value: [N] float32 or None (zeros), the chooser's value of x_t; extra: dict of [N, ...] arrays,
-    stacked to [B, T, ...] as they are (Episodes.extra); scored: [N, A] bool or None (every
+    the response tokens; value: [N] float32 or None (zeros), the chooser's value of x_t;
+    extra: dict of [N, ...] arrays, stacked to [B, T, ...] as they are (Episodes.extra); scored: [N, A] bool or None (every
     non-PAD token), the tokens that carry the log-prob and the loss (token_mask);
     env_actions: [N, A_env] int32 or None (= response), what the environment receives when
     `response` is a generated response (its projection); penalty: [N] float32 or None,

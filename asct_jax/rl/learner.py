@@ -19,8 +19,8 @@ from asct_jax.rl.protocol import Protocol
 @dataclasses.dataclass
 class Learner:
     """ppo: the update's protocol (asct_jax.rl.protocol, resolved). num_groups, group_size:
-    the rollout batch (B = num_groups * group_size). method, method_config: the registered method and its
-    typed config; ctx: its CreditContext; credit_fn, policy_loss_fn (None: the clipped
+    the rollout batch (B = num_groups * group_size). method, method_config: the registered
+    method and its typed config; ctx: its CreditContext; credit_fn, policy_loss_fn (None: the clipped
     surrogate), aux_loss_fn (None: no auxiliary loss), dist_reduce (None: no reduction
     of the update's distributions): what it built. init_state: the TrainState at step 0
     (method state and KL reference included), placed with state_sharding.
