@@ -32,6 +32,7 @@ from asct_jax.rl.build import build_learner
 from asct_jax.rl.sources import JaxEnvSource
 from experiments import registry
 from experiments.configs import base
+from experiments.dotted import apply_overrides
 
 DEFAULT_METHODS = ("ppo_return", "ppo_gae", "grpo", "vineppo", "asct_uniform", "asct_uct",
                    "asct_agentuct", "factor", "serl", "gigpo")
@@ -143,6 +144,37 @@ def bench_method(method, env_name, repeats, num_groups, group_size, chooser="can
             "compile_learn_s": learn_c, "compile_step_s": step_c}
 
 
+def bench_seeds(method, env_name, counts, repeats, num_groups, group_size):
+    """[{seeds, compile_s, step_s, step_vs_one}]: the wall of one training step of S
+    seeds trained as one program (trainer.seed_batch + make_seeds_train_step, the tables'
+    path) for each S in `counts`, beside S = 1 in the same process."""
+    from asct_jax.rl.trainer import seed_batch
+    from asct_jax.rl.train_step import SEED_AXIS, make_seeds_train_step
+
+    rows = []
+    for n in counts:
+        c = base.get_config()
+        c.method, c.env.name = method, env_name
+        c.rollout.num_groups, c.rollout.group_size = num_groups, group_size
+        source = JaxEnvSource(c)
+        learners = []
+        for i in range(n):
+            ci = apply_overrides(c, {"seed": 100 + i})
+            learners.append(build_learner(ci, registry.get(method), source,
+                                          seed_axis=SEED_AXIS))
+        state, sharding, keys = seed_batch(learners, [lr.init_state for lr in learners])
+        step = make_seeds_train_step(learners[0], source.env, source.env_params, sharding)
+        run = lambda s, k: step(jax.tree.map(jnp.copy, s), k)  # noqa: E731 (donation)
+        _, compile_s, step_s = timed(run, state, keys, repeats=repeats)
+        rows.append({"seeds": n, "compile_s": compile_s, "step_s": step_s})
+        print(f"{method} {env_name}: {n} seeds in one program: step {step_s:.3f}s "
+              f"(compile {compile_s:.1f}s)", flush=True)
+    one = rows[0]["step_s"]
+    for r in rows:
+        r["step_vs_one"] = r["step_s"] / one
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="rag_workflow")
@@ -155,7 +187,21 @@ def main(argv=None):
     ap.add_argument("--continuations", default="chooser", choices=("chooser", "score"),
                     help="actor.continuations: how a generating actor acts at restored states")
     ap.add_argument("--out", default="results/bench/train.json")
+    ap.add_argument("--seeds", default="",
+                    help="e.g. 1,4,16: instead, the step wall of that many seeds in one "
+                         "program (the first method), beside 1 seed")
     args = ap.parse_args(argv)
+    if args.seeds:
+        counts = [int(x) for x in args.seeds.split(",")]
+        rows = bench_seeds(args.methods.split(",")[0], args.env, counts, args.repeats,
+                           args.num_groups, args.group_size)
+        cols = ["seeds", "compile_s", "step_s", "step_vs_one"]
+        print(markdown_table([{k: (f"{r[k]:.3f}" if isinstance(r[k], float) else r[k])
+                               for k in cols} for r in rows], cols))
+        atomic_write_json(args.out, {"env": args.env, "method": args.methods.split(",")[0],
+                                     "batch": args.num_groups * args.group_size,
+                                     "seeds": rows})
+        return
     mm = matmul_flops_per_s() / 1e9
     c = base.get_config()
     mlp = matmul_flops_per_s(4096, c.model.hidden_size,
