@@ -8,27 +8,12 @@ from asct_jax.rl.build import build_learner
 from asct_jax.rl.sources import JaxEnvSource
 from experiments import registry
 from experiments import factor_fig5 as fig5
-from experiments.configs import base
-from experiments.configs import factor_fig5 as fig5_config
+from tests.test_factor_fig5 import tiny_config
 from factor_jax.figure5 import credit_step
 from factor_jax.methods import factor_config
 
 # The module fixture builds Figure 5's diagnostics on a learner: the slow tier.
 pytestmark = pytest.mark.slow
-
-
-def tiny_config(tmp_path):
-    c = base.use_test_model(fig5_config.get_config("quick"))
-    c.rollout.num_groups = 2
-    c.rollout.group_size = 4
-    c.fig5.num_groups = 2
-    c.fig5.group_size = 4
-    c.fig5.mc_rollouts = 2
-    c.fig5.perturb_rollouts = 2
-    c.fig5.perturb_actions = 2
-    c.fig5.chunk = 64
-    c.train.results_dir = str(tmp_path)
-    return c
 
 
 @pytest.fixture(scope="module")

@@ -3,17 +3,14 @@
     python -m experiments.train --config experiments/configs/base.py \
         --config.method=grpo --config.env.name=household --config.seed=43
 """
-import dataclasses
-
 import ml_collections
 
 from asct_jax.models.config import LORA_TARGETS
-from asct_jax.rl.protocol import Protocol, protocol_fields
+from asct_jax.rl.protocol import SUBSTRATE, protocol_fields
 
-# (field, type) of the protocol's fields: None in the config = the method's value.
-PROTOCOL_FIELDS = tuple((f.name, {"int": int, "float": float, "str": str, "bool": bool}[
-    f.type if isinstance(f.type, str) else f.type.__name__])
-    for f in dataclasses.fields(Protocol) if f.name in protocol_fields())
+# (field, type) of the protocol's fields (the type of any protocol's value): None in the
+# config = the method's value.
+PROTOCOL_FIELDS = tuple((name, type(getattr(SUBSTRATE, name))) for name in protocol_fields())
 
 
 def get_config():
