@@ -32,12 +32,25 @@ def _inputs():
 
 
 def _both(fn, monkeypatch):
-    """fn() traced with the scanned layers, then with the unrolled loop."""
+    """fn() traced with the scanned layers, then with the unrolled loop (jit's caches
+    cleared before each: a cached trace would not see the switch)."""
+    jax.clear_caches()
     scanned = fn()
     monkeypatch.setattr(decoder_lib, "SCAN_LAYERS", False)
+    jax.clear_caches()
     unrolled = fn()
     monkeypatch.setattr(decoder_lib, "SCAN_LAYERS", True)
+    jax.clear_caches()
     return scanned, unrolled
+
+
+def test_the_switch_reaches_the_trace(monkeypatch):
+    """The unrolled loop's program has one block per layer, the scan's one block."""
+    model = _model(4)
+    ids, mask = _inputs()
+    dots = lambda: jax.jit(lambda i: model(i, mask)).lower(ids).as_text().count("dot_general")
+    scanned, unrolled = _both(dots, monkeypatch)
+    assert unrolled > 3 * scanned
 
 
 def _close(a, b, atol=1e-5):
