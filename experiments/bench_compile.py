@@ -12,6 +12,16 @@ atomically.
 
     python -m experiments.bench_compile --methods grpo,factor \
         --out results/bench/compile.json
+
+With --depths (issue 37: the decoder's layers compiled once), instead: for each decoder
+path (--paths scan,unrolled: the layers scanned, or the Python loop of before) and each
+depth, in a fresh process, the compile seconds of a narrow random decoder's passes
+(training, remat training, cached prefill, one decoding step, generation, scoring) and of
+--methods' RL steps on device_check's cpu-small config at that depth; a Markdown table with
+the deepest / shallowest ratio.
+
+    python -m experiments.bench_compile --depths 2,30 --paths scan,unrolled --methods grpo \
+        --out results/bench/compile_depth.json
 """
 from __future__ import annotations
 
@@ -70,14 +80,155 @@ def measure(method: str) -> dict:
             "steady_s": (t4 - t3) / 3, "checksum": float(np.concatenate(leaves).sum())}
 
 
+# --- Depth: the decoder's passes and the RL step at 2 vs 30 layers (issue 37) ----------------
+
+PASS_MODEL = dict(vocab_size=512, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16,
+                  intermediate_size=192)   # narrow: what grows with depth is the compile
+PASS_SHAPE = dict(batch=4, prompt=32, new=16)
+
+
+def set_path(path: str) -> None:
+    """Selects the decoder's layer loop in this process: "scan" (the default) or
+    "unrolled" (the Python loop, `decoder.SCAN_LAYERS = False`)."""
+    from asct_jax.models import decoder
+    if path == "unrolled":
+        decoder.SCAN_LAYERS = False
+
+
+def decoder_passes(num_layers: int) -> dict:
+    """Lower + compile seconds of a narrow random decoder's passes at `num_layers`:
+    train (forward + backward of a log-likelihood), train_remat (the same under remat),
+    prefill (the cached prompt pass), decode (one cached token), generate (prefill + the
+    decoding loop) and score (`models.score`)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from asct_jax.models import cache as cache_lib
+    from asct_jax.models.generate import _generate, _score, prefill as prefill_pass
+    from asct_jax.models.config import get_preset
+    from asct_jax.models.decoder import Decoder
+
+    b, p, n = PASS_SHAPE["batch"], PASS_SHAPE["prompt"], PASS_SHAPE["new"]
+    ids, mask = jnp.ones((b, p), jnp.int32), jnp.ones((b, p), bool)
+    cfg = get_preset("tiny", num_layers=num_layers, **PASS_MODEL)
+    graphdef, state = nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)))
+    remat_def, remat_state = nnx.split(Decoder(cfg.replace(remat=True), rngs=nnx.Rngs(0)))
+    cache = jax.eval_shape(lambda: cache_lib.init_cache(cfg, b, p + n))
+
+    def train(gdef):
+        def loss(st, ids):
+            return jnp.mean(jax.nn.log_softmax(nnx.merge(gdef, st)(ids))[..., 0])
+        return jax.jit(jax.value_and_grad(loss))
+
+    def prefill(st, ids, mask):
+        return prefill_pass(nnx.merge(graphdef, st), ids, mask, n)
+
+    def decode(st, tok, cache):
+        model = nnx.merge(graphdef, st)
+        hidden, cache = model.hidden_states(tok, jnp.ones_like(tok, bool), cache=cache)
+        return model.logits(hidden[:, 0]), cache
+
+    lowerings = {
+        "train": lambda: train(graphdef).lower(state, ids),
+        "train_remat": lambda: train(remat_def).lower(remat_state, ids),
+        "prefill": lambda: jax.jit(prefill).lower(state, ids, mask),
+        "decode": lambda: jax.jit(decode).lower(state, ids[:, :1], cache),
+        "generate": lambda: _generate.lower(
+            graphdef, state, ids, mask, jax.random.PRNGKey(0), jnp.float32(1), jnp.float32(1),
+            max_new_tokens=n, greedy=False, stop_tokens=()),
+        "score": lambda: _score.lower(graphdef, state, ids, mask, ids[:, :n], mask[:, :n]),
+    }
+    out = {}
+    for name, lower in lowerings.items():
+        t = time.perf_counter()
+        lower().compile()
+        out[name] = time.perf_counter() - t
+    return out
+
+
+def rl_step(method: str, num_layers: int) -> dict:
+    """Lower + compile seconds of one RL step of `method` on device_check's cpu-small config
+    (LoRA rank 8, remat, bfloat16, household; its narrow policy) at `num_layers`."""
+    from asct_jax.rl.build import build_learner
+    from asct_jax.rl.sources import JaxEnvSource
+    from experiments import registry
+    from experiments.bench_train import lower_train_step
+    from experiments.device_check import rl_config
+
+    config = rl_config("cpu-small", method)
+    config.model.num_layers = num_layers
+    source = JaxEnvSource(config)
+    learner = build_learner(config, registry.get(method), source)
+    t = time.perf_counter()
+    lower_train_step(learner, source).compile()
+    return {"step": time.perf_counter() - t}
+
+
+def depth_table(rows) -> str:
+    """Markdown: per path and part, seconds at each depth and the deepest / shallowest."""
+    depths = sorted({r["layers"] for r in rows})
+    lines = [f"| path | part | {' | '.join(f'{d} layers s' for d in depths)} | "
+             f"{depths[-1]} / {depths[0]} |", "|---" * (3 + len(depths)) + "|"]
+    for path in dict.fromkeys(r["path"] for r in rows):
+        by = {r["layers"]: r["seconds"] for r in rows if r["path"] == path}
+        for part in by[depths[0]]:
+            s = [by[d][part] for d in depths]
+            lines.append(f"| {path} | {part} | {' | '.join(f'{x:.2f}' for x in s)} | "
+                         f"{s[-1] / s[0]:.2f} |")
+    return "\n".join(lines)
+
+
+def run_depths(depths, paths, methods, out: str) -> None:
+    """Each (path, depth) in a fresh process: the decoder's passes, then each method's step."""
+    rows = []
+    for path in paths:
+        for d in depths:
+            args = ["--child-depth", str(d), "--path", path, "--methods", ",".join(methods)]
+            env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_COMPILATION_CACHE="false")
+            p = subprocess.run([sys.executable, "-m", "experiments.bench_compile", *args],
+                               env=env, capture_output=True, text=True)
+            if p.returncode != 0:
+                sys.exit(f"{path} / {d} layers failed:\n{p.stderr[-2000:]}")
+            rows.append({"path": path, "layers": d,
+                         "seconds": json.loads(p.stdout.strip().splitlines()[-1])})
+    print(depth_table(rows))
+    from asct_jax.infra.run_logger import atomic_write_json
+    atomic_write_json(out, {"rows": rows, "model": PASS_MODEL, "shape": PASS_SHAPE,
+                            "machine": platform.processor() or platform.machine(),
+                            "cpus": os.cpu_count()})
+    print(f"wrote {out}")
+
+
+def depth_child(depth: int, path: str, methods) -> dict:
+    set_path(path)
+    out = decoder_passes(depth)
+    for m in methods:
+        out[f"{m}_step"] = rl_step(m, depth)["step"]
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="grpo")
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help=f"comma-separated, of {', '.join(VARIANTS)}")
     ap.add_argument("--out", default="results/bench/compile.json")
+    ap.add_argument("--depths", default="",
+                    help="e.g. 2,30: the decoder's passes and --methods' steps at these depths "
+                         "(instead of the XLA flag variants)")
+    ap.add_argument("--paths", default="scan", help="with --depths: scan,unrolled")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--child-depth", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--path", default="scan", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    methods = [m for m in a.methods.split(",") if m]
+    if a.child_depth:
+        print(json.dumps(depth_child(a.child_depth, a.path, methods)))
+        return
+    if a.depths:
+        run_depths([int(d) for d in a.depths.split(",")], a.paths.split(","), methods, a.out)
+        return
     if a.child:   # one measurement, in the process the parent started with the flags
         print(json.dumps(measure(a.child)))
         return

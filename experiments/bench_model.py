@@ -273,13 +273,13 @@ def dense_candidate_log_probs(model, obs, cands, legal):
     """The replaced path (same shared-prefix KV cache as the policy): full [N K A V] logits
     of every candidate, a one-hot [K, A, V] trie mask per action, masked softmax."""
     import jax.numpy as jnp
-    from asct_jax.models.cache import init_cache
+    from asct_jax.models.cache import init_cache, repeat
     from asct_jax.rl.policy import allowed_tokens, constrained_log_probs, left_align
     n, k, a = cands.shape
     prefix = left_align(obs)
     cache = init_cache(model.config, n, prefix.shape[1] + a - 1)
     logits0, _, cache = model.forward(prefix, attention_mask=prefix != 0, cache=cache)
-    cache = jax.tree.map(lambda x: jnp.repeat(x, k, axis=0) if x.ndim else x, cache)
+    cache = repeat(cache, k)
     flat = cands.reshape(n * k, a)
     rest, _, _ = model.forward(flat[:, :-1], attention_mask=jnp.ones_like(flat[:, :-1], bool),
                                cache=cache)

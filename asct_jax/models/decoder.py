@@ -16,6 +16,10 @@ from asct_jax.models import cache as cache_lib
 from asct_jax.models import layers
 from asct_jax.models.config import ModelConfig
 
+# False: every pass runs the layers as an unrolled Python loop (XLA compiles L copies of the
+# block), kept as the reference of the parity tests and of experiments.bench_compile.
+SCAN_LAYERS = True
+
 
 def default_positions(mask: jax.Array, start: Optional[jax.Array] = None) -> jax.Array:
     """Rotary positions [B, S]: start + cumsum(mask) - 1, clipped at 0 (left padding works)."""
@@ -23,6 +27,12 @@ def default_positions(mask: jax.Array, start: Optional[jax.Array] = None) -> jax
     if start is not None:
         pos = pos + start[:, None]
     return jnp.maximum(pos, 0)
+
+
+def stack_blocks(blocks) -> Tuple[nnx.GraphDef, nnx.State]:
+    """(graph definition of one block, its weights stacked [L, ...] over the L `blocks`)."""
+    graphdef, _ = nnx.split(blocks[0])
+    return graphdef, jax.tree.map(lambda *w: jnp.stack(w), *[nnx.split(b)[1] for b in blocks])
 
 
 class Decoder(nnx.Module):
@@ -75,34 +85,53 @@ class Decoder(nnx.Module):
         cos, sin = layers.rope_tables(positions, self.config.head_dim, self.config.rope_theta)
 
         x = self.embed_tokens(input_ids)
-        if self.config.remat and cache is None:
-            return self.norm(self._remat_blocks(x, cos, sin, attn_mask)), None
-        new_k, new_v = [], []
-        for i, block in enumerate(self.layers):
-            kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, (k, v) = block(x, cos, sin, attn_mask, kv, None if cache is None else cache.index)
-            new_k.append(k)
-            new_v.append(v)
+        kv = None if cache is None else (cache.k, cache.v)
+        blocks = self._scan_blocks if SCAN_LAYERS else self._unrolled_blocks
+        x, kv = blocks(x, cos, sin, attn_mask, kv, None if cache is None else cache.index)
         hidden = self.norm(x)
         if cache is None:
             return hidden, None
         new_cache = cache.replace(
-            k=tuple(new_k), v=tuple(new_v), mask=key_mask,
+            k=kv[0], v=kv[1], mask=key_mask,
             lengths=cache.lengths + mask.sum(axis=1, dtype=jnp.int32), index=cache.index + s)
         return hidden, new_cache
 
-    def _remat_blocks(self, x, cos, sin, attn_mask):
-        """The blocks as a lax.scan over their stacked weights, each step under
-        jax.checkpoint: the backward pass keeps only the L block inputs and recomputes one
-        block's activations at a time. (A Python loop of checkpointed blocks did not: XLA:CPU
-        scheduled every recomputation ahead of the backward pass, and the peak grew with the
-        layers as without remat: 6.75 vs 7.14 GiB at 30 layers, batch 4 x 558 tokens.)"""
-        graphdef, _ = nnx.split(self.layers[0])
-        stacked = jax.tree.map(lambda *w: jnp.stack(w), *[nnx.split(b)[1] for b in self.layers])
+    def _scan_blocks(self, x, cos, sin, attn_mask, kv=None, index=None):
+        """The L blocks as one lax.scan over their weights, stacked at trace time (the
+        parameters stay one module per layer): XLA compiles one block, not L.
 
-        def block(h, weights):
-            return nnx.merge(graphdef, weights)(h, cos, sin, attn_mask)[0], None
-        return jax.lax.scan(jax.checkpoint(block), x, stacked)[0]
+        x [B, S, H]; kv None or the cache's (k, v) [L, B, K, T, D], scanned with the weights
+        (layer i reads and returns its own [B, K, T, D] slice). -> (x [B, S, H], the updated
+        (k, v) [L, B, K, T, D] or None).
+        With config.remat (and no cache) each step runs under jax.checkpoint: the backward
+        pass keeps only the L block inputs and recomputes one block's activations at a time.
+        (A Python loop of checkpointed blocks did not: XLA:CPU scheduled every
+        recomputation ahead of the backward pass, and the peak grew with the layers as
+        without remat: 6.75 vs 7.14 GiB at 30 layers, batch 4 x 558 tokens.)
+        """
+        graphdef, stacked = stack_blocks(self.layers)
+
+        def block(h, xs):
+            weights, layer_kv = xs
+            h, new_kv = nnx.merge(graphdef, weights)(h, cos, sin, attn_mask, layer_kv, index)
+            return h, (None if layer_kv is None else new_kv)
+        if self.config.remat and kv is None:
+            block = jax.checkpoint(block)
+        return jax.lax.scan(block, x, (stacked, kv))
+
+    def _unrolled_blocks(self, x, cos, sin, attn_mask, kv=None, index=None):
+        """`_scan_blocks` as a Python loop over the layers (SCAN_LAYERS = False; remat
+        training scans either way): the parity tests' and bench_compile's reference."""
+        if self.config.remat and kv is None:
+            return self._scan_blocks(x, cos, sin, attn_mask)
+        new = []
+        for i, block in enumerate(self.layers):
+            x, layer_kv = block(x, cos, sin, attn_mask,
+                                None if kv is None else (kv[0][i], kv[1][i]), index)
+            new.append(layer_kv)
+        if kv is None:
+            return x, None
+        return x, (jnp.stack([k for k, _ in new]), jnp.stack([v for _, v in new]))
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         """LM head: hidden [..., H] -> logits [..., V] float32."""

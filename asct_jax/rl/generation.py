@@ -315,7 +315,7 @@ class GenerationPolicy(Policy):
         hidden, cache = model.hidden_states(prefix, prefix != self.pad_id, cache=cache)
         value = model.value(hidden[:, -1:])[:, 0].astype(jnp.float32)
         cache = cache_lib.grow(cache, responses.shape[1], model.config.max_seq_len)
-        cache = jax.tree.map(lambda x: jnp.repeat(x, k, axis=0) if x.ndim else x, cache)
+        cache = cache_lib.repeat(cache, k)
         resp_hidden, _ = model.hidden_states(responses, jnp.ones(responses.shape, bool),
                                              cache=cache)
         # token j is predicted from the prompt's last slot (j = 0) or response token j - 1

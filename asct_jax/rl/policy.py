@@ -48,6 +48,7 @@ from flax import nnx
 
 from asct_jax.envs.base import PAD_ID
 from asct_jax.envs.prompt import PromptTokens
+from asct_jax.models import cache as cache_lib
 from asct_jax.models.cache import init_cache
 
 NEG_INF = -1e9
@@ -389,7 +390,7 @@ class Policy:
         hidden0, cache = model.hidden_states(prefix, attention_mask=prefix != self.pad_id,
                                              cache=cache)
         value = model.value(hidden0[:, -1:])[:, 0]
-        cache = jax.tree.map(lambda x: jnp.repeat(x, k, axis=0) if x.ndim else x, cache)
+        cache = cache_lib.repeat(cache, k)
         flat = cands.reshape(n * k, a)
         hidden_rest, _ = model.hidden_states(
             flat[:, :-1], attention_mask=jnp.ones_like(flat[:, :-1], bool), cache=cache)
