@@ -21,7 +21,11 @@ depth, in a fresh process, the compile seconds of a narrow random decoder's pass
 the deepest / shallowest ratio.
 
     python -m experiments.bench_compile --depths 2,30 --paths scan,unrolled --methods grpo \
-        --out results/bench/compile_depth.json
+        --against 4bc2fc8 --out results/bench/compile_depth.json
+
+--against REV also measures the code of git revision REV (git archive into a temporary
+folder; this script imports its package) right after this tree's at each depth, and prints
+this tree's compile seconds over REV's.
 """
 from __future__ import annotations
 
@@ -179,25 +183,64 @@ def depth_table(rows) -> str:
     return "\n".join(lines)
 
 
-def run_depths(depths, paths, methods, out: str) -> None:
-    """Each (path, depth) in a fresh process: the decoder's passes, then each method's step."""
+def checkout(rev: str) -> str:
+    """A temporary copy of the repository's files at git revision `rev` (git archive): the
+    code a --against child imports."""
+    import tempfile
+    root = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    out = tempfile.mkdtemp(prefix="bench_compile_")
+    archive = subprocess.run(["git", "-C", root, "archive", rev], capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", out], input=archive, check=True)
+    return out
+
+
+def run_depths(depths, paths, methods, out: str, against: str = "") -> None:
+    """Each (code, depth) in a fresh process: the decoder's passes, then each method's step.
+    The codes: this tree's decoder on each of `paths`, and, with `against`, the code of
+    that git revision (its default path), run right after this tree's at each depth so both
+    see the same load."""
+    codes = [(path, path, None) for path in paths]
+    if against:
+        codes.append((against, "scan", checkout(against)))
     rows = []
-    for path in paths:
-        for d in depths:
+    for d in depths:
+        for name, path, tree in codes:
             args = ["--child-depth", str(d), "--path", path, "--methods", ",".join(methods)]
             env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_COMPILATION_CACHE="false")
-            p = subprocess.run([sys.executable, "-m", "experiments.bench_compile", *args],
-                               env=env, capture_output=True, text=True)
+            cmd = [sys.executable, "-m", "experiments.bench_compile", *args]
+            if tree:   # this script, importing the package of `tree`
+                env["PYTHONPATH"] = tree
+                cmd = [sys.executable, os.path.abspath(__file__), *args]
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tree)
             if p.returncode != 0:
-                sys.exit(f"{path} / {d} layers failed:\n{p.stderr[-2000:]}")
-            rows.append({"path": path, "layers": d,
+                sys.exit(f"{name} / {d} layers failed:\n{p.stderr[-2000:]}")
+            rows.append({"path": name, "layers": d,
                          "seconds": json.loads(p.stdout.strip().splitlines()[-1])})
     print(depth_table(rows))
+    if against:
+        print()
+        print(against_table(rows, paths[0], against))
     from asct_jax.infra.run_logger import atomic_write_json
     atomic_write_json(out, {"rows": rows, "model": PASS_MODEL, "shape": PASS_SHAPE,
+                            "against": against,
                             "machine": platform.processor() or platform.machine(),
                             "cpus": os.cpu_count()})
     print(f"wrote {out}")
+
+
+def against_table(rows, path: str, against: str) -> str:
+    """Markdown: per part and depth, this tree's seconds over `against`'s."""
+    depths = sorted({r["layers"] for r in rows})
+    sec = {(r["path"], r["layers"]): r["seconds"] for r in rows}
+    lines = [f"| part | " + " | ".join(f"{d} L: {path} / {against}" for d in depths) + " |",
+             "|---" * (1 + len(depths)) + "|"]
+    for part in sec[(path, depths[0])]:
+        cells = [f"{sec[(path, d)][part]:.2f} / {sec[(against, d)][part]:.2f} = "
+                 f"{sec[(path, d)][part] / sec[(against, d)][part]:.2f}" for d in depths]
+        lines.append(f"| {part} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def depth_child(depth: int, path: str, methods) -> dict:
@@ -220,6 +263,9 @@ def main(argv=None) -> None:
     ap.add_argument("--paths", default="scan", help="with --depths: scan,unrolled")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     ap.add_argument("--child-depth", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--against", default="",
+                    help="with --depths: a git revision whose code is measured beside "
+                         "this tree's at each depth (e.g. main)")
     ap.add_argument("--path", default="scan", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     methods = [m for m in a.methods.split(",") if m]
@@ -227,7 +273,8 @@ def main(argv=None) -> None:
         print(json.dumps(depth_child(a.child_depth, a.path, methods)))
         return
     if a.depths:
-        run_depths([int(d) for d in a.depths.split(",")], a.paths.split(","), methods, a.out)
+        run_depths([int(d) for d in a.depths.split(",")], a.paths.split(","), methods, a.out,
+                   a.against)
         return
     if a.child:   # one measurement, in the process the parent started with the flags
         print(json.dumps(measure(a.child)))

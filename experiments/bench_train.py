@@ -10,8 +10,8 @@ and writes JSON (default results/bench/train.json). Budget: each step's environm
 (rollout + the credit's own) as a ratio to the baseline (GRPO), and the wall clock per
 environment call beside the baseline's.
 
-FLOP/s: XLA's cost analysis of the compiled update (learn minus credit; it counts a loop
-body once, so times epochs x minibatches) over its steady-state time, printed beside the
+FLOP/s: XLA's cost analysis of the compiled update (learn minus credit, traced with the
+decoder's layers unrolled; it counts a loop body once, so times the optimiser updates) over its steady-state time, printed beside the
 machine's matmul FLOP/s measured in the same process (jitted f32 jnp.dot
 [1024, 576] x [576, 1536], and [4096, H] x [H, I] at the policy's MLP width). The 1-minute load
 average is printed with every row: on a shared machine compare the rows of one run.
@@ -50,8 +50,19 @@ def timed(fn, *args, repeats):
     return out, compile_s, statistics.median(times)
 
 
-def _flops(jitted, *args):
-    ca = jitted.lower(*args).compile().cost_analysis()
+def unrolled_flops(fn, *args) -> float:
+    """XLA's flop estimate of jax.jit(fn)(*args) traced with the decoder's layers unrolled
+    (`decoder.SCAN_LAYERS = False`): XLA's cost analysis counts a loop body once, so the
+    scanned layers would count as one. The lowered program's analysis (no compile); jit's
+    caches are cleared around it."""
+    from asct_jax.models import decoder
+    decoder.SCAN_LAYERS = False
+    jax.clear_caches()
+    try:
+        ca = jax.jit(fn).lower(*args).cost_analysis()
+    finally:
+        decoder.SCAN_LAYERS = True
+        jax.clear_caches()
     ca = ca[0] if isinstance(ca, (list, tuple)) else ca
     return float((ca or {}).get("flops", float("nan")))
 
@@ -131,8 +142,9 @@ def bench_method(method, env_name, repeats, num_groups, group_size, chooser="can
     env_calls = float(m["rollout/env_calls"]) + float(m["credit/env_calls"])
     update_s = max(learn_s - cred_s, 0.0)
     loops = float(m["train/updates"])    # the protocol's optimiser updates of this step
-    update_flops = max(_flops(learn, state, batch, key)
-                       - _flops(credit, state.params, batch, key, jnp.int32(0), mstate), 0.0) * loops
+    update_flops = max(unrolled_flops(learn, state, batch, key)
+                       - unrolled_flops(credit, state.params, batch, key, jnp.int32(0), mstate),
+                       0.0) * loops
     n_params = sum(x.size for x in jax.tree.leaves(state.params))
     return {"method": method, "rollout_s": roll_s, "credit_s": cred_s,
             "update_s": update_s, "train_step_s": step_s,

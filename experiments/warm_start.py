@@ -97,6 +97,9 @@ def run(config, out_dir: str = None):
     return summary
 
 
+PARAMS_LAYOUT = "layers stacked"
+
+
 def key(config) -> str:
     """The name of config's shared warm start: <env>-<the first 8 hex digits of a SHA-256 of
     its WARM_START_FIELDS (experiments/configs/base.py)>; equal fields, same warm start."""
@@ -106,6 +109,9 @@ def key(config) -> str:
     # The environments' shared vocabulary too: a new environment's words shift the ids.
     from asct_jax.envs import tokenizer
     fields["vocabulary"] = hashlib.sha256(" ".join(tokenizer.vocabulary()).encode()).hexdigest()
+    # The checkpoint's parameter layout (issue 37: the decoder's layers stacked [L, ...]);
+    # warm starts written in the per-layer layout before it keep their names and are not read.
+    fields["params_layout"] = PARAMS_LAYOUT
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode())
     return f"{config.env.name}-{digest.hexdigest()[:8]}"
 

@@ -1,5 +1,6 @@
-"""The decoder's layers as one scanned block in every pass: the numbers of the unrolled
-Python loop (`decoder.SCAN_LAYERS = False`), and one block's program whatever the depth."""
+"""The decoder's layers stored stacked [L, ...] and run as one scanned block in every pass:
+the initial weights of L blocks drawn one after another, the numbers of the unrolled Python
+loop (`decoder.SCAN_LAYERS = False`), and one block's program whatever the depth."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,6 +43,21 @@ def _both(fn, monkeypatch):
     monkeypatch.setattr(decoder_lib, "SCAN_LAYERS", True)
     jax.clear_caches()
     return scanned, unrolled
+
+
+def test_layers_are_stacked_blocks_drawn_in_sequence():
+    """Every weight of `layers` is [L, ...]; slice i is the i-th of L blocks drawn from the
+    same Rngs right after the embedding (the per-layer module list's draws)."""
+    cfg = _model(3).config
+    model = models.Decoder(cfg, rngs=nnx.Rngs(3))
+    rngs = nnx.Rngs(3)
+    nnx.Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs)   # the embedding's draw comes first
+    blocks = [nnx.state(decoder_lib.layers.Block(cfg, rngs=rngs)) for _ in range(3)]
+    stacked = nnx.state(model.layers)
+    for i, block in enumerate(blocks):
+        for w, b in zip(jax.tree.leaves(stacked), jax.tree.leaves(block)):
+            assert w.shape == (3,) + b.shape
+            np.testing.assert_array_equal(w[i], b)
 
 
 def test_the_switch_reaches_the_trace(monkeypatch):

@@ -29,14 +29,19 @@ def default_positions(mask: jax.Array, start: Optional[jax.Array] = None) -> jax
     return jnp.maximum(pos, 0)
 
 
-def stack_blocks(blocks) -> Tuple[nnx.GraphDef, nnx.State]:
-    """(graph definition of one block, its weights stacked [L, ...] over the L `blocks`)."""
+def stack_blocks(blocks) -> layers.Block:
+    """One Block whose every variable is the L `blocks`' stacked [L, ...] (layer i at
+    index i): the decoder's layout of its layers, scanned in every pass."""
     graphdef, _ = nnx.split(blocks[0])
-    return graphdef, jax.tree.map(lambda *w: jnp.stack(w), *[nnx.split(b)[1] for b in blocks])
+    return nnx.merge(graphdef, jax.tree.map(lambda *w: jnp.stack(w),
+                                            *[nnx.split(b)[1] for b in blocks]))
 
 
 class Decoder(nnx.Module):
-    """Token embedding -> L x Block -> RMSNorm -> (tied or untied) LM head, plus a value head."""
+    """Token embedding -> L x Block -> RMSNorm -> (tied or untied) LM head, plus a value head.
+
+    `layers` is one Block whose weights are the L layers' stacked [L, ...] (parameter
+    paths "layers/self_attn/q_proj/kernel", ...); `stack_blocks` builds it."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.config = config
@@ -44,7 +49,10 @@ class Decoder(nnx.Module):
             config.vocab_size, config.hidden_size, dtype=config.jnp_dtype,
             param_dtype=config.jnp_param_dtype,
             embedding_init=nnx.initializers.normal(layers.INIT_STD), rngs=rngs)
-        self.layers = nnx.List([layers.Block(config, rngs=rngs) for _ in range(config.num_layers)])
+        # The L blocks are initialised one after another (the random draws of a per-layer
+        # module list) and stored stacked: every weight of `layers` is [L, ...].
+        self.layers = stack_blocks([layers.Block(config, rngs=rngs)
+                                    for _ in range(config.num_layers)])
         self.norm = layers.rms_norm(config, rngs=rngs)
         self.lm_head = (None if config.tie_embeddings else
                         layers.dense(config, config.hidden_size, config.vocab_size, bias=False, rngs=rngs))
@@ -97,8 +105,8 @@ class Decoder(nnx.Module):
         return hidden, new_cache
 
     def _scan_blocks(self, x, cos, sin, attn_mask, kv=None, index=None):
-        """The L blocks as one lax.scan over their weights, stacked at trace time (the
-        parameters stay one module per layer): XLA compiles one block, not L.
+        """The L blocks as one lax.scan over the stacked weights: XLA compiles one block,
+        not L, and the gradients and optimiser updates stay one [L, ...] array per weight.
 
         x [B, S, H]; kv None or the cache's (k, v) [L, B, K, T, D], scanned with the weights
         (layer i reads and returns its own [B, K, T, D] slice). -> (x [B, S, H], the updated
@@ -109,7 +117,7 @@ class Decoder(nnx.Module):
         recomputation ahead of the backward pass, and the peak grew with the layers as
         without remat: 6.75 vs 7.14 GiB at 30 layers, batch 4 x 558 tokens.)
         """
-        graphdef, stacked = stack_blocks(self.layers)
+        graphdef, stacked = nnx.split(self.layers)
 
         def block(h, xs):
             weights, layer_kv = xs
@@ -120,12 +128,14 @@ class Decoder(nnx.Module):
         return jax.lax.scan(block, x, (stacked, kv))
 
     def _unrolled_blocks(self, x, cos, sin, attn_mask, kv=None, index=None):
-        """`_scan_blocks` as a Python loop over the layers (SCAN_LAYERS = False; remat
-        training scans either way): the parity tests' and bench_compile's reference."""
+        """`_scan_blocks` as a Python loop over the layers' slices (SCAN_LAYERS = False;
+        remat training scans either way): the parity tests' and bench_compile's reference."""
         if self.config.remat and kv is None:
             return self._scan_blocks(x, cos, sin, attn_mask)
+        graphdef, stacked = nnx.split(self.layers)
         new = []
-        for i, block in enumerate(self.layers):
+        for i in range(self.config.num_layers):
+            block = nnx.merge(graphdef, jax.tree.map(lambda w: w[i], stacked))
             x, layer_kv = block(x, cos, sin, attn_mask,
                                 None if kv is None else (kv[0][i], kv[1][i]), index)
             new.append(layer_kv)
