@@ -1,6 +1,8 @@
 """Preallocated key/value cache for incremental decoding (a pytree, passed in and returned)."""
 from __future__ import annotations
 
+from typing import Tuple
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -11,15 +13,14 @@ from asct_jax.models.config import ModelConfig
 
 @struct.dataclass
 class KVCache:
-    """Keys and values of the tokens seen so far, the layers stacked (scanned with the
-    decoder's blocks).
+    """Keys and values of the tokens seen so far, one buffer per layer.
 
     Slots are filled left to right, in lockstep for the whole batch; a slot whose
     token was padding has `mask` False and is never attended to.
 
     Attributes:
-      k, v:    [L, B, K, T, D] (L = num_layers, K = num_kv_heads, T = max_len, D = head_dim):
-               per layer heads before slots, the layout the attention's batched (B, K) dots read in place (a
+      k, v:    per layer, [B, K, T, D] (K = num_kv_heads, T = max_len, D = head_dim): heads
+               before slots, the layout the attention's batched (B, K) dots read in place (a
                [B, T, K, D] buffer was transposed whole by XLA:CPU in every layer at every
                decoding step).
       mask:    [B, T] bool, slot holds a real (non-padding) token.
@@ -27,8 +28,8 @@ class KVCache:
       index:   [] int32, next slot to write.
     """
 
-    k: jax.Array
-    v: jax.Array
+    k: Tuple[jax.Array, ...]
+    v: Tuple[jax.Array, ...]
     mask: jax.Array
     lengths: jax.Array
     index: jax.Array
@@ -42,10 +43,11 @@ def init_cache(config: ModelConfig, batch: int, max_len: int) -> KVCache:
     """An empty cache for `batch` sequences of up to `max_len` tokens (prompt + generated)."""
     if max_len > config.max_seq_len:
         raise ValueError(f"init_cache: max_len={max_len} exceeds config.max_seq_len={config.max_seq_len}")
-    shape = (config.num_layers, batch, config.num_kv_heads, max_len, config.head_dim)
+    shape = (batch, config.num_kv_heads, max_len, config.head_dim)
+    zeros = lambda: jnp.zeros(shape, config.jnp_dtype)
     return KVCache(
-        k=jnp.zeros(shape, config.jnp_dtype),
-        v=jnp.zeros(shape, config.jnp_dtype),
+        k=tuple(zeros() for _ in range(config.num_layers)),
+        v=tuple(zeros() for _ in range(config.num_layers)),
         mask=jnp.zeros((batch, max_len), bool),
         lengths=jnp.zeros((batch,), jnp.int32),
         index=jnp.zeros((), jnp.int32),
@@ -69,13 +71,13 @@ def grow(cache: KVCache, extra: int, max_seq_len: int) -> KVCache:
     """The cache with `extra` empty slots appended (k / v zeros, mask False)."""
     if cache.max_len + extra > max_seq_len:
         raise ValueError(f"grow: max_len={cache.max_len + extra} exceeds config.max_seq_len={max_seq_len}")
-    pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, 0), (0, extra), (0, 0)))
-    return cache.replace(k=pad(cache.k), v=pad(cache.v),
+    pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, extra), (0, 0)))
+    return cache.replace(k=tuple(map(pad, cache.k)), v=tuple(map(pad, cache.v)),
                          mask=jnp.pad(cache.mask, ((0, 0), (0, extra))))
 
 
 def repeat(cache: KVCache, k: int) -> KVCache:
     """The cache with each sequence repeated k times in a row (batch B -> B k)."""
-    return cache.replace(k=jnp.repeat(cache.k, k, axis=1), v=jnp.repeat(cache.v, k, axis=1),
-                         mask=jnp.repeat(cache.mask, k, axis=0),
-                         lengths=jnp.repeat(cache.lengths, k, axis=0))
+    rep = lambda x: jnp.repeat(x, k, axis=0)
+    return cache.replace(k=tuple(map(rep, cache.k)), v=tuple(map(rep, cache.v)),
+                         mask=rep(cache.mask), lengths=rep(cache.lengths))

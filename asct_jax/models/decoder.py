@@ -5,7 +5,7 @@ The module holds parameters only; the KV cache is passed in and returned, so
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import chex
 import jax
@@ -16,8 +16,8 @@ from asct_jax.models import cache as cache_lib
 from asct_jax.models import layers
 from asct_jax.models.config import ModelConfig
 
-# False: every pass runs the layers as an unrolled Python loop (XLA compiles L copies of the
-# block), kept as the reference of the parity tests and of experiments.bench_compile.
+# False: the passes without a cache run the layers as an unrolled Python loop (XLA compiles L
+# copies of the block), the reference of the parity tests and of experiments.bench_compile.
 SCAN_LAYERS = True
 
 
@@ -65,12 +65,15 @@ class Decoder(nnx.Module):
         attention_mask: Optional[jax.Array] = None,
         positions: Optional[jax.Array] = None,
         cache: Optional[cache_lib.KVCache] = None,
+        blocks: Optional[Sequence[layers.Block]] = None,
     ) -> Tuple[jax.Array, Optional[cache_lib.KVCache]]:
         """Final-norm hidden states [B, S, H] (compute dtype) and the updated cache (or None).
 
         input_ids [B, S] int; attention_mask [B, S] bool (False = padding, never attended to);
         positions [B, S] int, default `default_positions(mask, cache.lengths)`.
         With a cache, the S tokens go to slots [cache.index, cache.index + S), which must fit.
+        blocks: `layer_blocks()` taken once outside a decoding loop (a decoding step's
+        layers read them instead of slicing the stacked weights at every step).
         """
         chex.assert_rank(input_ids, 2)
         b, s = input_ids.shape
@@ -93,55 +96,83 @@ class Decoder(nnx.Module):
         cos, sin = layers.rope_tables(positions, self.config.head_dim, self.config.rope_theta)
 
         x = self.embed_tokens(input_ids)
-        kv = None if cache is None else (cache.k, cache.v)
-        blocks = self._scan_blocks if SCAN_LAYERS else self._unrolled_blocks
-        x, kv = blocks(x, cos, sin, attn_mask, kv, None if cache is None else cache.index)
-        hidden = self.norm(x)
         if cache is None:
-            return hidden, None
+            blocks = self._scan_blocks if SCAN_LAYERS else self._unrolled_blocks
+            return self.norm(blocks(x, cos, sin, attn_mask)), None
+        x, kv = self._cached_blocks(x, cos, sin, attn_mask, (cache.k, cache.v), cache.index,
+                                    blocks)
+        hidden = self.norm(x)
         new_cache = cache.replace(
             k=kv[0], v=kv[1], mask=key_mask,
             lengths=cache.lengths + mask.sum(axis=1, dtype=jnp.int32), index=cache.index + s)
         return hidden, new_cache
 
-    def _scan_blocks(self, x, cos, sin, attn_mask, kv=None, index=None):
-        """The L blocks as one lax.scan over the stacked weights: XLA compiles one block,
-        not L, and the gradients and optimiser updates stay one [L, ...] array per weight.
+    def _scan_blocks(self, x, cos, sin, attn_mask):
+        """The L blocks as one lax.scan over the stacked weights (the passes without a
+        cache: training, scoring): XLA compiles one block, not L, and the gradients and
+        optimiser updates stay one [L, ...] array per weight. x [B, S, H] -> [B, S, H].
 
-        x [B, S, H]; kv None or the cache's (k, v) [L, B, K, T, D], scanned with the weights
-        (layer i reads and returns its own [B, K, T, D] slice). -> (x [B, S, H], the updated
-        (k, v) [L, B, K, T, D] or None).
-        With config.remat (and no cache) each step runs under jax.checkpoint: the backward
-        pass keeps only the L block inputs and recomputes one block's activations at a time.
-        (A Python loop of checkpointed blocks did not: XLA:CPU scheduled every
-        recomputation ahead of the backward pass, and the peak grew with the layers as
-        without remat: 6.75 vs 7.14 GiB at 30 layers, batch 4 x 558 tokens.)
+        With config.remat each step runs under jax.checkpoint: the backward pass keeps only
+        the L block inputs and recomputes one block's activations at a time. (A Python loop
+        of checkpointed blocks did not: XLA:CPU scheduled every recomputation ahead of the
+        backward pass, and the peak grew with the layers as without remat: 6.75 vs
+        7.14 GiB at 30 layers, batch 4 x 558 tokens.)
         """
+        graphdef, stacked = nnx.split(self.layers)
+
+        def block(h, weights):
+            return nnx.merge(graphdef, weights)(h, cos, sin, attn_mask)[0], None
+        if self.config.remat:
+            block = jax.checkpoint(block)
+        return jax.lax.scan(block, x, stacked)[0]
+
+    def _layer(self, i: int) -> layers.Block:
+        """Layer i: a Block of the stacked weights' static slices i."""
+        graphdef, stacked = nnx.split(self.layers)
+        return nnx.merge(graphdef, jax.tree.map(lambda w: w[i], stacked))
+
+    def layer_blocks(self) -> Tuple[layers.Block, ...]:
+        """The L layers as Blocks of their own weights (slices of the stacked ones, a copy):
+        taken once before a decoding loop, so that its steps do not copy the weights
+        (XLA:CPU left the slices in the loop: SmolLM2's `generate` 1.3-1.6x slower)."""
+        return tuple(self._layer(i) for i in range(self.config.num_layers))
+
+    def _unrolled_blocks(self, x, cos, sin, attn_mask):
+        """`_scan_blocks` as a Python loop over the layers (SCAN_LAYERS = False; remat
+        training scans either way): the parity tests' and bench_compile's reference."""
+        if self.config.remat:
+            return self._scan_blocks(x, cos, sin, attn_mask)
+        for i in range(self.config.num_layers):
+            x = self._layer(i)(x, cos, sin, attn_mask)[0]
+        return x
+
+    def _cached_blocks(self, x, cos, sin, attn_mask, kv, index, blocks=None):
+        """The passes with a cache. x [B, S, H]; kv: the cache's (k, v), L buffers
+        [B, K, T, D] each. -> (x, the updated (k, v)).
+
+        One decoding step (S = 1, never differentiated): a Python loop over the layers, each
+        writing its own buffers in place. (Scanned, the cache is the scan's input and
+        output: a copy of the whole cache at every step, 1.6-1.8x the time of SmolLM2's
+        `generate`.) More tokens (a prompt's prefill, candidates scored against a cached
+        prompt, which label_score "mean" differentiates): one lax.scan over the stacked
+        weights and the cache's buffers stacked [L, ...] for it, a copy the S tokens'
+        pass amortises (SCAN_LAYERS = False: the loop).
+        """
+        if x.shape[1] == 1 or not SCAN_LAYERS:
+            new_k, new_v = [], []
+            blocks = blocks or self.layer_blocks()
+            for i, block in enumerate(blocks):
+                x, (k, v) = block(x, cos, sin, attn_mask, (kv[0][i], kv[1][i]), index)
+                new_k.append(k)
+                new_v.append(v)
+            return x, (tuple(new_k), tuple(new_v))
         graphdef, stacked = nnx.split(self.layers)
 
         def block(h, xs):
             weights, layer_kv = xs
-            h, new_kv = nnx.merge(graphdef, weights)(h, cos, sin, attn_mask, layer_kv, index)
-            return h, (None if layer_kv is None else new_kv)
-        if self.config.remat and kv is None:
-            block = jax.checkpoint(block)
-        return jax.lax.scan(block, x, (stacked, kv))
-
-    def _unrolled_blocks(self, x, cos, sin, attn_mask, kv=None, index=None):
-        """`_scan_blocks` as a Python loop over the layers' slices (SCAN_LAYERS = False;
-        remat training scans either way): the parity tests' and bench_compile's reference."""
-        if self.config.remat and kv is None:
-            return self._scan_blocks(x, cos, sin, attn_mask)
-        graphdef, stacked = nnx.split(self.layers)
-        new = []
-        for i in range(self.config.num_layers):
-            block = nnx.merge(graphdef, jax.tree.map(lambda w: w[i], stacked))
-            x, layer_kv = block(x, cos, sin, attn_mask,
-                                None if kv is None else (kv[0][i], kv[1][i]), index)
-            new.append(layer_kv)
-        if kv is None:
-            return x, None
-        return x, (jnp.stack([k for k, _ in new]), jnp.stack([v for _, v in new]))
+            return nnx.merge(graphdef, weights)(h, cos, sin, attn_mask, layer_kv, index)
+        x, (k, v) = jax.lax.scan(block, x, (stacked, (jnp.stack(kv[0]), jnp.stack(kv[1]))))
+        return x, (tuple(k), tuple(v))
 
     def logits(self, hidden: jax.Array) -> jax.Array:
         """LM head: hidden [..., H] -> logits [..., V] float32."""

@@ -80,6 +80,7 @@ def _generate(graphdef, state, prompt_ids, prompt_mask, key, temperature, top_p,
     n = max_new_tokens
     cache, logits = prefill(model, prompt_ids, prompt_mask, n)
     stops = jnp.asarray(stop_tokens, jnp.int32)
+    blocks = model.layer_blocks()   # sliced once, not at every step
 
     def cond(carry):
         i, _, _, done, _, _ = carry
@@ -96,7 +97,8 @@ def _generate(graphdef, state, prompt_ids, prompt_mask, key, temperature, top_p,
                              out.mask.at[:, i].set(valid))
         if stop_tokens:
             done = done | (valid & jnp.isin(tok, stops))
-        hidden, cache = model.hidden_states(tok[:, None], valid[:, None], cache=cache)
+        hidden, cache = model.hidden_states(tok[:, None], valid[:, None], cache=cache,
+                                            blocks=blocks)
         return i + 1, cache, model.logits(hidden[:, 0]), done, key, out
 
     out = GenerateOutput(jnp.full((b, n), PAD_ID, jnp.int32), jnp.zeros((b, n), jnp.float32),
