@@ -126,24 +126,22 @@ class Decoder(nnx.Module):
             block = jax.checkpoint(block)
         return jax.lax.scan(block, x, stacked)[0]
 
-    def _layer(self, i: int) -> layers.Block:
-        """Layer i: a Block of the stacked weights' static slices i."""
-        graphdef, stacked = nnx.split(self.layers)
-        return nnx.merge(graphdef, jax.tree.map(lambda w: w[i], stacked))
-
     def layer_blocks(self) -> Tuple[layers.Block, ...]:
-        """The L layers as Blocks of their own weights (slices of the stacked ones, a copy):
-        taken once before a decoding loop, so that its steps do not copy the weights
-        (XLA:CPU left the slices in the loop: SmolLM2's `generate` 1.3-1.6x slower)."""
-        return tuple(self._layer(i) for i in range(self.config.num_layers))
+        """The L layers as Blocks of their own weights (slices of the stacked ones): for the
+        passes that loop over the layers. A decoding loop takes them once, before it, so
+        that its steps do not copy the weights (XLA:CPU left the slices in the loop:
+        SmolLM2's `generate` 1.3-1.6x slower)."""
+        graphdef, stacked = nnx.split(self.layers)
+        return tuple(nnx.merge(graphdef, jax.tree.map(lambda w: w[i], stacked))
+                     for i in range(self.config.num_layers))
 
     def _unrolled_blocks(self, x, cos, sin, attn_mask):
         """`_scan_blocks` as a Python loop over the layers (SCAN_LAYERS = False; remat
         training scans either way): the parity tests' and bench_compile's reference."""
         if self.config.remat:
             return self._scan_blocks(x, cos, sin, attn_mask)
-        for i in range(self.config.num_layers):
-            x = self._layer(i)(x, cos, sin, attn_mask)[0]
+        for block in self.layer_blocks():
+            x = block(x, cos, sin, attn_mask)[0]
         return x
 
     def _cached_blocks(self, x, cos, sin, attn_mask, kv, index, blocks=None):
