@@ -31,7 +31,7 @@ def default_positions(mask: jax.Array, start: Optional[jax.Array] = None) -> jax
 
 def stack_blocks(blocks) -> layers.Block:
     """One Block whose every variable is the L `blocks`' stacked [L, ...] (layer i at
-    index i): the decoder's layout of its layers, scanned in every pass."""
+    index i): the decoder's layout of its layers."""
     graphdef, _ = nnx.split(blocks[0])
     return nnx.merge(graphdef, jax.tree.map(lambda *w: jnp.stack(w),
                                             *[nnx.split(b)[1] for b in blocks]))
