@@ -9,7 +9,7 @@ import torch
 from flax import nnx
 
 from asct_jax import models
-from asct_jax.models import sampling, testing
+from asct_jax.models import sampling, testing, widths
 
 # The package re-exports the function `generate`, which shadows the submodule attribute.
 gen_lib = importlib.import_module("asct_jax.models.generate")
@@ -109,3 +109,77 @@ def test_generate_and_score_inside_outer_jit(llama):
     np.testing.assert_allclose(np.asarray(logp), np.asarray(out.logp), atol=1e-4)
     grad = jax.grad(lambda s: models.score(nnx.merge(graphdef, s), ids, mask, out.tokens, out.mask).sum())(state)
     assert float(jnp.abs(grad["embed_tokens"]["embedding"][...]).sum()) > 0
+
+
+def test_widths_and_lanes_max_over_nested_vmaps():
+    """widths: ceil(P i / buckets); lanes_max: the max over every lane of nested vmaps
+    (also inside a vmapped while loop), one value, so a switch on it takes one branch."""
+    assert widths.widths(226, 4) == (57, 113, 170, 226)
+    assert widths.widths(226, 1) == (226,)
+    x = jax.random.normal(jax.random.key(0), (4, 3))
+
+    def one(v):                                          # one lane: [] -> []
+        def body(c):
+            top = widths.lanes_max(v)
+            branch = jax.lax.switch((top > 0).astype(jnp.int32),
+                                    [lambda: jnp.float32(0), lambda: jnp.float32(1)])
+            return c[0] + top + branch, c[1] + 1
+        return jax.lax.while_loop(lambda c: c[1] < 2 + (v > 0), body, (0.0, 0))[0]
+
+    lanes = jax.vmap(jax.vmap(one))
+    got = jax.jit(lanes)(x)
+    # a batched index would have made the switch a select_n of both branches
+    assert "cond[" in str(jax.make_jaxpr(lanes)(x))
+    top = float(jnp.max(x))
+    want = np.where(np.asarray(x) > 0, 3, 2) * (top + 1.0)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert float(widths.lanes_max(jnp.float32(2.5))) == 2.5
+
+
+def _ragged_prompts(b: int, p: int, longest: int, seed: int = 0):
+    """b left-padded prompts of 1 .. longest real tokens in P = p columns."""
+    rng = np.random.default_rng(seed)
+    n = rng.integers(1, longest + 1, size=b)
+    n[0] = longest
+    ids = rng.integers(1, 50, size=(b, p)).astype(np.int32)
+    ids[np.arange(p)[None] < (p - n)[:, None]] = 0
+    return jnp.asarray(ids), jnp.asarray(ids != 0)
+
+
+@pytest.mark.parametrize("longest", [3, 9, 20])
+def test_trimmed_prefill_equals_the_pass_on_every_column(llama, longest):
+    """The prompt pass on the last W columns (models.widths) gives the logits and the
+    cache's real slots of the pass on all P columns; the generated tokens (sampled and
+    greedy) and their log-probs are the same, batched and per row under vmap."""
+    model, _ = llama
+    graphdef, state = nnx.split(model)
+    ids, mask = _ragged_prompts(5, 20, longest)
+
+    @jax.jit
+    def both(state, ids, mask):
+        m = nnx.merge(graphdef, state)
+        return gen_lib.prefill(m, ids, mask, 4, 1), gen_lib.prefill(m, ids, mask, 4, 4)
+
+    (full, lg_full), (cut, lg_cut) = both(state, ids, mask)
+    np.testing.assert_allclose(lg_cut, lg_full, atol=1e-5)
+    np.testing.assert_array_equal(cut.mask, full.mask)
+    np.testing.assert_array_equal(cut.lengths, full.lengths)
+    assert int(cut.index) == int(full.index) == 20
+    real = np.asarray(full.mask)[None, :, None, :, None]
+    np.testing.assert_allclose(np.where(real, cut.k, 0), np.where(real, full.k, 0), atol=1e-5)
+    np.testing.assert_allclose(np.where(real, cut.v, 0), np.where(real, full.v, 0), atol=1e-5)
+
+    for greedy in (False, True):
+        run = lambda ids, mask, key, b: models.generate(  # noqa: E731
+            model, ids, mask, key, max_new_tokens=6, greedy=greedy, prefill_buckets=b)
+        ref = run(ids, mask, jax.random.key(7), 1)
+        out = run(ids, mask, jax.random.key(7), 4)
+        np.testing.assert_array_equal(out.tokens, ref.tokens)
+        np.testing.assert_array_equal(out.mask, ref.mask)
+        np.testing.assert_allclose(out.logp, ref.logp, atol=1e-5)
+        keys = jax.random.split(jax.random.key(8), ids.shape[0])
+        rows = lambda b: jax.jit(jax.vmap(lambda i, m, k: run(i[None], m[None], k, b)))(  # noqa: E731
+            ids, mask, keys)
+        ref, out = rows(1), rows(4)
+        np.testing.assert_array_equal(out.tokens, ref.tokens)
+        np.testing.assert_allclose(out.logp, ref.logp, atol=1e-5)
