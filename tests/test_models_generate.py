@@ -9,7 +9,7 @@ import torch
 from flax import nnx
 
 from asct_jax import models
-from asct_jax.models import sampling, testing, widths
+from asct_jax.models import sampling, testing
 
 # The package re-exports the function `generate`, which shadows the submodule attribute.
 gen_lib = importlib.import_module("asct_jax.models.generate")
@@ -109,31 +109,6 @@ def test_generate_and_score_inside_outer_jit(llama):
     np.testing.assert_allclose(np.asarray(logp), np.asarray(out.logp), atol=1e-4)
     grad = jax.grad(lambda s: models.score(nnx.merge(graphdef, s), ids, mask, out.tokens, out.mask).sum())(state)
     assert float(jnp.abs(grad["embed_tokens"]["embedding"][...]).sum()) > 0
-
-
-def test_widths_and_lanes_max_over_nested_vmaps():
-    """widths: ceil(P i / buckets); lanes_max: the max over every lane of nested vmaps
-    (also inside a vmapped while loop), one value, so a switch on it takes one branch."""
-    assert widths.widths(226, 4) == (57, 113, 170, 226)
-    assert widths.widths(226, 1) == (226,)
-    x = jax.random.normal(jax.random.key(0), (4, 3))
-
-    def one(v):                                          # one lane: [] -> []
-        def body(c):
-            top = widths.lanes_max(v)
-            branch = jax.lax.switch((top > 0).astype(jnp.int32),
-                                    [lambda: jnp.float32(0), lambda: jnp.float32(1)])
-            return c[0] + top + branch, c[1] + 1
-        return jax.lax.while_loop(lambda c: c[1] < 2 + (v > 0), body, (0.0, 0))[0]
-
-    lanes = jax.vmap(jax.vmap(one))
-    got = jax.jit(lanes)(x)
-    # a batched index would have made the switch a select_n of both branches
-    assert "cond[" in str(jax.make_jaxpr(lanes)(x))
-    top = float(jnp.max(x))
-    want = np.where(np.asarray(x) > 0, 3, 2) * (top + 1.0)
-    np.testing.assert_allclose(got, want, rtol=1e-6)
-    assert float(widths.lanes_max(jnp.float32(2.5))) == 2.5
 
 
 def _ragged_prompts(b: int, p: int, longest: int, seed: int = 0):
