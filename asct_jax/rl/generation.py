@@ -50,6 +50,7 @@ from asct_jax.envs.projection import (ProjectedAction, Tags, project_text_tokens
                                        project_tokens)
 from asct_jax.envs.prompt import GenerationPieces
 from asct_jax.models import cache as cache_lib
+from asct_jax.models import widths
 from asct_jax.models.generate import generate
 from asct_jax.rl.policy import DistReduce, Policy, TokenOutputs, left_align, pads_to_right
 
@@ -279,8 +280,11 @@ class GenerationPolicy(Policy):
     def distributions(self, params, prefix, response, cands=None, legal=None):
         """The token log-probs [N, R] after any prefix, the log-softmax [N, R, V] (this
         policy's distribution layout, what a DistReduce's inputs follow) and a support
-        [N, 1, 1] of True (every token)."""
-        logp_all, _ = self._full(self.merge(params), prefix, response)
+        [N, 1, 1] of True (every token). Never differentiated (the teachers' pass): it
+        skips the columns of the prefix that are PAD in every row (models.widths)."""
+        model = self.merge(params)
+        logp_all = widths.right_padded(lambda x: self._full(model, x, response)[0], prefix,
+                                       self.pad_id)
         return (self._token_stats(logp_all, response)[0], logp_all,
                 jnp.ones((response.shape[0], 1, 1), bool))
 
@@ -343,7 +347,7 @@ def model_writer(policy: GenerationPolicy, params: Any, greedy: bool,
                        max_new_tokens=spec.response_len, temperature=spec.temperature,
                        top_p=spec.top_p, greedy=greedy, stop_tokens=(spec.stop_id,))
         tokens = jnp.where(out.mask, out.tokens, policy.pad_id)
-        value = (policy.value(params, prompt) if with_value
+        value = (policy.acting_value(params, prompt) if with_value
                  else jnp.zeros(prompt.shape[:1], jnp.float32))
         return tokens, out.logp, out.mask, value, {}
     return write
