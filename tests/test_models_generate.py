@@ -124,8 +124,9 @@ def _ragged_prompts(b: int, p: int, longest: int, seed: int = 0):
 @pytest.mark.parametrize("longest", [3, 9, 20])
 def test_trimmed_prefill_equals_the_pass_on_every_column(llama, longest):
     """The prompt pass on the last W columns (models.widths) gives the logits and the
-    cache's real slots of the pass on all P columns; the generated tokens (sampled and
-    greedy) and their log-probs are the same, batched and per row under vmap."""
+    cache's real slots of the pass on all P columns; generate (its prompt pass and decoding
+    on a cache of W + N slots) writes the same tokens (sampled and greedy) with the same
+    log-probs, batched and per row under vmap."""
     model, _ = llama
     graphdef, state = nnx.split(model)
     ids, mask = _ragged_prompts(5, 20, longest)

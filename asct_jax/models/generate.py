@@ -60,27 +60,31 @@ def generate(model, prompt_ids, prompt_mask, key, *, max_new_tokens: int, temper
 
 def prefill(model, prompt_ids, prompt_mask, max_new_tokens: int,
             buckets: Optional[int] = None):
-    """The prompt pass of `generate` (traced inside its jit; the benchmark times it alone),
-    on the prompt's last W columns that hold every row's real tokens (asct_jax.models.widths:
-    left padding costs no pass; buckets None: widths.BUCKETS).
+    """The prompt pass of `generate` (the benchmark times it alone), on the prompt's last W
+    columns that hold every row's real tokens (asct_jax.models.widths: left padding costs
+    no pass; buckets None: widths.BUCKETS).
 
     Returns (cache with the prompt in slots [0, P) and room for max_new_tokens more,
     logits [B, V] float32 of each row's first new token).
     """
     p = prompt_ids.shape[1]
-    return widths.left_padded(lambda ids, mask: _prefill_last(model, ids, mask, max_new_tokens, p),
-                              prompt_ids, prompt_mask, buckets)
+
+    def on(ids, mask):
+        cache, last = prompt_pass(model, ids, mask, max_new_tokens, pad_to=p)
+        return cache, model.logits(last)
+    return widths.left_padded(on, prompt_ids, prompt_mask, buckets)
 
 
-def _prefill_last(model, ids, mask, max_new_tokens: int, p: int):
-    """`prefill` on the prompt's last W columns ids, mask [B, W] (all PAD before them), its
-    cache padded back to p slots (the cut ones empty, mask False)."""
+def prompt_pass(model, ids, mask, max_new_tokens: int, pad_to: int = 0):
+    """The prompt pass on ids, mask [B, W] -> (cache with the prompt in slots [0, W) and
+    room for max_new_tokens more, hidden [B, H] of each row's last real token). pad_to > W:
+    the cache's prompt slots padded on the left to pad_to (empty: mask False)."""
     b, width = ids.shape
-    # The prompt attends over its own slots (not P + N, most of them empty: 20 % of the
+    # The prompt attends over its own slots (not W + N, most of them empty: 20 % of the
     # prompt's attention at P 256, N 64); the N slots are appended after.
     cache = cache_lib.init_cache(model.config, b, width)
     hidden, cache = model.hidden_states(ids, mask, cache=cache)
-    cut = p - width
+    cut = max(pad_to - width, 0)
     if cut:
         pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, 0), (cut, 0), (0, 0)))  # noqa: E731
         cache = cache.replace(k=pad(cache.k), v=pad(cache.v),
@@ -88,7 +92,7 @@ def _prefill_last(model, ids, mask, max_new_tokens: int, p: int):
                               index=cache.index + cut)
     cache = cache_lib.grow(cache, max_new_tokens, model.config.max_seq_len)
     last = jnp.take_along_axis(hidden, last_valid_index(mask)[:, None, None], axis=1)[:, 0]
-    return cache, model.logits(last)
+    return cache, last
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "greedy", "stop_tokens",
@@ -98,9 +102,19 @@ def _generate(graphdef, state, prompt_ids, prompt_mask, key, temperature, top_p,
     model = nnx.merge(graphdef, state)
     chex.assert_rank([prompt_ids, prompt_mask], 2)
     chex.assert_equal_shape([prompt_ids, prompt_mask])
-    b, _ = prompt_ids.shape
-    n = max_new_tokens
-    cache, logits = prefill(model, prompt_ids, prompt_mask, n, prefill_buckets)
+    # Prompt pass and decoding on the prompt's last W columns (models.widths): the cache
+    # holds W + N slots, not P + N.
+    return widths.left_padded(
+        lambda ids, mask: _sample(model, ids, mask, key, temperature, top_p, max_new_tokens,
+                                  greedy, stop_tokens),
+        prompt_ids, prompt_mask, prefill_buckets)
+
+
+def _sample(model, prompt_ids, prompt_mask, key, temperature, top_p, n, greedy, stop_tokens):
+    """`_generate` on prompts [B, W] -> GenerateOutput [B, n]."""
+    b = prompt_ids.shape[0]
+    cache, last = prompt_pass(model, prompt_ids, prompt_mask, n)
+    logits = model.logits(last)
     stops = jnp.asarray(stop_tokens, jnp.int32)
 
     def cond(carry):
