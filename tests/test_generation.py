@@ -195,8 +195,9 @@ def test_factor_loss_splits_action_and_nonaction_tokens_by_hand(credit_setup):
 
 
 def test_prefix_cached_candidate_scores_equal_the_full_pass(credit_setup):
-    """candidate_log_probs shares the prompt's KV cache between the K responses; the
-    scores equal the uncached pass over [prompt | response] for every candidate."""
+    """candidate_log_probs shares the prompt's KV cache between the K responses (the
+    prompt pass and theirs on the prompt's real columns, models.widths); the scores equal
+    the uncached pass over [prompt | response] on every column for every candidate."""
     c, ctx, params, _ = credit_setup(_generate_config("grpo"))
     pol = ctx.policy
     states, ts = jax.vmap(ctx.env.reset, in_axes=(0, None))(
