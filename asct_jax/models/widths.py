@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import custom_batching
 
-BUCKETS = 4   # the static widths per P; 1: every pass on all P columns (read at trace time)
+BUCKETS = 3   # the static widths per P; 1: every pass on all P columns (read at trace time)
 
 
 @custom_batching.custom_vmap
