@@ -195,8 +195,9 @@ def test_factor_loss_splits_action_and_nonaction_tokens_by_hand(credit_setup):
 
 
 def test_prefix_cached_candidate_scores_equal_the_full_pass(credit_setup):
-    """candidate_log_probs shares the prompt's KV cache between the K responses; the
-    scores equal the uncached pass over [prompt | response] for every candidate."""
+    """candidate_log_probs shares the prompt's KV cache between the K responses (the
+    prompt pass and theirs on the prompt's real columns, models.widths); the scores equal
+    the uncached pass over [prompt | response] on every column for every candidate."""
     c, ctx, params, _ = credit_setup(_generate_config("grpo"))
     pol = ctx.policy
     states, ts = jax.vmap(ctx.env.reset, in_axes=(0, None))(
@@ -325,3 +326,49 @@ def test_generating_continuations_write_their_turns_and_pay_for_invalid_ones(cre
     assert not generates_continuations(ctx_s)
     _, _, _, pens_s = _play_by_hand(env, ep, state_actor(ctx_s, params), state, key, 5)
     assert max(pens_s) == 0.0
+
+
+def test_factor_credit_on_the_prompts_columns_equals_the_whole_prompts(credit_setup,
+                                                                        monkeypatch):
+    """The passes over the prompts' real columns only (models.widths: the rollout's and
+    the continuations' prompt pass, the rollout's value, FACTOR's features and teacher
+    pass) give the rollout, the continuations and FACTOR's credit of the passes over all
+    P columns (widths.BUCKETS = 1): the same tokens, env calls and outcomes, the values and
+    credit up to float32 summation order."""
+    from asct_jax.models import widths
+    from asct_jax.rl.rollout import rollout
+    from factor_jax.teacher import teacher_outputs
+    c, ctx, params, _ = credit_setup(_generate_config("factor"))
+    c.factor.warmup_steps = 0          # TAC's credit: the critic's values enter it
+    method = registry.get("factor")
+    fc = method.make_config(c)
+    pol, env, ep = ctx.policy, ctx.env, ctx.env_params
+
+    def run():
+        batch = jax.jit(lambda p, k: rollout(pol, p, env, ep, k, 2, 2))(params,
+                                                                       jax.random.key(0))
+        mstate = method.init_state(fc, ctx, params, jax.random.key(1))
+        credit = jax.jit(method.make_credit(fc, ctx))(params, batch, jax.random.key(2),
+                                                      jnp.int32(5), mstate)
+        feats = jax.jit(pol.features)(params, batch.prompts.reshape(-1, pol.input_len))
+        teacher = jax.jit(lambda p, b: teacher_outputs(ctx, p, b))(params, batch)
+        return batch, credit, feats, teacher
+
+    monkeypatch.setattr(widths, "BUCKETS", 1)
+    ref = run()
+    monkeypatch.setattr(widths, "BUCKETS", 4)
+    got = run()
+    real = np.asarray(ref[0].prompts != PAD_ID)
+    assert real.sum(-1).max() <= widths.widths(pol.input_len)[-2]    # a narrower width ran
+    np.testing.assert_array_equal(got[0].responses, ref[0].responses)
+    np.testing.assert_array_equal(got[0].turn_mask, ref[0].turn_mask)
+    np.testing.assert_allclose(got[0].logp_old, ref[0].logp_old, atol=1e-5)
+    np.testing.assert_allclose(got[0].values, ref[0].values, atol=1e-5)
+    for k in ("env_calls", "aux_tokens", "factor/checkpoints", "factor/scored"):
+        assert float(got[1].metrics[k]) == float(ref[1].metrics[k]), k
+    np.testing.assert_allclose(got[1].metrics["factor/value_mean"],
+                               ref[1].metrics["factor/value_mean"], atol=1e-5)
+    np.testing.assert_allclose(got[1].coef, ref[1].coef, atol=1e-5)
+    np.testing.assert_allclose(got[2], ref[2], atol=1e-5)
+    for a, b in zip(got[3], ref[3]):
+        np.testing.assert_allclose(a, b, atol=1e-5)

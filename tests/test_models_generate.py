@@ -109,3 +109,53 @@ def test_generate_and_score_inside_outer_jit(llama):
     np.testing.assert_allclose(np.asarray(logp), np.asarray(out.logp), atol=1e-4)
     grad = jax.grad(lambda s: models.score(nnx.merge(graphdef, s), ids, mask, out.tokens, out.mask).sum())(state)
     assert float(jnp.abs(grad["embed_tokens"]["embedding"][...]).sum()) > 0
+
+
+def _ragged_prompts(b: int, p: int, longest: int, seed: int = 0):
+    """b left-padded prompts of 1 .. longest real tokens in P = p columns."""
+    rng = np.random.default_rng(seed)
+    n = rng.integers(1, longest + 1, size=b)
+    n[0] = longest
+    ids = rng.integers(1, 50, size=(b, p)).astype(np.int32)
+    ids[np.arange(p)[None] < (p - n)[:, None]] = 0
+    return jnp.asarray(ids), jnp.asarray(ids != 0)
+
+
+@pytest.mark.parametrize("longest", [3, 9, 20])
+def test_trimmed_prefill_equals_the_pass_on_every_column(llama, longest):
+    """The prompt pass on the last W columns (models.widths) gives the logits and the
+    cache's real slots of the pass on all P columns; generate (its prompt pass and decoding
+    on a cache of W + N slots) writes the same tokens (sampled and greedy) with the same
+    log-probs, batched and per row under vmap."""
+    model, _ = llama
+    graphdef, state = nnx.split(model)
+    ids, mask = _ragged_prompts(5, 20, longest)
+
+    @jax.jit
+    def both(state, ids, mask):
+        m = nnx.merge(graphdef, state)
+        return gen_lib.prefill(m, ids, mask, 4, 1), gen_lib.prefill(m, ids, mask, 4, 4)
+
+    (full, lg_full), (cut, lg_cut) = both(state, ids, mask)
+    np.testing.assert_allclose(lg_cut, lg_full, atol=1e-5)
+    np.testing.assert_array_equal(cut.mask, full.mask)
+    np.testing.assert_array_equal(cut.lengths, full.lengths)
+    assert int(cut.index) == int(full.index) == 20
+    real = np.asarray(full.mask)[None, :, None, :, None]
+    np.testing.assert_allclose(np.where(real, cut.k, 0), np.where(real, full.k, 0), atol=1e-5)
+    np.testing.assert_allclose(np.where(real, cut.v, 0), np.where(real, full.v, 0), atol=1e-5)
+
+    for greedy in (False, True):
+        run = lambda ids, mask, key, b: models.generate(  # noqa: E731
+            model, ids, mask, key, max_new_tokens=6, greedy=greedy, prefill_buckets=b)
+        ref = run(ids, mask, jax.random.key(7), 1)
+        out = run(ids, mask, jax.random.key(7), 4)
+        np.testing.assert_array_equal(out.tokens, ref.tokens)
+        np.testing.assert_array_equal(out.mask, ref.mask)
+        np.testing.assert_allclose(out.logp, ref.logp, atol=1e-5)
+        keys = jax.random.split(jax.random.key(8), ids.shape[0])
+        rows = lambda b: jax.jit(jax.vmap(lambda i, m, k: run(i[None], m[None], k, b)))(  # noqa: E731
+            ids, mask, keys)
+        ref, out = rows(1), rows(4)
+        np.testing.assert_array_equal(out.tokens, ref.tokens)
+        np.testing.assert_allclose(out.logp, ref.logp, atol=1e-5)

@@ -7,7 +7,7 @@ they also work when called inside the caller's own `jax.jit`.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import chex
 import jax
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from asct_jax.models import cache as cache_lib
-from asct_jax.models import sampling
+from asct_jax.models import sampling, widths
 
 PAD_ID = 0  # written into `tokens` after a row has stopped (its mask is False there).
 
@@ -35,7 +35,8 @@ def last_valid_index(mask: jax.Array) -> jax.Array:
 
 
 def generate(model, prompt_ids, prompt_mask, key, *, max_new_tokens: int, temperature: float = 1.0,
-             top_p: float = 1.0, greedy: bool = False, stop_tokens: Sequence[int] = ()) -> GenerateOutput:
+             top_p: float = 1.0, greedy: bool = False, stop_tokens: Sequence[int] = (),
+             prefill_buckets: Optional[int] = None) -> GenerateOutput:
     """Samples up to `max_new_tokens` tokens after left- or right-padded prompts.
 
     Args:
@@ -43,6 +44,7 @@ def generate(model, prompt_ids, prompt_mask, key, *, max_new_tokens: int, temper
       prompt_ids: [B, P] int; prompt_mask: [B, P] bool (False = padding).
       key: PRNG key. temperature, top_p: floats (traced: changing them does not recompile).
       greedy, stop_tokens, max_new_tokens: static.
+      prefill_buckets: static, `prefill`'s widths (None: widths.BUCKETS, read at the call).
     Returns:
       GenerateOutput; logp is the model's log-probability of each token at temperature 1
       (the same quantity `score` returns), 0 where mask is False. A row stops after
@@ -51,34 +53,68 @@ def generate(model, prompt_ids, prompt_mask, key, *, max_new_tokens: int, temper
     graphdef, state = nnx.split(model)
     return _generate(graphdef, state, jnp.asarray(prompt_ids, jnp.int32), jnp.asarray(prompt_mask, bool), key,
                      jnp.float32(temperature), jnp.float32(top_p), max_new_tokens=int(max_new_tokens),
-                     greedy=bool(greedy), stop_tokens=tuple(int(t) for t in stop_tokens))
+                     greedy=bool(greedy), stop_tokens=tuple(int(t) for t in stop_tokens),
+                     prefill_buckets=int(widths.BUCKETS if prefill_buckets is None
+                                         else prefill_buckets))
 
 
-def prefill(model, prompt_ids, prompt_mask, max_new_tokens: int):
-    """The prompt pass of `generate` (traced inside its jit; the benchmark times it alone).
+def prefill(model, prompt_ids, prompt_mask, max_new_tokens: int,
+            buckets: Optional[int] = None):
+    """The prompt pass of `generate` (the benchmark times it alone), on the prompt's last W
+    columns that hold every row's real tokens (asct_jax.models.widths: left padding costs
+    no pass; buckets None: widths.BUCKETS).
 
     Returns (cache with the prompt in slots [0, P) and room for max_new_tokens more,
     logits [B, V] float32 of each row's first new token).
     """
-    b, p = prompt_ids.shape
-    # The prompt attends over its own P slots (not P + N, most of them empty: 20 % of the
+    p = prompt_ids.shape[1]
+
+    def on(ids, mask):
+        cache, last = prompt_pass(model, ids, mask, max_new_tokens, pad_to=p)
+        return cache, model.logits(last)
+    return widths.left_padded(on, prompt_ids, prompt_mask, buckets)
+
+
+def prompt_pass(model, ids, mask, max_new_tokens: int, pad_to: int = 0):
+    """The prompt pass on ids, mask [B, W] -> (cache with the prompt in slots [0, W) and
+    room for max_new_tokens more, hidden [B, H] of each row's last real token). pad_to > W:
+    the cache's prompt slots padded on the left to pad_to (empty: mask False)."""
+    b, width = ids.shape
+    # The prompt attends over its own slots (not W + N, most of them empty: 20 % of the
     # prompt's attention at P 256, N 64); the N slots are appended after.
-    cache = cache_lib.init_cache(model.config, b, p)
-    hidden, cache = model.hidden_states(prompt_ids, prompt_mask, cache=cache)
+    cache = cache_lib.init_cache(model.config, b, width)
+    hidden, cache = model.hidden_states(ids, mask, cache=cache)
+    cut = max(pad_to - width, 0)
+    if cut:
+        pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, 0), (cut, 0), (0, 0)))  # noqa: E731
+        cache = cache.replace(k=pad(cache.k), v=pad(cache.v),
+                              mask=jnp.pad(cache.mask, ((0, 0), (cut, 0))),
+                              index=cache.index + cut)
     cache = cache_lib.grow(cache, max_new_tokens, model.config.max_seq_len)
-    last = jnp.take_along_axis(hidden, last_valid_index(prompt_mask)[:, None, None], axis=1)[:, 0]
-    return cache, model.logits(last)
+    last = jnp.take_along_axis(hidden, last_valid_index(mask)[:, None, None], axis=1)[:, 0]
+    return cache, last
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "greedy", "stop_tokens"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "greedy", "stop_tokens",
+                                             "prefill_buckets"))
 def _generate(graphdef, state, prompt_ids, prompt_mask, key, temperature, top_p, *, max_new_tokens,
-              greedy, stop_tokens):
+              greedy, stop_tokens, prefill_buckets=None):
     model = nnx.merge(graphdef, state)
     chex.assert_rank([prompt_ids, prompt_mask], 2)
     chex.assert_equal_shape([prompt_ids, prompt_mask])
-    b, _ = prompt_ids.shape
-    n = max_new_tokens
-    cache, logits = prefill(model, prompt_ids, prompt_mask, n)
+    # Prompt pass and decoding on the prompt's last W columns (models.widths): the cache
+    # holds W + N slots, not P + N.
+    return widths.left_padded(
+        lambda ids, mask: _sample(model, ids, mask, key, temperature, top_p, max_new_tokens,
+                                  greedy, stop_tokens),
+        prompt_ids, prompt_mask, prefill_buckets)
+
+
+def _sample(model, prompt_ids, prompt_mask, key, temperature, top_p, n, greedy, stop_tokens):
+    """`_generate` on prompts [B, W] -> GenerateOutput [B, n]."""
+    b = prompt_ids.shape[0]
+    cache, last = prompt_pass(model, prompt_ids, prompt_mask, n)
+    logits = model.logits(last)
     stops = jnp.asarray(stop_tokens, jnp.int32)
     blocks = model.layer_blocks()   # sliced once, not at every step
 

@@ -50,7 +50,8 @@ from asct_jax.envs.projection import (ProjectedAction, Tags, project_text_tokens
                                        project_tokens)
 from asct_jax.envs.prompt import GenerationPieces
 from asct_jax.models import cache as cache_lib
-from asct_jax.models.generate import generate
+from asct_jax.models import widths
+from asct_jax.models.generate import generate, prompt_pass
 from asct_jax.rl.policy import DistReduce, Policy, TokenOutputs, left_align, pads_to_right
 
 CHOOSERS = ("candidates", "generate")
@@ -279,8 +280,11 @@ class GenerationPolicy(Policy):
     def distributions(self, params, prefix, response, cands=None, legal=None):
         """The token log-probs [N, R] after any prefix, the log-softmax [N, R, V] (this
         policy's distribution layout, what a DistReduce's inputs follow) and a support
-        [N, 1, 1] of True (every token)."""
-        logp_all, _ = self._full(self.merge(params), prefix, response)
+        [N, 1, 1] of True (every token). Never differentiated (the teachers' pass): it
+        skips the columns of the prefix that are PAD in every row (models.widths)."""
+        model = self.merge(params)
+        logp_all = widths.right_padded(lambda x: self._full(model, x, response)[0], prefix,
+                                       self.pad_id)
         return (self._token_stats(logp_all, response)[0], logp_all,
                 jnp.ones((response.shape[0], 1, 1), bool))
 
@@ -308,20 +312,21 @@ class GenerationPolicy(Policy):
 
     def _cached_full(self, model, prompt, responses, k: int):
         """prompt [N, P] right-padded, responses [N k, R'] (row i k + j continues prompt i)
-        -> (log_softmax [N k, R', V], value [N]); equal to _full on the repeated prompt."""
+        -> (log_softmax [N k, R', V], value [N]); equal to _full on the repeated prompt.
+        The prompt pass and the responses' run on the prompt's real columns
+        (models.widths)."""
         prefix = self._with_action_header(left_align(prompt, self.pad_id))    # [N, P']
-        n, p = prefix.shape
-        cache = cache_lib.init_cache(model.config, n, p)
-        hidden, cache = model.hidden_states(prefix, prefix != self.pad_id, cache=cache)
-        value = model.value(hidden[:, -1:])[:, 0].astype(jnp.float32)
-        cache = cache_lib.grow(cache, responses.shape[1], model.config.max_seq_len)
-        cache = cache_lib.repeat(cache, k)
-        resp_hidden, _ = model.hidden_states(responses, jnp.ones(responses.shape, bool),
-                                             cache=cache)
-        # token j is predicted from the prompt's last slot (j = 0) or response token j - 1
-        first = jnp.repeat(hidden[:, -1:], k, axis=0)
-        pred = jnp.concatenate([first, resp_hidden[:, :-1]], axis=1)         # [N k, R', H]
-        return jax.nn.log_softmax(model.logits(pred).astype(jnp.float32), -1), value
+
+        def on(ids, mask):                                                   # [N, W]
+            cache, last = prompt_pass(model, ids, mask, responses.shape[1])  # last [N, H]
+            value = model.value(last[:, None])[:, 0].astype(jnp.float32)
+            resp_hidden, _ = model.hidden_states(responses, jnp.ones(responses.shape, bool),
+                                                 cache=cache_lib.repeat(cache, k))
+            # token j is predicted from the prompt's last slot (j = 0) or response token j - 1
+            first = jnp.repeat(last[:, None], k, axis=0)
+            pred = jnp.concatenate([first, resp_hidden[:, :-1]], axis=1)     # [N k, R', H]
+            return jax.nn.log_softmax(model.logits(pred).astype(jnp.float32), -1), value
+        return widths.left_padded(on, prefix, prefix != self.pad_id)
 
 
 # -- the rollout's chooser ------------------------------------------------------------
@@ -343,7 +348,7 @@ def model_writer(policy: GenerationPolicy, params: Any, greedy: bool,
                        max_new_tokens=spec.response_len, temperature=spec.temperature,
                        top_p=spec.top_p, greedy=greedy, stop_tokens=(spec.stop_id,))
         tokens = jnp.where(out.mask, out.tokens, policy.pad_id)
-        value = (policy.value(params, prompt) if with_value
+        value = (policy.acting_value(params, prompt) if with_value
                  else jnp.zeros(prompt.shape[:1], jnp.float32))
         return tokens, out.logp, out.mask, value, {}
     return write

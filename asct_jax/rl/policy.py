@@ -49,6 +49,7 @@ from flax import nnx
 from asct_jax.envs.base import PAD_ID
 from asct_jax.envs.prompt import PromptTokens
 from asct_jax.models import cache as cache_lib
+from asct_jax.models import widths
 from asct_jax.models.cache import init_cache
 
 NEG_INF = -1e9
@@ -364,10 +365,12 @@ class Policy:
 
     def features(self, params, obs):
         """The backbone's last hidden state at the pre-action boundary of x [N, H]
-        float32, stop-gradient: the input of a head trained apart from the policy."""
+        float32, stop-gradient: the input of a head trained apart from the policy. The
+        pass skips the columns of obs that are PAD in every row (models.widths)."""
         model = self.merge(params)
         dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
-        _, _, boundary = self._hidden(model, obs, dummy)
+        boundary = widths.right_padded(lambda x: self._hidden(model, x, dummy)[2], obs,
+                                       self.pad_id)
         return jax.lax.stop_gradient(boundary.astype(jnp.float32))
 
     def candidate_log_probs(self, params, obs, cands, legal):
@@ -422,6 +425,14 @@ class Policy:
         dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
         _, value, _ = self._hidden(model, obs, dummy)
         return value
+
+    def acting_value(self, params, obs):
+        """`value` of the acting policy, never differentiated: the pass skips the columns
+        of obs that are PAD in every row (models.widths)."""
+        model = self.merge(params)
+        dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
+        return widths.right_padded(lambda x: self._hidden(model, x, dummy)[1], obs,
+                                   self.pad_id)
 
 
 def pads_to_right(tokens: chex.Array, pad_id: int = PAD_ID) -> chex.Array:
