@@ -76,6 +76,16 @@ def grow(cache: KVCache, extra: int, max_seq_len: int) -> KVCache:
                          mask=jnp.pad(cache.mask, ((0, 0), (0, extra))))
 
 
+def pad_left(cache: KVCache, extra: int) -> KVCache:
+    """The cache with `extra` empty slots (k / v zeros, mask False) before its own."""
+    if not extra:
+        return cache
+    pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (extra, 0), (0, 0)))
+    return cache.replace(k=tuple(map(pad, cache.k)), v=tuple(map(pad, cache.v)),
+                         mask=jnp.pad(cache.mask, ((0, 0), (extra, 0))),
+                         index=cache.index + extra)
+
+
 def repeat(cache: KVCache, k: int) -> KVCache:
     """The cache with each sequence repeated k times in a row (batch B -> B k)."""
     rep = lambda x: jnp.repeat(x, k, axis=0)

@@ -84,13 +84,8 @@ def prompt_pass(model, ids, mask, max_new_tokens: int, pad_to: int = 0):
     # prompt's attention at P 256, N 64); the N slots are appended after.
     cache = cache_lib.init_cache(model.config, b, width)
     hidden, cache = model.hidden_states(ids, mask, cache=cache)
-    cut = max(pad_to - width, 0)
-    if cut:
-        pad = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, 0), (cut, 0), (0, 0)))  # noqa: E731
-        cache = cache.replace(k=pad(cache.k), v=pad(cache.v),
-                              mask=jnp.pad(cache.mask, ((0, 0), (cut, 0))),
-                              index=cache.index + cut)
-    cache = cache_lib.grow(cache, max_new_tokens, model.config.max_seq_len)
+    cache = cache_lib.grow(cache_lib.pad_left(cache, max(pad_to - width, 0)),
+                           max_new_tokens, model.config.max_seq_len)
     last = jnp.take_along_axis(hidden, last_valid_index(mask)[:, None, None], axis=1)[:, 0]
     return cache, last
 
