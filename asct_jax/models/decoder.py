@@ -97,8 +97,8 @@ class Decoder(nnx.Module):
 
         x = self.embed_tokens(input_ids)
         if cache is None:
-            blocks = self._scan_blocks if SCAN_LAYERS else self._unrolled_blocks
-            return self.norm(blocks(x, cos, sin, attn_mask)), None
+            run = self._scan_blocks if SCAN_LAYERS else self._unrolled_blocks
+            return self.norm(run(x, cos, sin, attn_mask)), None
         x, kv = self._cached_blocks(x, cos, sin, attn_mask, (cache.k, cache.v), cache.index,
                                     blocks)
         hidden = self.norm(x)
@@ -148,8 +148,8 @@ class Decoder(nnx.Module):
         """The passes with a cache. x [B, S, H]; kv: the cache's (k, v), L buffers
         [B, K, T, D] each. -> (x, the updated (k, v)).
 
-        One decoding step (S = 1, never differentiated): a Python loop over the layers, each
-        writing its own buffers in place. (Scanned, the cache is the scan's input and
+        One token (S = 1: a decoding step): a Python loop over the layers, each writing its
+        own buffers in place. (Scanned, the cache is the scan's input and
         output: a copy of the whole cache at every step, 1.6-1.8x the time of SmolLM2's
         `generate`.) More tokens (a prompt's prefill, candidates scored against a cached
         prompt, which label_score "mean" differentiates): one lax.scan over the stacked
