@@ -228,6 +228,9 @@ def run_depths(depths, paths, methods, out: str, against: str = "") -> None:
                             "machine": platform.processor() or platform.machine(),
                             "cpus": os.cpu_count()})
     print(f"wrote {out}")
+    if against:
+        import shutil
+        shutil.rmtree(codes[-1][2], ignore_errors=True)
 
 
 def against_table(rows, path: str, against: str) -> str:

@@ -367,10 +367,7 @@ class Policy:
         """The backbone's last hidden state at the pre-action boundary of x [N, H]
         float32, stop-gradient: the input of a head trained apart from the policy. The
         pass skips the columns of obs that are PAD in every row (models.widths)."""
-        model = self.merge(params)
-        dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
-        boundary = widths.right_padded(lambda x: self._hidden(model, x, dummy)[2], obs,
-                                       self.pad_id)
+        boundary = self._undifferentiated_pass(params, obs)[1]
         return jax.lax.stop_gradient(boundary.astype(jnp.float32))
 
     def candidate_log_probs(self, params, obs, cands, legal):
@@ -429,9 +426,15 @@ class Policy:
     def acting_value(self, params, obs):
         """`value` of the acting policy, never differentiated: the pass skips the columns
         of obs that are PAD in every row (models.widths)."""
+        return self._undifferentiated_pass(params, obs)[0]
+
+    def _undifferentiated_pass(self, params, obs):
+        """obs [N, O] -> (value [N], pre-action boundary state [N, H]) from one pass on
+        the columns of obs that are not PAD in every row (models.widths: a switch, so
+        never under a gradient)."""
         model = self.merge(params)
         dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
-        return widths.right_padded(lambda x: self._hidden(model, x, dummy)[1], obs,
+        return widths.right_padded(lambda x: self._hidden(model, x, dummy)[1:], obs,
                                    self.pad_id)
 
 
