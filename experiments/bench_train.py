@@ -11,10 +11,11 @@ and writes JSON (default results/bench/train.json). Budget: each step's environm
 environment call beside the baseline's.
 
 FLOP/s: XLA's cost analysis of the compiled update (learn minus credit, traced with the
-decoder's layers unrolled; it counts a loop body once, so times the optimiser updates) over its steady-state time, printed beside the
-machine's matmul FLOP/s measured in the same process (jitted f32 jnp.dot
-[1024, 576] x [576, 1536], and [4096, H] x [H, I] at the policy's MLP width). The 1-minute load
-average is printed with every row: on a shared machine compare the rows of one run.
+decoder's layers unrolled; it counts a loop body once, so times the optimiser updates)
+over its steady-state time, printed beside the machine's matmul FLOP/s measured in the
+same process (jitted f32 jnp.dot [1024, 576] x [576, 1536], and [4096, H] x [H, I] at the
+policy's MLP width). The 1-minute load average is printed with every row: on a shared
+machine compare the rows of one run.
 """
 import argparse
 import os
