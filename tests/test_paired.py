@@ -1,0 +1,81 @@
+"""experiments.paired: the paired difference, its t and bootstrap intervals, the verdict."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from experiments.paired import compare, describe, seeds_needed, t_half_width
+
+T_975_2 = 4.302653       # Student's t, 0.975 quantile, 2 degrees of freedom (tables)
+T_975_16 = 2.119905
+T_975_17 = 2.109816
+
+
+def test_t_interval_on_a_hand_worked_case():
+    # d = (1, 2, 3): mean 2, sample SD 1, half-width t_{0.975, 2} / sqrt(3) = 2.48414
+    c = compare([1.5, 2.5, 3.5], [0.5, 0.5, 0.5])
+    assert c["n"] == 3 and c["mean"] == pytest.approx(2.0) and c["sd"] == pytest.approx(1.0)
+    h = T_975_2 / np.sqrt(3)
+    assert c["t_interval"] == pytest.approx((2.0 - h, 2.0 + h), abs=1e-6)
+    assert c["verdict"] == "inconclusive"          # -0.484 < 0 < 4.484
+
+
+def test_bootstrap_interval_on_hand_worked_cases():
+    # n = 2, d = (0, 2): resampled means 0, 1, 2 with probabilities 1/4, 1/2, 1/4, so the
+    # 2.5 % and 97.5 % percentiles are 0 and 2.
+    assert compare([0.0, 2.0], [0.0, 0.0])["bootstrap_interval"] == (0.0, 2.0)
+    # n = 3, d = (1, 2, 3): the smallest resampled mean, 1, has probability 1/27 > 2.5 %.
+    assert compare([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])["bootstrap_interval"] == (1.0, 3.0)
+    # n >= 10: the t interval only
+    assert compare(np.arange(10.0), np.zeros(10))["bootstrap_interval"] is None
+
+
+def test_identical_runs_give_exactly_zero_with_zero_width():
+    x = [0.61, 0.57, 0.66, 0.6]
+    c = compare(x, x, gap=0.025)
+    assert c["mean"] == 0.0 and c["sd"] == 0.0
+    assert c["t_interval"] == (0.0, 0.0) and c["bootstrap_interval"] == (0.0, 0.0)
+    assert c["verdict"] == "inconclusive" and c["seeds_needed"] == 2
+
+
+def test_verdicts_follow_the_interval():
+    assert compare([0.7, 0.71, 0.72], [0.6, 0.6, 0.6])["verdict"] == "shown"
+    assert compare([0.6, 0.6, 0.6], [0.7, 0.71, 0.72])["verdict"] == "refuted"
+
+
+def test_seeds_needed_is_the_first_n_whose_half_width_reaches_the_gap():
+    # SD 1, gap 0.5: n = 17 gives 2.1199 / sqrt(17) = 0.514 > 0.5, n = 18 gives 0.497.
+    assert T_975_16 / np.sqrt(17) > 0.5 >= T_975_17 / np.sqrt(18)
+    assert seeds_needed(1.0, 0.5) == 18 == seeds_needed(1.0, -0.5)
+    assert t_half_width(1.0, 18) == pytest.approx(T_975_17 / np.sqrt(18), abs=1e-6)
+    assert compare([1.0, 2.0, 3.0], [0.0, 0.0, 0.0], gap=0.5)["seeds_needed"] == 18
+    assert "about 18 seeds" in describe(compare([1.0, 2.0, 3.0], [0.0] * 3, gap=0.5))
+
+
+@pytest.mark.parametrize("x, y, match", [
+    ([0.5], [0.4], "at least 2 seeds"), ([0.5, 0.6], [0.4], "one length")])
+def test_bad_input_gets_a_one_line_error(x, y, match):
+    with pytest.raises(ValueError, match=match):
+        compare(x, y)
+
+
+floats = st.floats(-1.0, 1.0, allow_nan=False, width=32)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(floats, floats), min_size=2, max_size=12), floats)
+def test_the_comparison_is_antisymmetric_and_shift_invariant(pairs, shift):
+    x, y = np.array(pairs, np.float64).T
+    c, r = compare(x, y), compare(y, x)
+    assert r["mean"] == pytest.approx(-c["mean"], abs=1e-12)
+    assert r["t_interval"] == pytest.approx((-c["t_interval"][1], -c["t_interval"][0]),
+                                            abs=1e-9)
+    assert {c["verdict"], r["verdict"]} in ({"inconclusive"}, {"shown", "refuted"})
+    s = compare(x + shift, y + shift)
+    assert s["mean"] == pytest.approx(c["mean"], abs=1e-9)
+    lo, hi = c["t_interval"]
+    assert lo <= c["mean"] <= hi
+    if c["bootstrap_interval"] is not None:
+        b_lo, b_hi = c["bootstrap_interval"]
+        d = x - y
+        assert d.min() - 1e-12 <= b_lo <= b_hi <= d.max() + 1e-12
