@@ -24,13 +24,17 @@ import numpy as np
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import scatter_with_errorbars
-from experiments.runner import from_warm_start, liveness_table, run_grid, write_table
+from experiments.runner import (from_warm_start, liveness_table, run_grid, write_comparisons,
+                                write_table)
 from experiments.configs.asct_ragspace import GROUPED
 
 BETA = 1e-4
 DEPLOY_USES = (100_000, 500_000, 1_000_000)
 PROBE_DESCRIPTIONS = ("relation", "type", "name", "opposite")
 DIFFICULTY = ("easy", "medium", "hard")     # ragspace's info["difficulty"] 0 / 1 / 2
+# The paper's Table 2 (HotpotQA test utility, mean of 3 seeds): its gaps beside ours.
+PAPER_UTILITY = {"ppo_return": 0.5651, "vineppo": 0.5939, "asct_uniform": 0.6146,
+                 "asct_uct": 0.6075, "asct_agentuct": 0.6187, "asct_actor_rollout": 0.5975}
 MAIN_METRICS = {
     "final/env/utility": "utility",
     "final/env/f1": "answer F1",
@@ -191,6 +195,8 @@ def main(config):
     variants = [(m, from_warm_start(config, method_overrides(config, m)))
                 for m in config.table.methods]
     results = run_grid(config, variants, seeds, config.train.experiment, after_run=after_run)
+    print(write_comparisons(results, config.table.comparisons, "final/env/utility",
+                            PAPER_UTILITY, os.path.join(out_dir, "comparisons")))
     print(write_table(results, MAIN_METRICS, os.path.join(out_dir, "table")))
     print(difficulty_table(results, base, out_dir))
     scatter_with_errorbars(

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.distributed import is_primary
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
-from asct_jax.infra.tables import seed_table
+from asct_jax.infra.tables import markdown_table, seed_table
 from experiments.configs.base import ADDED_DEFAULTS, BOOKKEEPING_FIELDS, without_retired
 from experiments.dotted import apply_overrides, flatten, under
 
@@ -174,6 +174,27 @@ def write_table(results: Dict[str, List[Dict[str, Any]]], metrics: Mapping[str, 
     table = seed_table(per_metric, list(metrics.values()), fmt)
     atomic_write_text(path_stem + ".md", table + "\n")
     atomic_write_json(path_stem + ".json", per_metric)
+    return table
+
+
+def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key: str,
+                      paper: Mapping[str, float], path_stem: str) -> str:
+    """Markdown and JSON of a table's pre-registered comparisons (config.table.comparisons:
+    (method, baseline) pairs) on the summary key `key`: per comparison the mean paired
+    difference over the seeds, its 95 % t interval (and the bootstrap one where n < 10), n,
+    the verdict and the seeds the paper's gap would need at the measured SD
+    (asct_jax.infra.paired); the paper's gap is paper[method] - paper[baseline] where it
+    gives both. results: run_grid's, every method's summaries in the seeds' order."""
+    from asct_jax.infra.paired import COLUMNS, Comparison, comparison_rows
+
+    values = {m: [r[key] for r in runs] for m, runs in results.items()
+              if all(r.get(key) is not None for r in runs)}
+    pairs = [Comparison(m, b, paper[m] - paper[b] if m in paper and b in paper else None)
+             for m, b in comparisons]
+    rows = comparison_rows(values, pairs)
+    table = markdown_table(rows, COLUMNS) if rows else "(no comparison has both methods)"
+    atomic_write_text(path_stem + ".md", table + "\n")
+    atomic_write_json(path_stem + ".json", {"key": key, "values": values, "rows": rows})
     return table
 
 

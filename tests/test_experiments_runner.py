@@ -101,3 +101,23 @@ def test_liveness_table_takes_each_seeds_first_grad_norm_and_means_over_steps(tm
             and len(lines) == 3)
     # (2 + 4) / 2; updates (2 + 4 + 3) / 3; (1 + 3 + 5) / 3
     assert lines[2] == "| m | 3.000 | 3.000 | - | 3.000 | - |"
+
+
+def test_write_comparisons_pairs_the_table_seeds_and_names_the_papers_gap(tmp_path):
+    from experiments.runner import write_comparisons
+    results = {"factor": [{"final/env/success": v} for v in (0.50, 0.55, 0.60)],
+               "grpo": [{"final/env/success": v} for v in (0.40, 0.45, 0.50)],
+               "serl": [{"final/env/success": v} for v in (0.40, 0.44, 0.52)]}
+    stem = str(tmp_path / "shop_comparisons")
+    table = write_comparisons(results, factor_table.COMPARISONS, "final/env/success",
+                              {"factor": 0.824, "grpo": 0.643}, stem)
+    with open(stem + ".json") as f:
+        rows = {r["comparison"]: r for r in json.load(f)["rows"]}
+    # pairs whose methods did not run (grpo_extended, the ablations) are left out
+    assert set(rows) == {"factor - serl", "serl - grpo", "factor - grpo"}
+    # the same difference (0.1) on every seed: an interval of zero width at 4 digits, shown
+    assert rows["factor - grpo"]["95 % t interval"] == "[+0.1000, +0.1000]"
+    assert rows["factor - grpo"]["verdict"] == "shown"
+    assert rows["factor - grpo"]["paper gap"] == "+0.1810"
+    assert rows["factor - serl"]["paper gap"] == "-"          # no SERL number given
+    assert "factor - serl" in table and open(stem + ".md").read() == table + "\n"

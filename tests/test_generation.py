@@ -328,12 +328,11 @@ def test_generating_continuations_write_their_turns_and_pay_for_invalid_ones(cre
     assert max(pens_s) == 0.0
 
 
-def test_factor_credit_on_the_prompts_columns_equals_the_whole_prompts(credit_setup,
-                                                                        monkeypatch):
+def test_factor_credit_on_the_prompts_columns_equals_the_whole_prompts(credit_setup):
     """The passes over the prompts' real columns only (models.widths: the rollout's and
     the continuations' prompt pass, the rollout's value, FACTOR's features and teacher
     pass) give the rollout, the continuations and FACTOR's credit of the passes over all
-    P columns (widths.BUCKETS = 1): the same tokens, env calls and outcomes, the values and
+    P columns (policy.prompt_widths = 1): the same tokens, env calls and outcomes, the values and
     credit up to float32 summation order."""
     from asct_jax.models import widths
     from asct_jax.rl.rollout import rollout
@@ -354,12 +353,12 @@ def test_factor_credit_on_the_prompts_columns_equals_the_whole_prompts(credit_se
         teacher = jax.jit(lambda p, b: teacher_outputs(ctx, p, b))(params, batch)
         return batch, credit, feats, teacher
 
-    monkeypatch.setattr(widths, "BUCKETS", 1)
+    pol.prompt_widths = 1
     ref = run()
-    monkeypatch.setattr(widths, "BUCKETS", 4)
+    pol.prompt_widths = 4
     got = run()
     real = np.asarray(ref[0].prompts != PAD_ID)
-    assert real.sum(-1).max() <= widths.widths(pol.input_len)[-2]    # a narrower width ran
+    assert real.sum(-1).max() <= widths.widths(pol.input_len, 4)[-2]    # a narrower width ran
     np.testing.assert_array_equal(got[0].responses, ref[0].responses)
     np.testing.assert_array_equal(got[0].turn_mask, ref[0].turn_mask)
     np.testing.assert_allclose(got[0].logp_old, ref[0].logp_old, atol=1e-5)

@@ -90,7 +90,8 @@ def test_added_defaults_come_from_the_typed_defaults():
         "actor.history": 2, "actor.temperature": 1.0, "actor.top_p": 1.0,
         "actor.invalid_penalty": 0.1, "actor.continuations": "chooser",
         "actor.think": "required", "actor.logits_chunk": 2 ** 24,
-        "model.attention_block": 0, "model.value_detached": False}
+        "model.attention_block": 0, "model.value_detached": False,
+        "policy.prompt_widths": 3}
     assert all(base.ADDED_DEFAULTS[k] == default_of(k) for k in base.ADDED_FIELDS)
     with pytest.raises(KeyError):
         default_of("train.steps")                  # required: no default

@@ -103,9 +103,10 @@ def build_policy(run: RunConfig, vocab_size: int, shape: TextShape,
     if spec is not None:
         return GenerationPolicy(graphdef, model.config.vocab_size, spec, shape.obs_len,
                                 shape.action_len, shape.num_actions, shape.feedback_len,
-                                prompt), params
+                                prompt, prompt_widths=run.policy.prompt_widths), params
     policy = Policy(graphdef, model.config.vocab_size, shape.obs_len, shape.action_len,
-                    shape.feedback_len, prompt, label_score=run.policy.label_score)
+                    shape.feedback_len, prompt, label_score=run.policy.label_score,
+                    prompt_widths=run.policy.prompt_widths)
     return policy, params
 
 

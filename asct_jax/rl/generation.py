@@ -191,11 +191,13 @@ class GenerationPolicy(Policy):
     chooser = "generate"
 
     def __init__(self, graphdef, vocab_size: int, spec: GenerationSpec, env_obs_len: int,
-                 env_action_len: int, num_actions: int, feedback_len: int, prompt=None):
+                 env_action_len: int, num_actions: int, feedback_len: int, prompt=None,
+                 prompt_widths: int = widths.BUCKETS):
         kwargs = {} if prompt is None else {"prompt": prompt}
         super().__init__(graphdef, vocab_size,
                          spec.prompt_len(env_obs_len, num_actions, env_action_len),
-                         spec.response_len, feedback_len, label_score="sum", **kwargs)
+                         spec.response_len, feedback_len, label_score="sum",
+                         prompt_widths=prompt_widths, **kwargs)
         self.spec = spec
         self.env_obs_len, self.env_action_len = env_obs_len, env_action_len
         self.num_actions = num_actions
@@ -284,7 +286,7 @@ class GenerationPolicy(Policy):
         skips the columns of the prefix that are PAD in every row (models.widths)."""
         model = self.merge(params)
         logp_all = widths.right_padded(lambda x: self._full(model, x, response)[0], prefix,
-                                       self.pad_id)
+                                       self.pad_id, self.prompt_widths)
         return (self._token_stats(logp_all, response)[0], logp_all,
                 jnp.ones((response.shape[0], 1, 1), bool))
 
@@ -326,7 +328,7 @@ class GenerationPolicy(Policy):
             first = jnp.repeat(last[:, None], k, axis=0)
             pred = jnp.concatenate([first, resp_hidden[:, :-1]], axis=1)     # [N k, R', H]
             return jax.nn.log_softmax(model.logits(pred).astype(jnp.float32), -1), value
-        return widths.left_padded(on, prefix, prefix != self.pad_id)
+        return widths.left_padded(on, prefix, prefix != self.pad_id, self.prompt_widths)
 
 
 # -- the rollout's chooser ------------------------------------------------------------
@@ -346,7 +348,8 @@ def model_writer(policy: GenerationPolicy, params: Any, greedy: bool,
         ids = policy._with_action_header(left_align(prompt, policy.pad_id))
         out = generate(model, ids, ids != policy.pad_id, key,
                        max_new_tokens=spec.response_len, temperature=spec.temperature,
-                       top_p=spec.top_p, greedy=greedy, stop_tokens=(spec.stop_id,))
+                       top_p=spec.top_p, greedy=greedy, stop_tokens=(spec.stop_id,),
+                       prefill_buckets=policy.prompt_widths)
         tokens = jnp.where(out.mask, out.tokens, policy.pad_id)
         value = (policy.acting_value(params, prompt) if with_value
                  else jnp.zeros(prompt.shape[:1], jnp.float32))

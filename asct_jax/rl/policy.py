@@ -239,11 +239,14 @@ class Policy:
 
     def __init__(self, graphdef, vocab_size: int, input_len: int, action_len: int,
                  feedback_len: int, prompt: PromptTokens = PromptTokens(),
-                 label_score: str = "sum"):
+                 label_score: str = "sum", prompt_widths: int = widths.BUCKETS):
         if label_score not in LABEL_SCORES:
             raise ValueError(f"policy.label_score must be one of {LABEL_SCORES}, got "
                              f"{label_score!r}")
+        if not (isinstance(prompt_widths, int) and prompt_widths >= 1):
+            raise ValueError(f"policy.prompt_widths must be an int >= 1, got {prompt_widths!r}")
         self.label_score = label_score
+        self.prompt_widths = prompt_widths   # static widths of the undifferentiated passes
         self.graphdef = graphdef
         self.vocab_size = vocab_size
         self.input_len = input_len
@@ -435,7 +438,7 @@ class Policy:
         model = self.merge(params)
         dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
         return widths.right_padded(lambda x: self._hidden(model, x, dummy)[1:], obs,
-                                   self.pad_id)
+                                   self.pad_id, self.prompt_widths)
 
 
 def pads_to_right(tokens: chex.Array, pad_id: int = PAD_ID) -> chex.Array:

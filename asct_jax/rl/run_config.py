@@ -123,6 +123,9 @@ class PolicyConfig:
 
     label_score: str = option(LABEL_SCORES, "sum: constrained product; mean: softmax of "
                               "mean token log-probs", "sum")
+    prompt_widths: int = option(Range(1, None, integer=True), "static widths the "
+                                "undifferentiated prompt passes choose from (models.widths; "
+                                "1: every pass on all P columns)", 3)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

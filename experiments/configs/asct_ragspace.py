@@ -33,6 +33,13 @@ QUICK_LR = 1e-4
 METHODS = ("ppo_return", "vineppo", "asct_uniform", "asct_uct", "asct_agentuct",
            "asct_actor_rollout", "gigpo")
 GROUPED = {"gigpo": 4}   # method -> group size: the iteration's episodes as groups
+# The pre-registered comparisons (method, baseline) on the held-out utility, paired over
+# the table's seeds (experiments.runner.write_comparisons); a pair whose methods the
+# table does not run is left out.
+COMPARISONS = (("asct_uniform", "ppo_return"), ("asct_uct", "ppo_return"),
+               ("asct_agentuct", "ppo_return"), ("asct_uniform", "vineppo"),
+               ("asct_uct", "vineppo"), ("asct_agentuct", "vineppo"),
+               ("asct_agentuct", "asct_uniform"), ("asct_actor_rollout", "asct_uniform"))
 
 
 def get_config(arg: str = "full"):
@@ -61,6 +68,7 @@ def get_config(arg: str = "full"):
     c.table = ml_collections.ConfigDict()
     c.table.methods = METHODS
     c.table.seeds = (42, 43, 1337)
+    c.table.comparisons = COMPARISONS
     c.table.transfer = ("twowiki", "musique")   # no retraining: held-out transfer sets
     c.table.probe = True                        # the description probe (Table 6)
     c.table.warm_start = False                  # set by the "_warm" args

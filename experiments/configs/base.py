@@ -88,6 +88,11 @@ def get_config():
     # decoding, FACTOR's / SERL's setting); "mean" = softmax over the labels' mean token
     # log-probs (the ASCT paper's, App. A.2). asct_jax.rl.policy.
     c.policy.label_score = "sum"
+    # The passes that are never differentiated (the rollout's prompt pass and value,
+    # continuations, critic features, the teacher) run on the smallest of this many static
+    # widths ceil(P i / n) that holds every row's real tokens (asct_jax.models.widths): each
+    # width is one more compiled branch; 1: every pass on all P columns, the fastest compile.
+    c.policy.prompt_widths = 3
 
     # The update (asct_jax.rl.protocol): each method's authors' protocol (Method.protocol;
     # docs/methods.md, "Learner protocols"). A field left None takes the method's value; a
@@ -237,11 +242,11 @@ BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.result
 #   the few generate-mode runs stored before 2026-12-04 scored their continuations and are
 #   taken as current; actor.logits_chunk and model.attention_block change what is alive
 #   at once, and the values only in float32 summation order; every run before
-#   model.value_detached shared the trunk);
+#   model.value_detached shared the trunk; policy.prompt_widths only the summation order);
 ADDED_FIELDS = ("train.init_from", "actor.chooser", "actor.response_len", "actor.history",
                 "actor.temperature", "actor.top_p", "actor.invalid_penalty",
                 "actor.continuations", "actor.think", "actor.logits_chunk",
-                "model.attention_block", "model.value_detached")
+                "model.attention_block", "model.value_detached", "policy.prompt_widths")
 
 
 def _added_defaults() -> dict:

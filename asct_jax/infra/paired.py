@@ -15,11 +15,15 @@ at most the paper's gap |g|: t_{1 - alpha / 2, n - 1} s / sqrt(n) <= |g| (None w
 gap; 2 when the SD is 0).
 
     compare([0.61, 0.62, 0.60], [0.59, 0.60, 0.60], gap=0.025)
+
+A table's pre-registered comparisons (`Comparison`: method, baseline, the paper's gap) are
+rendered by `comparison_rows` from the per-seed values of each method, the seeds in one
+order for every method.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 from scipy import stats
@@ -104,3 +108,45 @@ def describe(c: dict, digits: int = 4) -> str:
     if c["verdict"] == "inconclusive" and c["seeds_needed"] is not None:
         s += f" (about {c['seeds_needed']} seeds for a half-width of {abs(c['gap']):.4g})"
     return s
+
+
+class Comparison(NamedTuple):
+    """A pre-registered comparison: `method` minus `baseline` on the table's metric;
+    `gap`, the paper's difference (None where the paper gives none)."""
+
+    method: str
+    baseline: str
+    gap: Optional[float] = None
+
+
+COLUMNS = ("comparison", "paper gap", "mean difference", "95 % t interval",
+           "bootstrap interval", "n", "verdict", "seeds for the paper's gap")
+
+
+def comparison_rows(values: Mapping[str, Sequence[float]],
+                    comparisons: Sequence[Comparison], digits: int = 4) -> list:
+    """One row (a dict of COLUMNS) per comparison whose two methods both have values:
+    values {method: [value per seed]}, the seeds in one order for every method; a
+    comparison with a missing method, or with fewer than 2 seeds, is left out."""
+    f = lambda v: f"{v:+.{digits}f}"  # noqa: E731
+    rows = []
+    for c in (Comparison(*c) for c in comparisons):
+        x, y = values.get(c.method), values.get(c.baseline)
+        if x is None or y is None or min(len(x), len(y)) < 2:
+            continue
+        if len(x) != len(y):
+            raise ValueError(f"{c.method} has {len(x)} seeds and {c.baseline} {len(y)}: a "
+                             "paired comparison needs the same seeds")
+        r = compare(x, y, c.gap)
+        boot = r["bootstrap_interval"]
+        rows.append({
+            "comparison": f"{c.method} - {c.baseline}",
+            "paper gap": "-" if c.gap is None else f(c.gap),
+            "mean difference": f(r["mean"]),
+            "95 % t interval": f"[{f(r['t_interval'][0])}, {f(r['t_interval'][1])}]",
+            "bootstrap interval": "-" if boot is None else f"[{f(boot[0])}, {f(boot[1])}]",
+            "n": r["n"], "verdict": r["verdict"],
+            "seeds for the paper's gap": "-" if r["seeds_needed"] is None
+            else str(r["seeds_needed"]),
+        })
+    return rows

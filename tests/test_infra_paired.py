@@ -1,10 +1,10 @@
-"""experiments.paired: the paired difference, its t and bootstrap intervals, the verdict."""
+"""asct_jax.infra.paired: the paired difference, its t and bootstrap intervals, the verdict."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.paired import compare, describe, seeds_needed, t_half_width
+from asct_jax.infra.paired import compare, describe, seeds_needed, t_half_width
 
 T_975_2 = 4.302653       # Student's t, 0.975 quantile, 2 degrees of freedom (tables)
 T_975_16 = 2.119905
@@ -79,3 +79,16 @@ def test_the_comparison_is_antisymmetric_and_shift_invariant(pairs, shift):
         b_lo, b_hi = c["bootstrap_interval"]
         d = x - y
         assert d.min() - 1e-12 <= b_lo <= b_hi <= d.max() + 1e-12
+
+
+def test_comparison_rows_pair_the_seeds_and_skip_missing_methods():
+    from asct_jax.infra.paired import Comparison, comparison_rows
+    values = {"a": [0.7, 0.71, 0.72], "b": [0.6, 0.6, 0.6], "c": [0.5]}
+    rows = comparison_rows(values, [Comparison("a", "b", 0.05), ("a", "missing"),
+                                    ("a", "c")])
+    assert len(rows) == 1
+    r = rows[0]
+    assert r["comparison"] == "a - b" and r["verdict"] == "shown" and r["n"] == 3
+    assert r["mean difference"] == "+0.1100" and r["paper gap"] == "+0.0500"
+    with pytest.raises(ValueError, match="same seeds"):
+        comparison_rows({"a": [1.0, 2.0, 3.0], "b": [1.0, 2.0]}, [("a", "b")])
