@@ -105,9 +105,11 @@ def test_liveness_table_takes_each_seeds_first_grad_norm_and_means_over_steps(tm
 
 def test_write_comparisons_pairs_the_table_seeds_and_names_the_papers_gap(tmp_path):
     from experiments.runner import write_comparisons
-    results = {"factor": [{"final/env/success": v} for v in (0.50, 0.55, 0.60)],
-               "grpo": [{"final/env/success": v} for v in (0.40, 0.45, 0.50)],
-               "serl": [{"final/env/success": v} for v in (0.40, 0.44, 0.52)]}
+    def runs(final, start=(0.4, 0.45, 0.5)):
+        return [{"seed": s, "final/env/success": f, "initial/env/success": i}
+                for s, f, i in zip((42, 43, 1337), final, start)]
+    results = {"factor": runs((0.50, 0.55, 0.60)), "grpo": runs((0.40, 0.45, 0.50)),
+               "serl": runs((0.40, 0.44, 0.52))}
     stem = str(tmp_path / "shop_comparisons")
     table = write_comparisons(results, factor_table.COMPARISONS, "final/env/success",
                               {"factor": 0.824, "grpo": 0.643}, stem)
@@ -121,3 +123,12 @@ def test_write_comparisons_pairs_the_table_seeds_and_names_the_papers_gap(tmp_pa
     assert rows["factor - grpo"]["paper gap"] == "+0.1810"
     assert rows["factor - serl"]["paper gap"] == "-"          # no SERL number given
     assert "factor - serl" in table and open(stem + ".md").read() == table + "\n"
+    with open(stem + ".json") as f:
+        moved = {r["comparison"]: r for r in json.load(f)["moved"]}
+    # each method against its own start: grpo did not move (a difference of exactly 0)
+    assert moved["grpo - grpo (start)"]["mean difference"] == "+0.0000"
+    assert moved["grpo - grpo (start)"]["verdict"] == "inconclusive"
+    assert moved["factor - factor (start)"]["verdict"] == "shown"
+    results["serl"] = results["serl"][:2] + [dict(results["serl"][2], seed=7)]
+    with pytest.raises(ValueError, match="different seeds"):
+        write_comparisons(results, factor_table.COMPARISONS, "final/env/success", {}, stem)
