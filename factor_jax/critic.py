@@ -128,3 +128,22 @@ def critic_step(state: CriticState, key, lr: float, sample: int,
     metrics = {"critic_loss": loss, "critic_targets": jnp.sum(flat_valid.astype(jnp.float32)),
                "critic_target_mean": jnp.sum(m * y) / jnp.maximum(count, 1.0)}
     return state.replace(online=online, target=target, opt_state=opt_state), metrics
+
+
+def spread_ratio(target_values: chex.Array, online_values: chex.Array,
+                 mask: chex.Array) -> chex.Array:
+    """How far the Polyak target tracks the online head over states: the standard
+    deviation of the target's values over the `mask`ed entries divided by the online
+    head's (1: the same spread, 0: a target that does not tell the states apart; TAC's
+    credit on interior actions is the target's differences). [...] arrays -> [] float32
+    (0 when the online head's values are constant)."""
+    chex.assert_equal_shape([target_values, online_values, mask])
+    w = mask.astype(jnp.float32)
+    n = jnp.maximum(jnp.sum(w), 1.0)
+
+    def std(v):
+        mean = jnp.sum(w * v) / n
+        return jnp.sqrt(jnp.sum(w * (v - mean) ** 2) / n)
+    s_online = std(online_values)
+    return jnp.where(s_online > 0, std(target_values) / jnp.where(s_online > 0, s_online,
+                                                                   1.0), 0.0)

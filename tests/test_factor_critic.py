@@ -106,3 +106,11 @@ def test_unscored_checkpoints_fall_back_to_the_raw_outcome():
     t = np.asarray(checkpoint_targets(cont(jnp.full((2, 2), 0.25)), jnp.asarray([1.0, 0.0]),
                                       2, "raw"))
     np.testing.assert_allclose(t, [[0.25, 1.0], [0.25, 0.0]])
+
+
+def test_spread_ratio_of_the_target_head():
+    mask = jnp.array([[True, True, True, False]])
+    online = jnp.array([[0.0, 1.0, 2.0, 9.0]])
+    np.testing.assert_allclose(C.spread_ratio(0.25 * online + 3.0, online, mask), 0.25,
+                               rtol=1e-6)
+    assert float(C.spread_ratio(online, jnp.ones_like(online), mask)) == 0.0
