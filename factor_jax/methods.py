@@ -95,6 +95,8 @@ class FactorConfig:
                                  "warm-up: keep its count (the authors' critic steps "
                                  "before TAC's credit; eta's window moves after it) or "
                                  "scale it with the run (the earlier)", default="keep")
+    critic_steps: int = option(Range(1, None, integer=True), "critic steps (Adam, then "
+                               "Polyak) per training step; 1: the authors'", default=1)
 
 
 def factor_config(config) -> FactorConfig:
@@ -299,8 +301,9 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
     at = jnp.take_along_axis(feats, cont.idx[..., None], axis=1)       # [B, S, H]
     critic_state = tac_critic.push(critic_state, k_push, at.reshape(-1, at.shape[-1]),
                                    targets.reshape(-1), cont.valid.reshape(-1))
-    critic_state, cm = tac_critic.critic_step(critic_state, k_step, fc.critic_lr,
-                                              fc.critic_sample, sched.polyak)
+    critic_state, cm = tac_critic.critic_steps(critic_state, k_step, fc.critic_lr,
+                                               fc.critic_sample, sched.polyak,
+                                               fc.critic_steps)
     values = tac_critic.head_value(critic_state.target, feats)         # target head
     values_online = tac_critic.head_value(critic_state.online, feats)
     rewards = fj.tac_rewards(batch.rewards, terminal, batch.turn_mask,
