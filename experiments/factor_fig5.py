@@ -141,25 +141,43 @@ def feedback_control(delta, delta_nf, mask) -> Dict[str, float]:
             if sel.any() else 0.0}
 
 
-def critic_calibration(pieces, a_mc, turn_mask) -> Dict[str, float]:
+def critic_calibration(pieces, a_mc, v_mc, turn_mask,
+                       mc_rollouts: int = 0) -> Dict[str, float]:
     """Panel (b)'s critic numbers: the share of interior actions (0 < t < T_i - 1, whose
     TAC credit is r_t + the target head's difference) with |A*_t| > 0.01, the critic's
     loss at this step, how much of the online head's spread over states the target
-    carries, and TAC's credit from the online head instead (its r and RMSE vs A^MC)."""
+    carries, TAC's credit from the online head instead (its r and RMSE vs A^MC), and the
+    target head's values against V_MC on the states 0 < t < T_i (value_corr). With
+    mc_rollouts = M: A^MC's spread over the actions beside a bound on its sampling noise,
+    sqrt(mean_t (V_MC(x_t)(1 - V_MC(x_t)) + V_MC(x_{t+1})(1 - V_MC(x_{t+1}))) / M), V_MC
+    clipped to [0, 1] (Bernoulli's variance bounds a mean of outcomes in [0, 1]; V(x_0) =
+    b and V(x_T) = 0 are exact): the error even a perfect critic would show."""
     tm = np.asarray(turn_mask)
     t = np.arange(tm.shape[1])[None, :]
     interior = tm & (t >= 1) & (t < tm.sum(-1, keepdims=True) - 1)
+    inner = tm & (t >= 1)
+    v, vm = np.asarray(pieces.values)[inner], np.asarray(v_mc)[inner]
+    value_corr = (float(np.corrcoef(v, vm)[0, 1]) if len(v) > 2 and v.std() > 0
+                  and vm.std() > 0 else float("nan"))
     credit = np.asarray(pieces.credit)
     online = fj.tac_credit(pieces.rewards, pieces.values_online, pieces.baseline,
                            jnp.asarray(tm))
     m = fj.calibration_metrics(online, jnp.asarray(a_mc), jnp.asarray(tm))
-    return {"interior_actions": int(interior.sum()),
+    out = {}
+    if mc_rollouts:
+        p = np.clip(np.where(tm & (t >= 1), np.asarray(v_mc), 0.0), 0.0, 1.0)
+        var = p * (1.0 - p) / mc_rollouts                          # per state x_t
+        var_next = np.pad(var[:, 1:], ((0, 0), (0, 1)))            # x_{t+1}; 0 at x_T
+        out = {"mc_credit_sd": float(np.asarray(a_mc)[tm].std()),
+               "mc_noise_sd": float(np.sqrt((var + var_next)[tm].mean()))}
+    return {**out, "interior_actions": int(interior.sum()),
             "interior_credit_share": float((np.abs(credit[interior]) > 0.01).mean())
             if interior.any() else float("nan"),
             "critic_loss": float(pieces.critic_metrics["critic_loss"]),
             "target_online_spread": float(tac_critic.spread_ratio(
                 pieces.values, pieces.values_online, jnp.asarray(tm))),
-            "corr_online": float(m["corr"]), "rmse_online": float(m["rmse"])}
+            "corr_online": float(m["corr"]), "rmse_online": float(m["rmse"]),
+            "value_corr": value_corr}
 
 
 def diagnostics(config, env, env_params, policy, ctx) -> figure5.Diagnostics:
@@ -215,7 +233,7 @@ def run_diagnostics(config, pieces, early_params, late_params,
         cal["tac_sum_err_max"] = float(np.max(np.asarray(tac_sum_err)))
         cal["checkpoint_frac"] = float(np.asarray(pieces.cont.valid).sum() / tm.sum())
         cal["critic_value_mean"] = float(np.asarray(pieces.values)[tm].mean())
-        cal.update(critic_calibration(pieces, a_mc, tm))
+        cal.update(critic_calibration(pieces, a_mc, v_mc, tm, int(config.fig5.mc_rollouts)))
         res[f"calibration_{phase}"] = cal
         res[f"feedback_control_{phase}"] = feedback_control(pieces.delta, delta_nf,
                                                             pieces.alloc_mask)
@@ -449,7 +467,9 @@ def format_summary(res: Dict[str, Any]) -> str:
                          f" of {m['interior_actions']} interior actions, loss "
                          f"{m['critic_loss']:.4f}, target/online spread "
                          f"{m['target_online_spread']:.2f}, online head's credit: corr "
-                         f"{m['corr_online']:.3f} rmse {m['rmse_online']:.3f}")
+                         f"{m['corr_online']:.3f} rmse {m['rmse_online']:.3f}, r(V, V_MC) "
+                         f"{m['value_corr']:.3f}, A^MC sd {m.get('mc_credit_sd', np.nan):.3f}"
+                         f" (noise <= {m.get('mc_noise_sd', np.nan):.3f})")
     for phase in ("early", "late"):
         f = res[f"feedback_control_{phase}"]
         lines.append(f"    {phase:5s} feedback control: r(Delta, Delta without feedback) "
