@@ -38,8 +38,8 @@ three panels on fresh diagnostic batches (`config.fig5.*`). With fig5.train_run
     random numbers, see asct_jax/search/rollout_value.py), for both estimates. Pearson r,
     RMSE, MAE and bias over all real actions (factor_jax.calibration_metrics).
     "warmed": the same for the run at the end of the critic's warm-up (its parameters
-    and critic at step factor's warm-up, checkpointed for it), the first step whose
-    credit is TAC's; "early"'s critic is untrained. Beside them (critic_calibration):
+    and critic after the warm-up's last step, checkpointed for it: the credit is the
+    first TAC credit); "early"'s critic is untrained. Beside them (critic_calibration):
     the share of interior actions with |A*_t| > 0.01, the critic's loss, the target
     head's spread over states relative to the online head's, and the online head's TAC
     credit against A^MC (does the Polyak lag or the fit limit the credit?).
