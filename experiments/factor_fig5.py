@@ -37,6 +37,12 @@ three panels on fresh diagnostic batches (`config.fig5.*`). With fig5.train_run
     value head. The environment's own randomness travels with the stored state (common
     random numbers, see asct_jax/search/rollout_value.py), for both estimates. Pearson r,
     RMSE, MAE and bias over all real actions (factor_jax.calibration_metrics).
+    "warmed": the same for the run at the end of the critic's warm-up (its parameters
+    and critic after the warm-up's last step, checkpointed for it: the credit is the
+    first TAC credit); "early"'s critic is untrained. Beside them (critic_calibration):
+    the share of interior actions with |A*_t| > 0.01, the critic's loss, the target
+    head's spread over states relative to the online head's, and the online head's TAC
+    credit against A^MC (does the Polyak lag or the fit limit the credit?).
 
 (c) Perturbation. Among the late batch's actions with positive and with negative TAC
     credit (|A*_t| >= fig5.min_abs_credit, at least two allocated tokens and distinct
@@ -108,8 +114,9 @@ import numpy as np
 
 import factor_jax as fj
 from asct_jax.infra import config_cli
+from factor_jax import critic as tac_critic
 from factor_jax import figure5
-from factor_jax.methods import factor_config
+from factor_jax.methods import Schedule, factor_config
 
 
 def filler_id() -> int:
@@ -134,6 +141,45 @@ def feedback_control(delta, delta_nf, mask) -> Dict[str, float]:
             if sel.any() else 0.0}
 
 
+def critic_calibration(pieces, a_mc, v_mc, turn_mask,
+                       mc_rollouts: int = 0) -> Dict[str, float]:
+    """Panel (b)'s critic numbers: the share of interior actions (0 < t < T_i - 1, whose
+    TAC credit is r_t + the target head's difference) with |A*_t| > 0.01, the critic's
+    loss at this step, how much of the online head's spread over states the target
+    carries, TAC's credit from the online head instead (its r and RMSE vs A^MC), and the
+    target head's values against V_MC on the states 0 < t < T_i (value_corr). With
+    mc_rollouts = M: A^MC's spread over the actions beside a bound on its sampling noise,
+    sqrt(mean_t (V_MC(x_t)(1 - V_MC(x_t)) + V_MC(x_{t+1})(1 - V_MC(x_{t+1}))) / M), V_MC
+    clipped to [0, 1] (Bernoulli's variance bounds a mean of outcomes in [0, 1]; V(x_0) =
+    b and V(x_T) = 0 are exact): the error even a perfect critic would show."""
+    tm = np.asarray(turn_mask)
+    t = np.arange(tm.shape[1])[None, :]
+    interior = tm & (t >= 1) & (t < tm.sum(-1, keepdims=True) - 1)
+    inner = tm & (t >= 1)
+    v, vm = np.asarray(pieces.values)[inner], np.asarray(v_mc)[inner]
+    value_corr = (float(np.corrcoef(v, vm)[0, 1]) if len(v) > 2 and v.std() > 0
+                  and vm.std() > 0 else float("nan"))
+    credit = np.asarray(pieces.credit)
+    online = fj.tac_credit(pieces.rewards, pieces.values_online, pieces.baseline,
+                           jnp.asarray(tm))
+    m = fj.calibration_metrics(online, jnp.asarray(a_mc), jnp.asarray(tm))
+    out = {}
+    if mc_rollouts:
+        p = np.clip(np.where(tm & (t >= 1), np.asarray(v_mc), 0.0), 0.0, 1.0)
+        var = p * (1.0 - p) / mc_rollouts                          # per state x_t
+        var_next = np.pad(var[:, 1:], ((0, 0), (0, 1)))            # x_{t+1}; 0 at x_T
+        out = {"mc_credit_sd": float(np.asarray(a_mc)[tm].std()),
+               "mc_noise_sd": float(np.sqrt((var + var_next)[tm].mean()))}
+    return {**out, "interior_actions": int(interior.sum()),
+            "interior_credit_share": float((np.abs(credit[interior]) > 0.01).mean())
+            if interior.any() else float("nan"),
+            "critic_loss": float(pieces.critic_metrics["critic_loss"]),
+            "target_online_spread": float(tac_critic.spread_ratio(
+                pieces.values, pieces.values_online, jnp.asarray(tm))),
+            "corr_online": float(m["corr"]), "rmse_online": float(m["rmse"]),
+            "value_corr": value_corr}
+
+
 def diagnostics(config, env, env_params, policy, ctx) -> figure5.Diagnostics:
     """factor_jax.figure5.Diagnostics of an experiment, with config.fig5's settings."""
     f5 = config.fig5
@@ -152,19 +198,27 @@ def diagnostics(config, env, env_params, policy, ctx) -> figure5.Diagnostics:
 # ----------------------------------------------------------------------------- driver
 
 def run_diagnostics(config, pieces, early_params, late_params,
-                    diag: Optional[figure5.Diagnostics] = None) -> Dict[str, Any]:
+                    diag: Optional[figure5.Diagnostics] = None,
+                    warmed_params=None) -> Dict[str, Any]:
     """All three panels' numbers (and, under "_arrays", the arrays the figure needs).
 
-    early_params, late_params: (policy parameters, method state) of each phase.
+    early_params, late_params: (policy parameters, method state) of each phase;
+    warmed_params (optional): the run's at the end of the critic's warm-up (panel b's
+    first TAC credit: calibration_warmed).
     pieces: (env, env_params, policy, CreditContext), see exp_parts; `diag` reuses the
     compiled functions of an existing Diagnostics for the same pieces and config."""
     diag = diag if diag is not None else diagnostics(config, *pieces)
     key = jax.random.fold_in(jax.random.key(config.seed), 10_000 + int(config.fig5.seed))
     k = dict(zip(("roll_early", "roll_late", "cred_early", "cred_late", "mc_early",
                   "mc_late", "perturb"), jax.random.split(key, 7)))
+    # "warmed": the run at the end of the critic's warm-up (its own keys; the others' kept).
+    k.update(zip(("roll_warmed", "cred_warmed", "mc_warmed"),
+                 jax.random.split(jax.random.fold_in(key, 1), 3)))
     res: Dict[str, Any] = {"timing_s": {}}
     arrays: Dict[str, Any] = {}
-    for phase, (params, mstate) in (("late", late_params), ("early", early_params)):
+    phases = (("late", late_params), ("early", early_params)) + (
+        (("warmed", warmed_params),) if warmed_params is not None else ())
+    for phase, (params, mstate) in phases:
         t0 = time.time()
         batch = diag.collect(params, k[f"roll_{phase}"])
         pieces, cons, tac_sum_err, delta_nf = diag.parts(params, batch, k[f"cred_{phase}"],
@@ -179,6 +233,7 @@ def run_diagnostics(config, pieces, early_params, late_params,
         cal["tac_sum_err_max"] = float(np.max(np.asarray(tac_sum_err)))
         cal["checkpoint_frac"] = float(np.asarray(pieces.cont.valid).sum() / tm.sum())
         cal["critic_value_mean"] = float(np.asarray(pieces.values)[tm].mean())
+        cal.update(critic_calibration(pieces, a_mc, v_mc, tm, int(config.fig5.mc_rollouts)))
         res[f"calibration_{phase}"] = cal
         res[f"feedback_control_{phase}"] = feedback_control(pieces.delta, delta_nf,
                                                             pieces.alloc_mask)
@@ -235,7 +290,9 @@ def plot(res: Dict[str, Any], path: str, title: str = "") -> str:
     # (b) calibration
     ax = axes[1]
     lo_hi = []
-    for phase, color in (("early", "C1"), ("late", "C2")):
+    for phase, color in (("early", "C1"), ("warmed", "C0"), ("late", "C2")):
+        if f"mc_{phase}" not in arr:
+            continue
         x, y = arr[f"mc_{phase}"], arr[f"credit_{phase}"]
         m = res[f"calibration_{phase}"]
         ax.scatter(x, y, s=9, alpha=0.5, color=color,
@@ -301,6 +358,10 @@ def run(config) -> Dict[str, Any]:
         from experiments.warm_start import shared
         config = config.copy_and_resolve_references()
         config.train.init_from = shared(config)
+    warmup = Schedule.of(factor_config(config)).warmup
+    if not adopted and 0 < warmup < config.train.steps:   # keep the warm-up's last step
+        config.train.checkpoint_every = warmup
+        config.train.keep = -(-config.train.steps // warmup) + 1
     tc = config.train
     source = JaxEnvSource(config)
     learner = build_learner(config, registry.get(config.method), source)
@@ -327,7 +388,14 @@ def run(config) -> Dict[str, Any]:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(1)
     train_s = time.time() - t0
-    res = run_diagnostics(config, exp_parts(config, source, learner), early, late)
+    warmed = None
+    if not adopted and warmup in Checkpointer(ckdir).all_steps() and warmup < tc.steps:
+        restored = Checkpointer(ckdir).restore(learner.init_state.replace(frozen=None),
+                                               step=warmup)
+        st = restored.state.replace(frozen=learner.init_state.frozen)
+        warmed = (policy_params(st), st.method_state)
+    res = run_diagnostics(config, exp_parts(config, source, learner), early, late,
+                          warmed_params=warmed)
     res["timing_s"]["train"] = train_s
     res["train_reused"] = bool(reused)
     res["train_run"] = adopted or os.path.join(tc.experiment, tc.run)
@@ -387,11 +455,21 @@ def format_summary(res: Dict[str, Any]) -> str:
     c = res["conservation"]
     lines = [f"(a) conservation over {c['n_actions']} actions: APM max {c['apm_max']:.2e}, "
              f"softmax mean {c['softmax_mean']:.3f} (1 - 1/L: {c['softmax_expected_mean']:.3f})"]
-    for phase in ("early", "late"):
-        m = res[f"calibration_{phase}"]
-        lines.append(f"(b) {phase:5s}: corr {m['corr']:.3f}  rmse {m['rmse']:.3f}  "
+    for phase in ("early", "warmed", "late"):
+        m = res.get(f"calibration_{phase}")
+        if m is None:
+            continue
+        lines.append(f"(b) {phase:6s}: corr {m['corr']:.3f}  rmse {m['rmse']:.3f}  "
                      f"mae {m['mae']:.3f}  bias {m['bias']:+.3f}  n {int(m['count'])}  "
                      f"return {m['return_mean']:.3f}")
+        if "interior_credit_share" in m:
+            lines.append(f"    {phase:6s} critic: |A*| > 0.01 on {m['interior_credit_share']:.2f}"
+                         f" of {m['interior_actions']} interior actions, loss "
+                         f"{m['critic_loss']:.4f}, target/online spread "
+                         f"{m['target_online_spread']:.2f}, online head's credit: corr "
+                         f"{m['corr_online']:.3f} rmse {m['rmse_online']:.3f}, r(V, V_MC) "
+                         f"{m['value_corr']:.3f}, A^MC sd {m.get('mc_credit_sd', np.nan):.3f}"
+                         f" (noise <= {m.get('mc_noise_sd', np.nan):.3f})")
     for phase in ("early", "late"):
         f = res[f"feedback_control_{phase}"]
         lines.append(f"    {phase:5s} feedback control: r(Delta, Delta without feedback) "

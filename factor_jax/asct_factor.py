@@ -34,15 +34,14 @@ def _asct_factor(cfg: AsctFactorConfig, ctx: CreditContext):
     apm_weights with FACTOR's eta schedule) as the token allocation; mean_j C_{t,j} = A_t
     per action."""
     fc = cfg.factor
-    sched = Schedule.of(fc)
+    sched = Schedule.of(fc, critic=False)   # no critic to warm up
 
     def credit(params, batch: Rollout, key, step, mstate=None):
         a, _, metrics = searched_advantages(cfg.asct, ctx, params, batch, key, step,
                                             "agentuct")   # no cache: a stateless method
         teacher = teacher_log_probs(ctx, params, batch, fc.teacher_prompt)
         delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
-        eta = fj.eta_schedule(jnp.asarray(step, jnp.int32) + 1, fc.eta0, sched.eta_start,
-                              sched.eta_end, sched.eta_decay)
+        eta = sched.eta(jnp.asarray(step, jnp.int32) + 1, fc.eta0)
         mask = action_tokens(batch)
         scores = fj.hta_scores(delta, a, mask, fc.clip_d)
         weights = fj.apm_weights(scores, mask, eta, tau=fc.tau)

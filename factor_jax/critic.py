@@ -6,6 +6,7 @@ state (checkpointed, resumed, stacked per seed with the train state).
     V_phi(h) = w2 . GELU(W1 h + b1) + b2,   h = sg(last hidden state at the pre-action boundary)
     loss     = mean over <= `sample` pooled targets of (V_phi(h) - y)^2    (one Adam step)
     phi_bar <- decay * phi_bar + (1 - decay) * phi                        (Polyak target)
+(one such step per training step, the authors'; `critic_steps` makes several).
 
 Credit reads the target head phi_bar. Shapes: H features, D = hidden width of the head,
 W replay steps, N targets stored per step.
@@ -128,3 +129,34 @@ def critic_step(state: CriticState, key, lr: float, sample: int,
     metrics = {"critic_loss": loss, "critic_targets": jnp.sum(flat_valid.astype(jnp.float32)),
                "critic_target_mean": jnp.sum(m * y) / jnp.maximum(count, 1.0)}
     return state.replace(online=online, target=target, opt_state=opt_state), metrics
+
+
+def critic_steps(state: CriticState, key, lr: float, sample: int, polyak: float,
+                 steps: int = 1) -> Tuple[CriticState, Dict[str, chex.Array]]:
+    """`steps` critic_step calls in a row (each a fresh draw from the replay, one Adam
+    step, then Polyak: the authors' TACModule.train_step `steps` times), with the metrics
+    of the last. steps = 1 is critic_step itself (the authors' one call per training step)."""
+    if steps == 1:
+        return critic_step(state, key, lr, sample, polyak)
+    state, metrics = jax.lax.scan(lambda s, k: critic_step(s, k, lr, sample, polyak),
+                                  state, jax.random.split(key, steps))
+    return state, jax.tree.map(lambda m: m[-1], metrics)
+
+
+def spread_ratio(target_values: chex.Array, online_values: chex.Array,
+                 mask: chex.Array) -> chex.Array:
+    """How far the Polyak target tracks the online head over states: the standard
+    deviation of the target's values over the `mask`ed entries divided by the online
+    head's (1: the same spread, 0: a target that does not tell the states apart; TAC's
+    credit on interior actions is the target's differences). [...] arrays -> [] float32
+    (0 when the online head's values are constant)."""
+    chex.assert_equal_shape([target_values, online_values, mask])
+    w = mask.astype(jnp.float32)
+    n = jnp.maximum(jnp.sum(w), 1.0)
+
+    def std(v):
+        mean = jnp.sum(w * v) / n
+        return jnp.sqrt(jnp.sum(w * (v - mean) ** 2) / n)
+    s_online = std(online_values)
+    return jnp.where(s_online > 0, std(target_values) / jnp.where(s_online > 0, s_online,
+                                                                   1.0), 0.0)

@@ -19,7 +19,9 @@ FACTOR at step k (1-indexed; the train step's counter is k - 1):
   loss       L_act (action-mean surrogate on C = A* omega) + L_nonact (token-mean on A_seq)
              + lambda_k * token-mean forward KL(teacher || policy) on action tokens.
 The step constants (warm-up 10, eta 11..49 / 50, lambda 50, Polyak 0.995)
-are given for 150-step runs and scale with train.steps (factor.scale_schedules).
+are given for 150-step runs and scale with train.steps (factor.scale_schedules), but for
+the warm-up: its 10 critic steps are kept whatever train.steps is, and eta's window moves
+with its end (factor.warmup_scaling "keep"; "scale" scales it too, the earlier).
 
 factor_no_tac  A_t = A_seq / T_i (the authors' credit without a critic) -> HTA + APM
 factor_no_hta  TAC -> omega = 1
@@ -54,6 +56,7 @@ from factor_jax.teacher import TEACHER_DIST, TEACHER_PROMPTS, kl_reduce, teacher
 
 REWARD_RULES = ("auto",) + fj.REWARD_RULES  # factor.reward_rule; auto: the env's own
 OUTCOMES = ("auto", "success", "score", "return")  # factor.outcome: what G is
+WARMUP_SCALINGS = ("keep", "scale")  # factor.warmup_scaling: the critic's warm-up count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +91,12 @@ class FactorConfig:
                                "them already)", default="auto")
     teacher_prompt: str = option(TEACHER_PROMPTS, "the teacher's prompt: serl (SERL's "
                                  "wording) or appended (the earlier one)", default="serl")
+    warmup_scaling: str = option(WARMUP_SCALINGS, "under scale_schedules, the critic's "
+                                 "warm-up: keep its count (the authors' critic steps "
+                                 "before TAC's credit; eta's window moves after it) or "
+                                 "scale it with the run (the earlier)", default="keep")
+    critic_steps: int = option(Range(1, None, integer=True), "critic steps (Adam, then "
+                               "Polyak) per training step; 1: the authors'", default=1)
 
 
 def factor_config(config) -> FactorConfig:
@@ -97,7 +106,10 @@ def factor_config(config) -> FactorConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-    """FACTOR's step constants for this run (scaled from 150 steps, or as given)."""
+    """FACTOR's step constants for this run (scaled from 150 steps, or as given); k is
+    the 1-indexed step. Warm-up: k <= warmup. eta_k = eta0 max(1 - (k - eta_origin) /
+    eta_decay, 0) for eta_start <= k <= eta_end (the scaled schedule, eta_origin steps
+    later when the warm-up keeps its count). lambda_k = max(1 - k / kl_decay, 0)."""
 
     warmup: int
     eta_start: int
@@ -105,22 +117,38 @@ class Schedule:
     eta_decay: int
     kl_decay: int
     polyak: float
+    eta_origin: int = 0
 
     @staticmethod
-    def of(fc: FactorConfig) -> "Schedule":
+    def of(fc: FactorConfig, critic: bool = True) -> "Schedule":
+        """critic: whether the run warms TAC's critic up (False: asct_factor, whose eta
+        window is the scaled one whatever factor.warmup_scaling says)."""
         if not fc.scale_schedules:
             return Schedule(fc.warmup_steps, fc.eta_start, fc.eta_end, fc.eta_decay,
                             fc.kl_decay, fc.critic_polyak)
         n = fc.train_steps
-        warmup = fj.scale_steps(fc.warmup_steps, n) if fc.warmup_steps else 0
+        scaled = fj.scale_steps(fc.warmup_steps, n) if fc.warmup_steps else 0
+        # "keep": the critic gets the authors' count of steps before its credit is used
+        # (a count of Adam steps on the head, not a share of the run); eta's window,
+        # which starts after the warm-up, moves by as much.
+        keep = critic and fc.warmup_scaling == "keep"
+        warmup = fc.warmup_steps if keep else scaled
+        origin = warmup - scaled
         # The Polyak time constant 1 / (1 - decay) is in steps too.
         polyak = 1.0 - (1.0 - fc.critic_polyak) * fj.schedules.REFERENCE_STEPS / n
         return Schedule(warmup=warmup,
-                        eta_start=max(fj.scale_steps(fc.eta_start, n), warmup + 1),
-                        eta_end=fj.scale_steps(fc.eta_end, n),
+                        eta_start=max(fj.scale_steps(fc.eta_start, n), scaled + 1) + origin,
+                        eta_end=fj.scale_steps(fc.eta_end, n) + origin,
                         eta_decay=fj.scale_steps(fc.eta_decay, n),
                         kl_decay=fj.scale_steps(fc.kl_decay, n),
-                        polyak=float(min(max(polyak, 0.0), fc.critic_polyak)))
+                        polyak=float(min(max(polyak, 0.0), fc.critic_polyak)),
+                        eta_origin=origin)
+
+    def eta(self, k, eta0: float) -> chex.Array:
+        """[] float32 eta_k at the 1-indexed step k (int or traced scalar)."""
+        o = self.eta_origin   # eta_k = eta0 max(1 - (k - o) / decay, 0), start <= k <= end
+        return fj.eta_schedule(k - o, eta0, self.eta_start - o, self.eta_end - o,
+                               self.eta_decay)
 
 
 def run_outcome_rule(fc: FactorConfig, env) -> tuple:
@@ -180,8 +208,8 @@ class FactorPieces:
       teacher, teacher_dist, teacher_support: the teacher's token log-probs [B, T, A] and
         distributions in the policy's layout ([B, T, K, A] over candidates; [B, T, A, V]
         and a support [B, T, 1, 1] for the generating actor).
-      values: [B, T] the target head's V(x_t). targets: [B, S] the step's critic targets
-        at cont.idx (cont.valid).
+      values, values_online: [B, T] the target and the online head's V(x_t).
+        targets: [B, S] the step's critic targets at cont.idx (cont.valid).
       eta, kl_weight, warm: [] eta_k, lambda_k, whether k is a warm-up step.
       critic: the critic after this step's update; critic_metrics; cont: Continuations.
     """
@@ -201,6 +229,7 @@ class FactorPieces:
     teacher_dist: chex.Array
     teacher_support: chex.Array
     values: chex.Array
+    values_online: chex.Array
     targets: chex.Array
     eta: chex.Array
     kl_weight: chex.Array
@@ -272,9 +301,11 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
     at = jnp.take_along_axis(feats, cont.idx[..., None], axis=1)       # [B, S, H]
     critic_state = tac_critic.push(critic_state, k_push, at.reshape(-1, at.shape[-1]),
                                    targets.reshape(-1), cont.valid.reshape(-1))
-    critic_state, cm = tac_critic.critic_step(critic_state, k_step, fc.critic_lr,
-                                              fc.critic_sample, sched.polyak)
+    critic_state, cm = tac_critic.critic_steps(critic_state, k_step, fc.critic_lr,
+                                               fc.critic_sample, sched.polyak,
+                                               fc.critic_steps)
     values = tac_critic.head_value(critic_state.target, feats)         # target head
+    values_online = tac_critic.head_value(critic_state.online, feats)
     rewards = fj.tac_rewards(batch.rewards, terminal, batch.turn_mask,
                              step_rewards_of(fc, outcome))
     tac = fj.tac_credit(rewards, values, baseline, batch.turn_mask)
@@ -287,7 +318,7 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
         tac_v0, a_seq, batch.turn_mask)), axis=1)
     teacher, dist, support = teacher_outputs(ctx, params, batch, fc.teacher_prompt)
     delta = fj.hindsight_delta(teacher, batch.logp_old, batch.token_mask)
-    eta = fj.eta_schedule(k, fc.eta0, sched.eta_start, sched.eta_end, sched.eta_decay)
+    eta = sched.eta(k, fc.eta0)
     mask = action_tokens(batch)
     scores = fj.hta_scores(delta, credit, mask, fc.clip_d)
     weights = token_weights(scores, mask, eta, fc)
@@ -297,7 +328,7 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
                         a_seq=a_seq, baseline=baseline, returns=g,
                         delta=delta, scores=scores, weights=weights, alloc_mask=mask,
                         teacher=teacher, teacher_dist=dist, teacher_support=support,
-                        values=values,
+                        values=values, values_online=values_online,
                         targets=targets, eta=eta, kl_weight=kl_weight, warm=warm,
                         critic=critic_state, critic_metrics=cm, cont=cont)
 
@@ -326,6 +357,9 @@ def _factor_factory(action_credit: ActionCredit = tac_action_credit,
                 "factor/warmup": p.warm.astype(jnp.float32),
                 "factor/value_mean": jnp.sum(p.values * batch.turn_mask)
                 / jnp.maximum(jnp.sum(batch.turn_mask), 1),
+                # How much of the online head's spread over states the target carries.
+                "factor/target_online_spread": tac_critic.spread_ratio(
+                    p.values, p.values_online, batch.turn_mask),
                 "factor/checkpoints": jnp.sum(p.cont.valid.astype(jnp.float32)),
                 "factor/scored": jnp.sum(p.cont.scored.astype(jnp.float32)),
             }

@@ -106,3 +106,28 @@ def test_unscored_checkpoints_fall_back_to_the_raw_outcome():
     t = np.asarray(checkpoint_targets(cont(jnp.full((2, 2), 0.25)), jnp.asarray([1.0, 0.0]),
                                       2, "raw"))
     np.testing.assert_allclose(t, [[0.25, 1.0], [0.25, 0.0]])
+
+
+def test_spread_ratio_of_the_target_head():
+    mask = jnp.array([[True, True, True, False]])
+    online = jnp.array([[0.0, 1.0, 2.0, 9.0]])
+    np.testing.assert_allclose(C.spread_ratio(0.25 * online + 3.0, online, mask), 0.25,
+                               rtol=1e-6)
+    assert float(C.spread_ratio(online, jnp.ones_like(online), mask)) == 0.0
+
+
+def test_critic_steps_are_that_many_critic_step_calls_in_a_row():
+    s = C.push(_state(), jax.random.key(1), jnp.ones((N, H)) * jnp.arange(N)[:, None],
+               jnp.arange(N, dtype=jnp.float32), jnp.ones(N, bool))
+    one, m1 = C.critic_steps(s, jax.random.key(2), 1e-2, 4, 0.5, steps=1)
+    ref, _ = C.critic_step(s, jax.random.key(2), 1e-2, 4, 0.5)
+    for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(ref)):
+        np.testing.assert_array_equal(a, b)
+    three, m3 = C.critic_steps(s, jax.random.key(2), 1e-2, 4, 0.5, steps=3)
+    ref = s
+    for k in jax.random.split(jax.random.key(2), 3):
+        ref, m = C.critic_step(ref, k, 1e-2, 4, 0.5)
+    for a, b in zip(jax.tree.leaves(three), jax.tree.leaves(ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(m3["critic_loss"], m["critic_loss"], rtol=1e-5)
+    assert float(m3["critic_loss"]) < float(m1["critic_loss"])

@@ -45,7 +45,7 @@ def setup(tmp_path_factory):
     parts = fig5.exp_parts(c, source, exp)
     diag = fig5.diagnostics(c, *parts)
     phase = (params, exp.init_state.method_state)
-    res = fig5.run_diagnostics(c, parts, phase, phase, diag=diag)
+    res = fig5.run_diagnostics(c, parts, phase, phase, diag=diag, warmed_params=phase)
     return c, exp, params, res, diag
 
 
@@ -65,9 +65,12 @@ def test_conservation_apm_zero_softmax_not(setup):
 def test_calibration_shapes_and_finite(setup):
     _, _, _, res, _ = setup
     arr = res["_arrays"]
-    for phase in ("early", "late"):
+    for phase in ("early", "warmed", "late"):
         m = res[f"calibration_{phase}"]
         x, y = arr[f"credit_{phase}"], arr[f"mc_{phase}"]
+        assert 0.0 <= m["interior_credit_share"] <= 1.0 and m["interior_actions"] > 0
+        assert m["critic_loss"] >= 0.0 and m["target_online_spread"] >= 0.0
+        assert -1.0 - 1e-5 <= m["corr_online"] <= 1.0 + 1e-5
         assert x.shape == y.shape == (int(m["count"]),) and x.size > 0
         assert np.all(np.isfinite(x)) and np.all(np.isfinite(y))
         for k in ("corr", "rmse", "mae", "bias"):
@@ -169,3 +172,38 @@ def test_figure_of_an_adopted_run_reads_its_last_checkpoint(tmp_path, monkeypatc
     assert res["train_summary"]["steps"] == 2
     for x, y in zip(jax.tree.leaves(params), jax.tree.leaves(seen["late"][0])):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+
+def test_critic_calibration_hand_case():
+    """Two episodes of 4 and 2 turns: the interior actions are t = 1, 2 of the first;
+    the online head's values are twice the target's (spread 0.5); value_corr reads the
+    states t >= 1."""
+    import types
+
+    import jax.numpy as jnp
+
+    import factor_jax as fj
+    tm = np.array([[True] * 4, [True, True, False, False]])
+    values = jnp.array([[0.0, 0.5, 0.52, 0.9], [0.0, 0.3, 0.0, 0.0]])
+    pieces = types.SimpleNamespace(
+        credit=jnp.array([[0.1, 0.02, 0.005, 0.3], [0.2, -0.2, 0.0, 0.0]]),
+        values=values, values_online=2.0 * values,
+        rewards=jnp.array([[0.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0]]),
+        baseline=jnp.array([0.5, 0.5]), critic_metrics={"critic_loss": jnp.float32(0.25)})
+    v_mc = np.array([[0.0, 0.4, 0.6, 1.0], [0.0, 0.2, 0.0, 0.0]], np.float32)
+    a_mc = np.asarray(fj.tac_credit(pieces.rewards, jnp.asarray(v_mc), pieces.baseline,
+                                    jnp.asarray(tm)))
+    m = fig5.critic_calibration(pieces, a_mc, v_mc, tm, mc_rollouts=4)
+    # noise: V(1 - V) / 4 at x_t plus at x_{t+1} (0 at x_0 and x_T), over the 6 actions
+    np.testing.assert_allclose(m["mc_noise_sd"], np.sqrt((0.06 + 0.12 + 0.06 + 0.04
+                                                          + 0.04) / 6), rtol=1e-5)
+    np.testing.assert_allclose(m["mc_credit_sd"], a_mc[tm].std(), rtol=1e-6)
+    assert m["interior_actions"] == 2 and m["interior_credit_share"] == 0.5
+    assert m["critic_loss"] == 0.25
+    np.testing.assert_allclose(m["target_online_spread"], 0.5, rtol=1e-5)
+    inner = tm & (np.arange(4) >= 1)
+    np.testing.assert_allclose(m["value_corr"],
+                               np.corrcoef(np.asarray(values)[inner], v_mc[inner])[0, 1],
+                               rtol=1e-5)
+    assert -1.0 <= m["corr_online"] <= 1.0

@@ -168,6 +168,14 @@ def get_config():
     # "Immediate feedback from the current step:", the feedback, "Correctly solve the
     # current task."; FACTOR's code has none of its own), "appended" (the stored tables').
     c.factor.teacher_prompt = "serl"
+    # The critic's warm-up under scale_schedules: "keep" its 10 steps (the authors' count
+    # of critic steps before TAC's credit is used; eta's window moves after it), "scale"
+    # it with the run (the stored tables': 1 step at 20).
+    c.factor.warmup_scaling = "keep"
+    # Critic steps (one Adam step on a fresh draw from the replay, then Polyak) per
+    # training step: 1, the authors'. The tiny model's head needs about 100 Adam steps at
+    # lr 1e-4 to fit its replay (docs/results/regime.md): 10 fits it within the warm-up.
+    c.factor.critic_steps = 1
     c.serl = ml_collections.ConfigDict()
     c.serl.lam0 = 0.5               # lam_k = 0.5 max(0, 1 - (k - 1) / 50)
     c.serl.decay_steps = 50
