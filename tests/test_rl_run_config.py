@@ -90,8 +90,13 @@ def test_added_defaults_come_from_the_typed_defaults():
         "actor.history": 2, "actor.temperature": 1.0, "actor.top_p": 1.0,
         "actor.invalid_penalty": 0.1, "actor.continuations": "chooser",
         "actor.think": "required", "actor.logits_chunk": 2 ** 24,
-        "model.attention_block": 0, "model.value_detached": False}
+        "model.attention_block": 0, "model.value_detached": False,
+        "asct.actor_token_unit": "chat"}
     assert all(base.ADDED_DEFAULTS[k] == default_of(k) for k in base.ADDED_FIELDS)
+    # a method section's added field: its typed default (search.methods.ASCTConfig)
+    from asct_jax.search.methods import ASCTConfig
+    unit = next(f for f in dataclasses.fields(ASCTConfig) if f.name == "actor_token_unit")
+    assert base.ADDED_DEFAULTS["asct.actor_token_unit"] == unit.default
     with pytest.raises(KeyError):
         default_of("train.steps")                  # required: no default
 

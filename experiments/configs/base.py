@@ -114,6 +114,11 @@ def get_config():
     c.asct.cache = True             # execution cache of workflow prefixes (method state)
     c.asct.c_exp = 1.4
     c.asct.c_tok = 1e-4
+    # T_aux's actor-scoring tokens (ASCT's and VinePPO's): "chat", each decision's length
+    # as the pretrained actor's chat prompt with its labels (the paper counts its Qwen
+    # actor's tokens); "words" the environment's word tokens; "chat_per_label" each label
+    # with its own prompt. Every unit is logged (search.ledger).
+    c.asct.actor_token_unit = "chat"
     c.gigpo = ml_collections.ConfigDict()   # GiGPO (asct_jax/rl/methods.py)
     c.gigpo.gamma = 0.95            # discount of the step return R_t in the anchor term
     c.gigpo.omega = 1.0             # weight of the anchor-state (step) advantage
@@ -250,7 +255,9 @@ def _added_defaults() -> dict:
     return {name: default_of(name) for name in ADDED_FIELDS}
 
 
-ADDED_DEFAULTS = _added_defaults()
+# asct.actor_token_unit (issue 38) changes only T_aux's reporting, never what a run
+# learns; a run stored before it logged "words" and lacks the ledger's counters.
+ADDED_DEFAULTS = {**_added_defaults(), "asct.actor_token_unit": "chat"}
 # - retired (issue 35; the code is kept at git tag earlier-variants): a stored run whose
 #   retired fields held the value that is what the code now computes reads as one without
 #   them (`without_retired`): the earlier ASCT variant's fields under asct.variant "paper"
