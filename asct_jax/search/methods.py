@@ -207,9 +207,11 @@ def search_metrics(out, valid_flat, used_fallback, turn_mask):
 def searched_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout, key,
                         step, rule: str, cache=None, actor_rollout: bool = False, chat=None):
     """A_t [B, T] of the paper (module docstring), the updated cache (None without one)
-    and the metrics (the ledger's too: search.ledger; chat its tables or None). step: the
-    credit signature's, unused (the search has no schedule)."""
+    and the metrics (the ledger's too: search.ledger; chat its tables, None: built here,
+    ledger_chat). step: the credit signature's, unused (the search has no schedule)."""
     del step
+    if chat is None:       # built on the host at trace time, once per process
+        chat = ledger_chat(ac.actor_token_unit, ctx)
     b, t = batch.turn_mask.shape
     k_turns, k_search = jax.random.split(key)
     idx, valid = _roots(ac, batch, k_turns)
