@@ -6,11 +6,15 @@ greedily on the test split (utility = F1 - 0.1 * words / 4096, F1, execution wor
 the transfer sets (config.table.transfer: the 2Wiki- and MuSiQue-like question mixes,
 no retraining) and on the description probe (config.table.probe: a new retriever A under
 four descriptions; its selection rate). Beside them: T_aux = T_env + T_actor spent in
-training, J_search (Eq. 5), J_deploy(N) = U_test - beta T_aux / N (Eq. 6, beta = 1e-4),
-and the Base row (the default workflow, no training); the test-split utility per
-question difficulty (easy / medium / hard: the same greedy episodes as the utility column,
-grouped by the hidden question's difficulty). Writes
-results/<experiment>/{table,difficulty,transfer,probe,base}.{md,json} and utility_vs_aux.png.
+training (its actor scoring in asct.actor_token_unit, and T_aux both ways: word tokens and
+the chat prompt's tokens), J_search (Eq. 5), J_deploy(N) = U_test - beta T_aux / N (Eq. 6,
+beta = 1e-4), and the Base row (the default workflow, no training); the test-split utility
+per question difficulty (easy / medium / hard: the same greedy episodes as the utility
+column, grouped by the hidden question's difficulty); the paper's Table 3 ledger
+(`ledger_table`: T_env by category, the actor's scoring of continuations, of the main
+trajectory and the optimizer's forwards, tokens per actor state; asct_jax.search.ledger).
+Writes results/<experiment>/{table,ledger,difficulty,transfer,probe,base}.{md,json} and
+utility_vs_aux.png.
 """
 from __future__ import annotations
 
@@ -42,6 +46,8 @@ MAIN_METRICS = {
     "total/t_env": "T_env (train)",
     "total/t_actor": "T_actor (train)",
     "total/aux_tokens": "T_aux (train)",
+    "ledger/t_aux/words": "T_aux (words)",
+    "ledger/t_aux/chat": "T_aux (chat)",
     "mean/j_search": "J_search",
     "j_deploy/500000": "J_deploy(5e5)",
     "total/env_calls": "env calls",
@@ -98,11 +104,36 @@ def difficulty_eval(config, params) -> dict:
     return by_difficulty(jax.device_get(info))
 
 
+UNITS = ("words", "chat", "chat_per_label")   # asct_jax.search.scoring.ACTOR_UNITS
+ENV_PARTS = ("generator_input", "generator_output", "query_embedding", "reranker_input")
+
+
+def ledger_summary(summary) -> dict:
+    """The Table 3 ledger of one run's summary (total/ledger/..., asct_jax.search.ledger):
+    T_aux in each unit (T_env + the continuations' scoring), the actor-scoring subtotal
+    (continuations + main trajectory + optimizer forwards) and the tokens per actor state
+    (one forward over a decision: optimizer_pass / decisions). {} for a run without it."""
+    g = lambda k: summary.get(f"total/ledger/{k}")  # noqa: E731
+    if g("decisions") is None:
+        return {}
+    out = {}
+    for u in UNITS:
+        if g(f"continuations/{u}") is None:
+            continue
+        cont, main, fwd = g(f"continuations/{u}"), g(f"main_trajectory/{u}"), \
+            g(f"optimizer_forwards/{u}")
+        out[f"ledger/t_aux/{u}"] = summary["total/t_env"] + cont
+        out[f"ledger/actor_subtotal/{u}"] = cont + main + fwd
+        out[f"ledger/per_state/{u}"] = g(f"optimizer_pass/{u}") / max(g("decisions"), 1.0)
+    return out
+
+
 def after_run(config, summary, params):
-    """J_deploy(N), the utility per difficulty, the transfer sets and the description
-    probe of one trained actor."""
+    """J_deploy(N), the Table 3 ledger, the utility per difficulty, the transfer sets and
+    the description probe of one trained actor."""
     out = {f"j_deploy/{n}": summary["final/env/utility"] - BETA * summary["total/aux_tokens"] / n
            for n in DEPLOY_USES}
+    out.update(ledger_summary(summary))
     out.update(difficulty_eval(config, params))
     for ds in config.table.transfer:
         m = held_out_eval(config, params, dataset=ds)
@@ -159,6 +190,29 @@ def difficulty_table(results, base, out_dir) -> str:
     return text
 
 
+def ledger_table(results, out_dir) -> str:
+    """ledger.{md,json}: the paper's Table 3 for each method (mean ± std over seeds):
+    T_aux, T_env by category, the actor's scoring (auxiliary continuations, main-trajectory
+    collection, optimizer forwards) in word and chat tokens, and the tokens per actor
+    state (the paper's Table 3 implies about 482 for its Qwen3-4B prompt)."""
+    cols = {"ledger/t_aux/words": "T_aux (words)", "ledger/t_aux/chat": "T_aux (chat)",
+            "total/t_env": "T_env",
+            **{f"total/ledger/env/{p}": p.replace("_", " ") for p in ENV_PARTS}}
+    for u in ("words", "chat"):
+        cols.update({f"ledger/actor_subtotal/{u}": f"actor subtotal ({u})",
+                     f"total/ledger/continuations/{u}": f"continuations ({u})",
+                     f"total/ledger/main_trajectory/{u}": f"main trajectory ({u})",
+                     f"total/ledger/optimizer_forwards/{u}": f"optimizer forwards ({u})",
+                     f"ledger/per_state/{u}": f"tokens / actor state ({u})"})
+    cols["ledger/per_state/chat_per_label"] = "tokens / actor state (chat, per label)"
+    cols["total/ledger/decisions"] = "actor states"
+    cols["mean/j_search"] = "J_search"
+    with_ledger = {m: runs for m, runs in results.items()
+                   if any("ledger/t_aux/words" in r for r in runs)}
+    fmt = {title: "{:.3f}" if key == "mean/j_search" else "{:.1f}" for key, title in cols.items()}
+    return write_table(with_ledger, cols, os.path.join(out_dir, "ledger"), fmt=fmt)
+
+
 LIVENESS = {   # per-step metrics, mean over the steps and seeds (first step: "grad norm @1")
     "credit/coef_abs_mean_raw": "mean |A| (raw)",
     "credit/coef_abs_mean": "mean |A| (trained)",
@@ -167,6 +221,9 @@ LIVENESS = {   # per-step metrics, mean over the steps and seeds (first step: "g
     "credit/asct/legal_root_actions": "legal root actions",
     "credit/asct/root_visit_max_frac": "max root visit share",
     "credit/asct/trial_utility": "trial utility",
+    "credit/j_search": "J_search",
+    "credit/ledger/continuation_decisions": "scored continuation states / step",
+    "credit/ledger/decisions": "actor states / step",
 }
 
 
@@ -198,6 +255,7 @@ def main(config):
     print(write_comparisons(results, config.table.comparisons, "final/env/utility",
                             PAPER_UTILITY, os.path.join(out_dir, "comparisons")))
     print(write_table(results, MAIN_METRICS, os.path.join(out_dir, "table")))
+    print(ledger_table(results, out_dir))
     print(difficulty_table(results, base, out_dir))
     scatter_with_errorbars(
         os.path.join(out_dir, "utility_vs_aux.png"),

@@ -182,7 +182,7 @@ def step_share(method: str, num_groups: int, group_size: int, min_time: float,
     from asct_jax.rl.train_step import make_train_step, policy_params
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.sources import JaxEnvSource
-    from asct_jax.search.methods import paper_search
+    from asct_jax.search.methods import ledger_chat, paper_search
     from experiments import registry
     from experiments.configs import asct_ragspace
 
@@ -222,11 +222,12 @@ def step_share(method: str, num_groups: int, group_size: int, min_time: float,
     rule, actor_rollout = STEP_METHODS[method]
     ac = learner.method_config
     scfg, rules = paper_search(ac, rule, actor_rollout)
+    chat = ledger_chat(ac.actor_token_unit, ctx)      # the actor-scoring ledger's tables
     roots = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch.states)  # B * T
 
     def search_alone(params, roots, key, cache):
         o = S.search(env, env_params, roots, state_policy_fn(ctx, params), key, rules, scfg,
-                     cache=cache)
+                     cache=cache, chat=chat)
         return o.q, o.visits, o.cache
     timing, _ = time_fn(search_alone, (params, roots, jax.random.key(6), state.method_state),
                         min_time, min_reps)

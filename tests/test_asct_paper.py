@@ -1,7 +1,8 @@
 """The ASCT paper's methods end to end on the ragspace analogue: every visited state is
 searched with B trials and full root coverage (no fallback), rule continuations cost no
 actor scoring, the execution cache is the method's state and charges a prefix once,
-VinePPO's actor scoring is charged once per prefix, and each method's normalisation."""
+VinePPO's actor scoring is charged once per prefix, its J_search and the token ledger in
+both units, and each method's normalisation."""
 import copy
 
 import jax
@@ -73,6 +74,55 @@ def test_actor_rollout_and_vineppo_pay_actor_scoring_once_per_prefix_and_iterati
     assert v2["t_actor"] == v1["t_actor"] and v2["t_env"] < v1["t_env"]
 
 
+def test_vineppo_j_search_and_the_ledger_in_both_units(setup):
+    """asct.actor_token_unit (read by VinePPO too) picks T_aux's actor-scoring unit; both
+    units are always logged; VinePPO's J_search is Eq. 5 (the same search either way, so
+    the two J_search differ by beta x the t_actor difference / K); the ledger's main
+    trajectory and optimizer pass cover the batch's decisions."""
+    from asct_jax.search.ledger import BETA_REPORT
+    c, ctx, params, batch = setup
+    m = {u: jax.device_get(_credit(setup, "vineppo", **{"asct.actor_token_unit": u}).metrics)
+         for u in ("words", "chat")}
+    for u in ("words", "chat"):
+        assert m[u]["t_actor"] == pytest.approx(m[u][f"ledger/continuations/{u}"])
+        assert m[u]["aux_tokens"] == pytest.approx(m[u]["t_env"] + m[u]["t_actor"])
+    w, ch = m["words"], m["chat"]
+    assert ch["t_actor"] > w["t_actor"] > 0 and ch["t_env"] == w["t_env"]
+    assert ch["ledger/continuations/words"] == w["t_actor"]          # both always logged
+    k = w["vineppo/trials"]
+    assert w["j_search"] - ch["j_search"] == pytest.approx(
+        BETA_REPORT * (ch["t_actor"] - w["t_actor"]) / k, rel=1e-4)
+    assert 0 < w["j_search"] < 1
+    parts = sum(w[f"ledger/env/{p}"] for p in ctx.env.cost_parts)
+    assert parts == pytest.approx(w["t_env"], rel=1e-5)
+    turns = float(np.asarray(batch.turn_mask).sum())
+    assert w["ledger/decisions"] == turns and 0 < w["ledger/main_decisions"] <= turns
+    per_state = ch["ledger/optimizer_pass/chat"] / turns
+    assert per_state > w["ledger/optimizer_pass/words"] / turns
+    assert ch["ledger/optimizer_pass/chat_per_label"] > ch["ledger/optimizer_pass/chat"]
+    asct = jax.device_get(_credit(setup, "asct_agentuct").metrics)
+    assert asct["ledger/continuations/chat"] == 0 and asct["j_search"] == asct["asct/j_search"]
+    # Nothing scored them before: every (question, prefix) of the batch once (the
+    # episodes of one question share their first decisions).
+    st = jax.device_get(batch.states)
+    mask = np.asarray(batch.turn_mask)
+    pairs = {(int(st.qid[b, t]), int(st.node[b, t])) for b, t in zip(*np.nonzero(mask))}
+    assert asct["ledger/main_decisions"] == len(pairs) < turns
+
+
+def test_actor_token_unit_is_checked_at_the_edge(setup):
+    from asct_jax.infra.checks import ConfigError
+    from asct_jax.search.methods import vineppo_config
+    c = copy.deepcopy(setup[0])
+    c.asct.actor_token_unit = "words"
+    assert vineppo_config(c).actor_token_unit == "words"
+    c.asct.actor_token_unit = "bytes"
+    with pytest.raises(ConfigError, match="asct.actor_token_unit"):
+        registry.get("asct_uniform").make_config(c)
+    with pytest.raises(ConfigError, match="asct.actor_token_unit"):
+        vineppo_config(c)
+
+
 def test_utility_per_difficulty_regroups_the_held_out_evaluation(setup, tmp_path):
     from experiments import asct_ragspace as script
     c, ctx, params, batch = setup
@@ -117,3 +167,27 @@ def test_paper_search_binds_c_exp_and_c_tok_once():
     cfg, rules = paper_search(ac, "agentuct")
     assert (cfg.max_depth, cfg.node_policy) == (None, False)
     assert rules.selection.keywords == {"c_exp": 1.4, "c_tok": 1e-4}
+
+
+def test_ledger_summary_and_table_hand_counted(tmp_path):
+    """The table script's Table 3 from a run's totals: T_aux = T_env + the continuations'
+    scoring in each unit, the actor subtotal = continuations + main trajectory + optimizer
+    forwards, tokens per actor state = one pass / decisions; a run without the ledger has
+    no row."""
+    from experiments import asct_ragspace as script
+    s = {"total/t_env": 100.0, "total/ledger/decisions": 4.0, "mean/j_search": 0.5}
+    for u, (cont, main, fwd, one) in {"words": (10, 5, 20, 10), "chat": (30, 12, 60, 30),
+                                      "chat_per_label": (70, 20, 140, 70)}.items():
+        s.update({f"total/ledger/continuations/{u}": cont,
+                  f"total/ledger/main_trajectory/{u}": main,
+                  f"total/ledger/optimizer_forwards/{u}": fwd,
+                  f"total/ledger/optimizer_pass/{u}": one})
+    led = script.ledger_summary(s)
+    assert led["ledger/t_aux/words"] == 110 and led["ledger/t_aux/chat"] == 130
+    assert led["ledger/actor_subtotal/words"] == 35 and led["ledger/actor_subtotal/chat"] == 102
+    assert led["ledger/per_state/words"] == 2.5 and led["ledger/per_state/chat_per_label"] == 17.5
+    assert script.ledger_summary({"total/t_env": 0.0}) == {}
+    text = script.ledger_table({"vineppo": [{**s, **led}], "ppo_return": [{"x": 1.0}]},
+                               str(tmp_path))
+    assert "vineppo" in text and "ppo_return" not in text and "0.500" in text
+    assert "tokens / actor state (chat)" in text and (tmp_path / "ledger.json").exists()

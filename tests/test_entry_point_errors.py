@@ -35,6 +35,7 @@ def test_every_shipped_config_passes_its_constraints_and_the_typed_configs(name)
     ("factor.tau", -1.0), ("factor.outcome", "most"), ("asct.trials", 0),
     ("asct.continuation", "twice"), ("gigpo.mode", "minmax"), ("serl.lam0", 2.0),
     ("vineppo.k", 0), ("ppo.aggregation", "sum"), ("ppo.return_baseline", "mean"),
+    ("asct.actor_token_unit", "bytes"),
 ])
 def test_typed_configs_name_the_field(field, value):
     c = base.get_config()

@@ -149,6 +149,25 @@ def test_action_costs_are_the_charged_aux_tokens(h):
     assert 100 < total < 2000 and float(run[-1][0].aux) == pytest.approx(total)
 
 
+def test_action_cost_parts_split_the_aux_tokens_by_category(h):
+    """action_cost_parts: the Table 3 categories, summing to action_costs at every state of
+    a workflow; by hand at the query stage (query2doc: question + 30 instruction tokens in,
+    130 out; decompose: 2 x 16 out) and at the answer (8 tokens out)."""
+    slots = [1, 3, 0, 1, 1, 1, 0, 1, 1]
+    parts_of = jax.jit(lambda s: h.env.action_cost_parts(s, h.p))
+    run = h.play(2404, slots)
+    for s, _ in run[:-1]:
+        np.testing.assert_allclose(np.asarray(parts_of(s)).sum(1), np.asarray(h.costs(s)),
+                                   rtol=1e-6)
+    assert h.env.cost_parts == rs.COST_PARTS and len(rs.COST_PARTS) == 4
+    s0 = run[0][0]
+    q = float(s0.q_tok)
+    np.testing.assert_allclose(np.asarray(parts_of(s0))[:3],
+                               [[0, 0, 0, 0], [q + 30, 130, 0, 0], [q + 30, 32, 0, 0]])
+    last = np.asarray(parts_of(run[-2][0]))                       # the context stage
+    assert np.all(last[:2, 1] == 8) and np.all(last[:2, 2:] == 0) and np.all(last[:2, 0] > q)
+
+
 def test_difficulty_mix_and_transfer_sets():
     params = {d: make("ragspace", dataset=d)[1] for d in rs.DATASETS}
     n = {"hotpot": 5000, "twowiki": 2000, "musique": 2000}

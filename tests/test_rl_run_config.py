@@ -93,6 +93,9 @@ def test_added_defaults_come_from_the_typed_defaults():
         "model.attention_block": 0, "model.value_detached": False,
         "policy.prompt_widths": 3}
     assert all(base.ADDED_DEFAULTS[k] == default_of(k) for k in base.ADDED_FIELDS)
+    # asct.actor_token_unit changes the summaries' T_aux: a run stored without it is not
+    # reused as if it had it
+    assert "asct.actor_token_unit" not in base.ADDED_DEFAULTS
     with pytest.raises(KeyError):
         default_of("train.steps")                  # required: no default
 

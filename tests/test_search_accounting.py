@@ -1,14 +1,17 @@
 """Tests of the search's accounting (asct_jax.search.accounting): traversal charging
 without a cache, the ledger with one (each prefix charged once, in tree order; actor
-scoring once per prefix), on ToyTree and TinyWorkflow (tests/tiny_workflow.py)."""
+scoring once per prefix), by cost category and actor-token unit (a hand-counted
+workflow), on ToyTree and TinyWorkflow (tests/tiny_workflow.py)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from asct_jax import search as S
 from asct_jax.search import accounting
+from asct_jax.search.methods import paper_rules
 from tiny_workflow import (K, P, Q, TOY, WF, make_params, prefix_costs, roots, toy_roots,
-                           toy_search, wf_search)
+                           toy_search, uniform_policy, wf_search)
 
 
 def test_traversal_cost_charges():
@@ -22,14 +25,17 @@ def test_traversal_cost_charges():
                         valid=jnp.array([[True, True, False], [True, False, False]]))
     active = jnp.array([True, False])
     leaf_cost = S.Cost(jnp.array([100.0, 100.0]), jnp.array([5, 5], jnp.int32),
-                       jnp.array([7.0, 7.0]))
+                       jnp.array([[7.0, 8.0, 9.0]] * 2), jnp.array([[100.0], [100.0]]),
+                       jnp.array([1, 1], jnp.int32))
     costs = np.asarray(params.costs)
-    trav = accounting.traversal_cost(t, path, active, leaf_cost)
+    model = S.EnvModel(TOY, params, None)
+    trav = accounting.traversal_cost(model, t, path, active, leaf_cost)
     np.testing.assert_array_equal(trav.env_tokens, [costs[1] + costs[3] + 100.0, costs[2]])
+    np.testing.assert_array_equal(trav.env_parts[:, 0], trav.env_tokens)   # one category
     np.testing.assert_array_equal(trav.env_calls, [2 + 5, 1])
-    np.testing.assert_array_equal(trav.actor_tokens, [7.0, 0.0])
-    np.testing.assert_array_equal(trav.aux_tokens, trav.env_tokens + trav.actor_tokens)
-    cache, same = accounting.trial_cost(None, None, t, path, leaf_cost, None, None, active)
+    np.testing.assert_array_equal(trav.actor_tokens, [[7.0, 8.0, 9.0], [0.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(trav.actor_decisions, [1, 0])
+    cache, same = accounting.trial_cost(None, model, t, path, leaf_cost, None, None, active)
     assert cache is None and np.array_equal(same.env_tokens, trav.env_tokens)
 
 
@@ -135,3 +141,47 @@ def test_actor_continuations_cost_actor_tokens_and_rules_do_not_call_the_actor()
     out = jax.device_get(rule_fn(chain, roots([0, 1, 1]), jax.random.PRNGKey(0)))
     assert rule_fn.policy.calls == 1 and np.all(out.actor_tokens == 0)
     assert np.all(np.isfinite(out.prior_logp[:, 0])) and np.all(out.prior_logp[:, 1:] == -np.inf)
+
+
+def test_ledger_by_category_and_unit_hand_counted():
+    """The chain 0 -> 1 -> 3 searched from the roots of questions [0, 1, 1] with pi_old
+    continuations, worked by hand (tests/tiny_workflow.py's costs and TINY_CHAT):
+    tree 0 (q 0) executes 0 -> 1 (10 + 0) and 1 -> 3 (1 + 0): component 11, question 0;
+    tree 1 (q 1) the same edges at + 1 each: component 11, question 2; tree 2 (q 1)
+    finds both cached: nothing. One actor decision, at node 1 (turn 1), per question:
+    words 4 observation + 2 label = 6; chat 7 template + 5 observation + 2 label = 14,
+    per label the same (one legal label); tree 2's is charged to tree 1 (scored once)."""
+    ch = np.full((P, K), -1)
+    ch[0, 0], ch[1, 0] = 1, 3
+    chain = make_params(children=ch)
+    outs = {}
+    for unit in ("words", "chat"):
+        fn = wf_search("agentuct", actor=True, unit=unit)
+        outs[unit] = out = jax.device_get(fn(chain, roots([0, 1, 1]), jax.random.PRNGKey(0),
+                                             S.init_cache(WF, chain)))
+        np.testing.assert_allclose(out.env_parts, [[11, 0], [11, 2], [0, 0]])
+        np.testing.assert_allclose(out.env_parts.sum(1), out.env_tokens)
+        np.testing.assert_allclose(out.actor_units, [[6, 14, 14], [6, 14, 14], [0, 0, 0]])
+        np.testing.assert_array_equal(out.actor_decisions, [1, 1, 0])
+        np.testing.assert_allclose(out.aux_tokens, out.env_tokens + out.actor_tokens)
+    # The option's values: t_actor (and T_aux) in words or in chat tokens, the rest equal.
+    np.testing.assert_allclose(outs["words"].actor_tokens, [6, 6, 0])
+    np.testing.assert_allclose(outs["chat"].actor_tokens, [14, 14, 0])
+    np.testing.assert_array_equal(outs["words"].visits, outs["chat"].visits)
+    # Without a cache every continuation decision is charged (traversal), by category too.
+    out = jax.device_get(wf_search("agentuct", actor=True, unit="chat")(
+        chain, roots([0, 1, 1]), jax.random.PRNGKey(0)))
+    np.testing.assert_allclose(out.env_parts.sum(1), out.env_tokens)
+    np.testing.assert_allclose(out.actor_units[:, 1], 14 * out.actor_decisions)
+    assert np.all(out.actor_decisions >= 1)
+
+
+def test_chat_units_need_the_chat_tables():
+    """actor_unit "chat" without chat tables is refused; a bad unit is refused."""
+    params = make_params()
+    cfg = S.SearchConfig(num_simulations=2, actor_unit="chat")
+    with pytest.raises(ValueError, match="chat tables"):
+        S.search(WF, params, roots([0]), uniform_policy(WF, params), jax.random.PRNGKey(0),
+                 paper_rules("uniform"), cfg)
+    with pytest.raises(ValueError, match="actor_unit"):
+        S.SearchConfig(actor_unit="bytes")

@@ -37,6 +37,8 @@ def test_continuations_follow_their_policy():
         np.testing.assert_allclose(g, np.array([0.1, 0.2, 0.3])[a], rtol=1e-6)
         np.testing.assert_allclose(cost.env_tokens, trace.tokens.sum(1))
         assert np.all(cost.env_calls == 2) and np.all(cost.actor_tokens == 0)
+        assert np.all(cost.actor_decisions == 0)
+        np.testing.assert_allclose(cost.env_parts[:, 0], cost.env_tokens)   # one category
 
 
 def test_actor_continuation_scores_its_decisions():
@@ -51,5 +53,7 @@ def test_actor_continuation_scores_its_decisions():
     g, cost, trace = jax.device_get(jax.jit(
         lambda k: continue_episode(model, S.actor_continuation, state, k, None))(jax.random.PRNGKey(0)))
     np.testing.assert_array_equal(trace.decided, [0, 1, -1])
-    np.testing.assert_allclose(trace.actor, [6, 6, 0])
-    assert float(cost.actor_tokens) == 12 and int(cost.env_calls) == 2
+    # words only: no chat tables
+    np.testing.assert_allclose(trace.actor, [[6, 0, 0], [6, 0, 0], [0, 0, 0]])
+    np.testing.assert_allclose(cost.actor_tokens, [12, 0, 0])
+    assert int(cost.env_calls) == 2 and int(cost.actor_decisions) == 2

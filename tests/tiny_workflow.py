@@ -14,7 +14,13 @@ TinyWorkflow's WorkflowTree (P = 10 prefixes, K = 3 candidates; -> child, [nomin
 Reward: utility[q, p] on reaching a terminal prefix p, else 0; an illegal candidate ends
 the episode with reward -100 (so an illegal continuation step shows in Q). Realized cost
 of (p, a) for question q: edge_tokens[p, a] + q (the ledger charges these, T_hat reads the
-nominal edge_tokens).
+nominal edge_tokens), in two categories (cost_parts): "component" edge_tokens[p, a],
+"question" q.
+
+Chat lengths (TINY_CHAT, for the actor-scoring ledger's chat units): every word 2 tokens
+after a space, 1 without (PAD and EOS 0), a prompt of 7 template tokens, a label ends
+with 1 end-of-turn token. The observation [BOS, 16 + node, 8 + turn, EOS] is then
+1 + 2 + 2 = 5 tokens (12 with the template), a label [5 + k, EOS] 1 + 1 = 2.
 """
 import functools
 
@@ -28,6 +34,7 @@ from asct_jax.envs.base import BOS_ID, EOS_ID, PAD_ID, Environment
 from asct_jax.envs.toy_tree import ToyTree
 from asct_jax.envs.workflow import WorkflowTree
 from asct_jax.search.methods import paper_rules
+from asct_jax.search.scoring import ChatLengths
 
 P, K, Q = 10, 3, 2
 POISON = -100.0
@@ -54,6 +61,7 @@ class WFState:
 class TinyWorkflow(Environment):
     name = "tiny_workflow"
     num_actions, action_len, obs_len, feedback_len, max_turns = K, 3, 6, 2, 3
+    cost_parts = ("component", "question")
 
     def default_params(self):
         return make_params()
@@ -86,6 +94,10 @@ class TinyWorkflow(Environment):
     def action_costs(self, state, params):
         return params.edge_tokens[state.node] + state.qid.astype(jnp.float32)
 
+    def action_cost_parts(self, state, params):
+        q = jnp.full((K,), state.qid.astype(jnp.float32))
+        return jnp.stack([params.edge_tokens[state.node], q], axis=1)      # [K, 2]
+
     def workflow(self, params):
         return WorkflowTree(params.children, params.terminal, params.edge_tokens, params.depth)
 
@@ -100,6 +112,9 @@ class TinyWorkflow(Environment):
 
 
 WF = TinyWorkflow()
+_WORD_LEN = np.tile(np.array([[2, 1]], np.int32), (32, 1))
+_WORD_LEN[[PAD_ID, EOS_ID]] = 0
+TINY_CHAT = ChatLengths(word_len=_WORD_LEN, punct=np.zeros(32, bool), prompt=7, end_of_turn=1)
 
 
 def make_params(children=None, edge=None, utility=None):
@@ -167,19 +182,21 @@ class Counted:
 
 
 @functools.lru_cache(maxsize=None)
-def wf_search(rule, b=12, actor=False):
-    """One jitted paper search per (rule, B, continuation) on TinyWorkflow; params, roots,
-    key and cache are traced inputs (cache=None is its own pytree structure).
+def wf_search(rule, b=12, actor=False, unit=None):
+    """One jitted paper search per (rule, B, continuation, unit) on TinyWorkflow; params,
+    roots, key and cache are traced inputs (cache=None is its own pytree structure).
+    unit: None, no chat tables (t_actor in words); else TINY_CHAT and t_actor in `unit`.
     fn.policy counts the policy_fn calls of the last trace, fn.traces the traces.
     The tests search batches of 3 roots, so that they share compilations."""
-    cfg = S.SearchConfig(num_simulations=b, node_policy=actor)
+    cfg = S.SearchConfig(num_simulations=b, node_policy=actor, actor_unit=unit or "words")
     rules = paper_rules(rule, actor_suffixes=actor)
 
     @jax.jit
     def fn(params, states, key, cache=None):
         fn.traces += 1
         fn.policy = Counted(uniform_policy(WF, params))
-        return S.search(WF, params, states, fn.policy, key, rules, cfg, cache=cache)
+        return S.search(WF, params, states, fn.policy, key, rules, cfg, cache=cache,
+                        chat=None if unit is None else TINY_CHAT)
 
     fn.traces = 0
     return fn

@@ -91,6 +91,9 @@ class Environment:
     obs_len: int  # O
     feedback_len: int  # F
     max_turns: int  # T: episodes end after at most this many steps
+    # The categories of action_cost_parts (e.g. ragspace's generator input / output, query
+    # embedding, reranker input); one category "env" unless an environment splits them.
+    cost_parts: Tuple[str, ...] = ("env",)
 
     def default_params(self) -> Any:
         raise NotImplementedError
@@ -173,6 +176,10 @@ class Environment:
         """[K] float32: auxiliary-token cost of executing each candidate (search budget)."""
         cands, _ = self.legal_actions(state, params)
         return jnp.sum(cands != PAD_ID, axis=-1).astype(jnp.float32)
+
+    def action_cost_parts(self, state: Any, params: Any) -> chex.Array:
+        """[K, C] float32: action_costs by category (C = len(cost_parts); rows sum to it)."""
+        return self.action_costs(state, params)[:, None]
 
     def restorable(self, state: Any, params: Any) -> chex.Array:
         """[K] bool: False for actions with side effects that cannot be searched from."""

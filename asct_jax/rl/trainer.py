@@ -237,6 +237,16 @@ def _summary(run: RunConfig, records, extra: Dict[str, Any], wall_clock_s: float
     """Initial / final held-out metrics, total costs and wall clock of a run's records."""
     total = lambda key: sum(r.get(key) or 0.0 for r in records)  # noqa: E731
     first, last = records[0], records[-1]
+    # J_search (Eq. 5) per step, mean over the steps that logged it (not the initial
+    # evaluation's record); ASCT's before issue 38 as credit/asct/j_search.
+    js = [r.get("credit/j_search", r.get("credit/asct/j_search")) for r in records]
+    js = [x for x in js if x is not None]
+    # The ASCT paper's Table 3 ledger (asct_jax.search.ledger), totalled over the steps;
+    # the optimizer's forwards are ppo.epochs passes over each step's decisions.
+    ledger = sorted({k for r in records for k in r if k.startswith("credit/ledger/")})
+    totals = {k.replace("credit/", "total/", 1): total(k) for k in ledger}
+    totals.update({k.replace("optimizer_pass", "optimizer_forwards"): run.ppo.epochs * v
+                   for k, v in totals.items() if "/optimizer_pass/" in k})
     return {
         "method": run.method, "seed": run.seed, "steps": run.train.steps, **extra,
         **{k.replace("eval/", "initial/"): v for k, v in first.items() if k.startswith("eval/")},
@@ -248,7 +258,8 @@ def _summary(run: RunConfig, records, extra: Dict[str, Any], wall_clock_s: float
         # and the mean J_search over the steps (Eq. 5).
         "total/t_env": total("credit/t_env"),
         "total/t_actor": total("credit/t_actor"),
-        "mean/j_search": total("credit/asct/j_search") / max(len(records), 1),
+        "mean/j_search": sum(js) / max(len(js), 1),
+        **totals,
         "wall_clock_s": wall_clock_s,
         # The process's peak memory when the run ended (a seed batch's runs share it;
         # a resumed run's counts from its resumption): asct_jax.infra.resources.

@@ -1,11 +1,14 @@
 """How the search charges what it executes (the ASCT paper's token accounting), beside
 the execution cache it reads and marks (search.cache).
 
-Three counts, one meaning each (search.types): env_tokens t_env, the realized
-env.action_costs of executed environment steps; actor_tokens t_actor, the actor-scoring
-tokens of pi_old continuation decisions (per decision: the non-PAD observation tokens
-plus the legal candidates' non-PAD tokens, `actor_scoring_tokens`); env_calls, the
-environment steps charged. aux_tokens T_aux = env_tokens + actor_tokens.
+Counts with one meaning each (search.types): env_tokens t_env, the realized
+env.action_costs of executed environment steps, and env_parts, the same by category
+(env.action_cost_parts: the paper's Table 3 rows); actor_tokens t_actor, the
+actor-scoring tokens of pi_old continuation decisions, in every unit of
+search.scoring.ACTOR_UNITS (per decision `actor_scoring_tokens`: the observation's and
+the legal labels' word tokens, or their length as the pretrained actor's chat prompt);
+actor_decisions, the decisions charged; env_calls, the environment steps charged.
+aux_tokens T_aux = env_tokens + actor_tokens.
 
 A trial executes its tree path and its leaf's continuations. `trial_cost` charges it:
   * without a cache (`traversal_cost`): every edge of the trial's path, as a search that
@@ -26,8 +29,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from asct_jax.envs.base import PAD_ID
 from asct_jax.search.cache import ExecutionCache, lookup
+from asct_jax.search.scoring import ACTOR_UNITS, decision_tokens
 from asct_jax.search.tree import Tree
 from asct_jax.search.types import BackupPath, Cost, EnvModel, Trace
 
@@ -36,11 +39,23 @@ _NO_KEY = jnp.iinfo(jnp.int32).max
 
 def actor_scoring_tokens(model: EnvModel, state: Any, cands: chex.Array,
                          legal: chex.Array) -> chex.Array:
-    """[] f32: t_actor of ONE actor decision at `state`: the non-PAD observation tokens
-    x_t plus the legal candidates' non-PAD tokens (cands [K, A], legal [K])."""
+    """[U] f32: t_actor of ONE actor decision at `state` in every unit of ACTOR_UNITS
+    (search.scoring.decision_tokens; cands [K, A], legal [K]; model.chat the chat
+    tables)."""
     obs = model.env.observe(state, model.env_params)
-    return (jnp.sum(obs != PAD_ID)                                          # x_t tokens
-            + jnp.sum(legal[:, None] & (cands != PAD_ID))).astype(jnp.float32)
+    return decision_tokens(obs, cands, legal, model.chat)
+
+
+def edge_parts(model: EnvModel, tree: Tree, path: BackupPath) -> chex.Array:
+    """[B, D, C] f32: the env tokens by category (env.action_cost_parts) of each path
+    edge, from its parent's stored state (their sum is tree.costs of the edge)."""
+    env, p = model.env, model.env_params
+
+    def one(tree, path):
+        pstates = jax.tree.map(lambda x: x[path.nodes], tree.states)        # [D, ...]
+        return jax.vmap(lambda s, a: env.action_cost_parts(s, p)[a])(pstates, path.actions)
+
+    return jax.vmap(one)(tree, path)
 
 
 def add_costs(a: Cost, b: Cost) -> Cost:
@@ -48,24 +63,28 @@ def add_costs(a: Cost, b: Cost) -> Cost:
 
 
 # ----------------------------------------------------------------- without a cache
-def _traversal_cost_one(tree: Tree, path: BackupPath, active, leaf_cost: Cost) -> Cost:
+def _traversal_cost_one(tree: Tree, path: BackupPath, parts, active, leaf_cost: Cost) -> Cost:
     """ONE tree: every edge of the path re-executed, plus the leaf's continuations."""
     tokens = jnp.sum(jnp.where(path.valid, tree.costs[path.nodes, path.actions], 0.0))
     calls = jnp.sum(path.valid.astype(jnp.int32))
+    by_part = jnp.sum(jnp.where(path.valid[:, None], parts, 0.0), axis=0)
     return Cost(tokens + jnp.where(active, leaf_cost.env_tokens, 0.0),
                 calls + jnp.where(active, leaf_cost.env_calls, 0),
-                jnp.where(active, leaf_cost.actor_tokens, 0.0))
+                jnp.where(active, leaf_cost.actor_tokens, 0.0),
+                by_part + jnp.where(active, leaf_cost.env_parts, 0.0),
+                jnp.where(active, leaf_cost.actor_decisions, 0))
 
 
-def traversal_cost(tree: Tree, path: BackupPath, active: chex.Array, leaf_cost: Cost) -> Cost:
-    """Cost [B] of one trial without a cache: its path's edges (tree.costs) plus its leaf
-    evaluation's steps (counted only for an active tree).
+def traversal_cost(model: EnvModel, tree: Tree, path: BackupPath, active: chex.Array,
+                   leaf_cost: Cost) -> Cost:
+    """Cost [B] of one trial without a cache: its path's edges (tree.costs; by category
+    `edge_parts`) plus its leaf evaluation's steps (counted only for an active tree).
 
-    Args: tree: the batched Tree; path: BackupPath [B, D]; active: [B] bool;
+    Args: model; tree: the batched Tree; path: BackupPath [B, D]; active: [B] bool;
       leaf_cost: Cost [B].
     """
-    leaf_cost = Cost(*(jnp.broadcast_to(jnp.asarray(x), (tree.batch_size,)) for x in leaf_cost))
-    return jax.vmap(_traversal_cost_one)(tree, path, active, leaf_cost)
+    return jax.vmap(_traversal_cost_one)(tree, path, edge_parts(model, tree, path), active,
+                                         leaf_cost)
 
 
 # -------------------------------------------------------------------- with a cache
@@ -114,7 +133,8 @@ def charge(cache: ExecutionCache, qid: chex.Array, prefix: chex.Array,
 
 def path_trace(model: EnvModel, tree: Tree, path: BackupPath) -> Trace:
     """Trace [B, D] of the tree edges of each trial's path: the prefix of each edge's
-    child, the edge's realized cost (tree.costs), path.valid."""
+    child, the edge's realized cost (tree.costs; by category `edge_parts`), path.valid;
+    no actor decision (tree edges are chosen by the search's rules)."""
 
     def one(tree, path):
         child = jnp.clip(tree.children_index[path.nodes, path.actions], 0)
@@ -122,9 +142,11 @@ def path_trace(model: EnvModel, tree: Tree, path: BackupPath) -> Trace:
         prefix = jax.vmap(lambda s: model.env.workflow_node(s, model.env_params))(cstates)
         d = path.valid.shape[0]
         return Trace(prefix.astype(jnp.int32), tree.costs[path.nodes, path.actions], path.valid,
-                     jnp.full((d,), -1, jnp.int32), jnp.zeros((d,), jnp.float32))
+                     jnp.full((d,), -1, jnp.int32), jnp.zeros((d, len(ACTOR_UNITS))),
+                     jnp.zeros((d, len(model.env.cost_parts))))
 
-    return jax.vmap(one)(tree, path)
+    trace = jax.vmap(one)(tree, path)
+    return trace._replace(parts=edge_parts(model, tree, path))
 
 
 def ledger_cost(cache: ExecutionCache, model: EnvModel, tree: Tree, path: BackupPath,
@@ -145,12 +167,14 @@ def ledger_cost(cache: ExecutionCache, model: EnvModel, tree: Tree, path: Backup
     valid = trace.valid & active[:, None]
     cache, charged = charge(cache, qid, trace.prefix, valid)
     tokens = jnp.sum(jnp.where(charged, trace.tokens, 0.0), axis=1)         # t_env after reuse
+    parts = jnp.sum(jnp.where(charged[..., None], trace.parts, 0.0), axis=1)
     # Actor scoring at a prefix is charged once (the paper's VinePPO: "scoring is charged
     # once to the first requesting path"): the decisions' own namespace in the cache.
     scoring = valid & (trace.decided >= 0)
     cache, scored = charge(cache, qid, trace.decided, scoring, table="scored")
-    actor = jnp.sum(jnp.where(scored, trace.actor, 0.0), axis=1)            # t_actor after reuse
-    return cache, Cost(tokens, jnp.sum(charged, axis=1).astype(jnp.int32), actor)
+    actor = jnp.sum(jnp.where(scored[..., None], trace.actor, 0.0), axis=1)  # t_actor after reuse
+    return cache, Cost(tokens, jnp.sum(charged, axis=1).astype(jnp.int32), actor, parts,
+                       jnp.sum(scored, axis=1).astype(jnp.int32))
 
 
 def trial_cost(cache: Optional[ExecutionCache], model: EnvModel, tree: Tree,
@@ -159,5 +183,5 @@ def trial_cost(cache: Optional[ExecutionCache], model: EnvModel, tree: Tree,
     """(the updated cache, Cost [B]) of one trial step: `traversal_cost` without a cache
     (cache None, returned as it is), `ledger_cost` with one."""
     if cache is None:
-        return None, traversal_cost(tree, path, active, leaf_cost)
+        return None, traversal_cost(model, tree, path, active, leaf_cost)
     return ledger_cost(cache, model, tree, path, leaf_trace, qid, active)

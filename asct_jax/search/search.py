@@ -23,7 +23,8 @@ trial (the body of `search`'s loop) is:
      edge and node statistics; with a continuation to the end G at the root is the
      trial's terminal utility U (the sum of rewards from s);
   5. `accounting.trial_cost`: every executed edge without a cache, only the uncached ones
-     with one (env_tokens, actor_tokens, env_calls; search.accounting).
+     with one (env_tokens and their categories, actor_tokens in every unit, env_calls;
+     search.accounting).
 
 Q(s_root, a) = mean backed-up return of the trials through a. An action the search never
 tried has no estimate (q_mask False, q = 0).
@@ -60,9 +61,10 @@ from asct_jax.search import accounting
 from asct_jax.search.cache import ExecutionCache, remaining_costs
 from asct_jax.search.continuation import evaluate_leaf
 from asct_jax.search.tree import NO_PARENT, ROOT_INDEX, UNVISITED, Tree, init_tree
-from asct_jax.search.types import (BackupPath, Cost, EnvModel, ExpansionFn, NodeInfo,
-                                   NodeStats, PolicyFn, SearchConfig, SearchOutput,
-                                   SearchRules, SearchState, Selection, SelectionFn)
+from asct_jax.search.scoring import ACTOR_UNITS, ChatLengths
+from asct_jax.search.types import (BackupPath, EnvModel, ExpansionFn, NodeInfo, NodeStats,
+                                   PolicyFn, SearchConfig, SearchOutput, SearchRules,
+                                   SearchState, Selection, SelectionFn, zero_cost)
 from asct_jax.search.workflow import workflow_of
 
 
@@ -287,6 +289,7 @@ def search(
     config: SearchConfig,
     *,
     cache: Optional[ExecutionCache] = None,
+    chat: Optional[ChatLengths] = None,
 ) -> SearchOutput:
     """Searches B trees rooted at `root_states` (see the module docstring).
 
@@ -303,6 +306,9 @@ def search(
       config: SearchConfig (static).
       cache: an ExecutionCache (cache.init_cache; staged workflows only) carried
         across searches, or None: every executed edge is charged.
+      chat: the chat-prompt length tables of the actor-scoring ledger
+        (search.scoring.chat_lengths; static), or None: the chat units are 0 (then
+        config.actor_unit must be "words").
 
     Returns:
       SearchOutput (q, visits, q_mask, prior_logp, ..., env_tokens, actor_tokens,
@@ -316,11 +322,14 @@ def search(
     if not isinstance(rules, SearchRules) or not callable(rules.selection):
         raise ValueError(f"rules must be SearchRules of callables (search.methods.paper_rules), "
                          f"got {rules!r}")
+    if config.actor_unit != "words" and chat is None:
+        raise ValueError(f"actor_unit {config.actor_unit!r} needs the chat tables (chat=): "
+                         "search.scoring.chat_lengths(env)")
     leaves = jax.tree.leaves(root_states)
     if not leaves:
         raise ValueError("root_states must be a non-empty pytree with a leading batch axis")
     batch = leaves[0].shape[0]
-    model = EnvModel(env, env_params, policy_fn)
+    model = EnvModel(env, env_params, policy_fn, chat)
     workflow = workflow_of(env, env_params)
     if cache is not None:
         if workflow is None:
@@ -357,10 +366,10 @@ def search(
                                                 leaf_trace, qid, active)
         return SearchState(tree, accounting.add_costs(state.cost, cost), new_cache)
 
-    zeros = jnp.zeros((batch,), jnp.float32)
-    init = SearchState(tree, Cost(zeros, jnp.zeros((batch,), jnp.int32), zeros), cache)
+    init = SearchState(tree, zero_cost((batch,), len(env.cost_parts)), cache)
     tree, cost, cache = jax.lax.fori_loop(0, config.num_simulations, body, init)
 
+    actor = cost.actor_tokens[:, ACTOR_UNITS.index(config.actor_unit)]   # t_actor in its unit
     visits = tree.children_visits[:, ROOT_INDEX]
     q = tree.qvalues(jnp.full((batch,), ROOT_INDEX))
     root_n = tree.node_visits[:, ROOT_INDEX]
@@ -376,9 +385,12 @@ def search(
         legal=root.legal,
         searchable=root.searchable,
         env_tokens=cost.env_tokens,
-        actor_tokens=cost.actor_tokens,
-        aux_tokens=cost.aux_tokens,  # t_env + t_actor
+        actor_tokens=actor,
+        aux_tokens=cost.env_tokens + actor,  # T_aux = t_env + t_actor
         env_calls=cost.env_calls,
+        actor_units=cost.actor_tokens,
+        env_parts=cost.env_parts,
+        actor_decisions=cost.actor_decisions,
         tree=tree,
         cache=cache,
     )

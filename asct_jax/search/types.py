@@ -4,7 +4,11 @@ cap, E ledger entries per tree; [] for ONE tree / node.
 
 Token counts have one meaning each, everywhere in search/:
   env_tokens   t_env, the realized env.action_costs of the executed environment steps;
-  actor_tokens t_actor, the actor-scoring tokens of pi_old continuation decisions;
+  env_parts    t_env by category (env.cost_parts: ragspace's generator input / output,
+               query embedding, reranker input; the paper's Table 3), [..., C];
+  actor_tokens t_actor, the actor-scoring tokens of pi_old continuation decisions: in
+               every unit of search.scoring.ACTOR_UNITS ([..., U]) inside the search, in
+               SearchConfig.actor_unit in SearchOutput.actor_tokens;
   aux_tokens   T_aux = env_tokens + actor_tokens (the paper's auxiliary tokens).
 """
 from __future__ import annotations
@@ -17,6 +21,7 @@ import jax.numpy as jnp
 
 from asct_jax.envs.play import PolicyFn  # noqa: F401  (ONE state -> (logp [K], value []))
 from asct_jax.search.cache import ExecutionCache
+from asct_jax.search.scoring import ACTOR_UNITS, ChatLengths
 from asct_jax.search.tree import Tree
 
 
@@ -32,12 +37,15 @@ class SearchConfig:
       num_leaf_rollouts: continuations per leaf evaluation (their mean return).
       node_policy: evaluate policy_fn at every expanded node (its prior and critic in the
         tree); False: a uniform prior and value 0 below the root.
+      actor_unit: the unit of t_actor in SearchOutput.actor_tokens and aux_tokens
+        (search.scoring.ACTOR_UNITS; "chat" units need the search's ChatLengths).
     """
 
     num_simulations: int = 12
     max_depth: Optional[int] = None
     num_leaf_rollouts: int = 1
     node_policy: bool = False
+    actor_unit: str = "words"
 
     def __post_init__(self):
         if not isinstance(self.num_simulations, int) or self.num_simulations < 1:
@@ -46,6 +54,8 @@ class SearchConfig:
             raise ValueError(f"max_depth must be None or an int >= 1, got {self.max_depth!r}")
         if not isinstance(self.num_leaf_rollouts, int) or self.num_leaf_rollouts < 1:
             raise ValueError(f"num_leaf_rollouts must be an int >= 1, got {self.num_leaf_rollouts!r}")
+        if self.actor_unit not in ACTOR_UNITS:
+            raise ValueError(f"actor_unit must be one of {ACTOR_UNITS}, got {self.actor_unit!r}")
 
     def depth(self, env) -> int:
         """D (static): max_depth, or env.max_turns when None."""
@@ -84,8 +94,8 @@ SelectionFn = Callable[[chex.PRNGKey, NodeStats], chex.Array]
 # (key, NodeStats) -> (any untried selectable child [] bool, the one drawn [] i32).
 ExpansionFn = Callable[[chex.PRNGKey, NodeStats], Tuple[chex.Array, chex.Array]]
 # (model, table [P, K] | None, state, cands [K, A], legal [K]) -> (logits [K] of the
-# step's candidate, actor-scoring tokens [] f32, the deciding workflow node [] i32 or -1
-# when no actor decides): one step of a continuation (search.continuation).
+# step's candidate, actor-scoring tokens [U] f32 (every unit), the deciding workflow node
+# [] i32 or -1 when no actor decides): one step of a continuation (search.continuation).
 ContinuationFn = Callable[..., Tuple[chex.Array, chex.Array, chex.Array]]
 
 
@@ -103,27 +113,35 @@ class EnvModel(NamedTuple):
     """What the search steps and evaluates with (closed over, never vmapped).
 
     env: an `asct_jax.envs.base.Environment` (static); env_params: its params (pytree,
-    may be traced); policy_fn: ONE state -> (logp [K], value []).
+    may be traced); policy_fn: ONE state -> (logp [K], value []); chat: the decisions'
+    chat-prompt length tables (search.scoring.ChatLengths) or None (chat units 0).
     """
 
     env: Any
     env_params: Any
     policy_fn: PolicyFn
+    chat: Optional[ChatLengths] = None
 
 
 class Cost(NamedTuple):
-    """What executing actions inside the search cost, all of one shape ([] for one trial
-    of one tree, [B] batched): env_tokens f32 (t_env), env_calls i32 (environment steps
-    charged), actor_tokens f32 (t_actor)."""
+    """What executing actions inside the search cost, of one leading shape S ([] for one
+    trial of one tree, [B] batched): env_tokens [S] f32 (t_env), env_calls [S] i32
+    (environment steps charged), actor_tokens [S, U] f32 (t_actor in every unit of
+    ACTOR_UNITS), env_parts [S, C] f32 (t_env by env.cost_parts), actor_decisions [S] i32
+    (actor decisions charged)."""
 
     env_tokens: chex.Array
     env_calls: chex.Array
     actor_tokens: chex.Array
+    env_parts: chex.Array
+    actor_decisions: chex.Array
 
-    @property
-    def aux_tokens(self) -> chex.Array:
-        """T_aux = t_env + t_actor."""
-        return self.env_tokens + self.actor_tokens
+
+def zero_cost(shape: Tuple[int, ...], num_parts: int) -> Cost:
+    """A Cost of zeros of leading shape `shape` and C = num_parts categories."""
+    z = jnp.zeros(shape, jnp.float32)
+    return Cost(z, jnp.zeros(shape, jnp.int32), jnp.zeros(shape + (len(ACTOR_UNITS),)),
+                jnp.zeros(shape + (num_parts,)), jnp.zeros(shape, jnp.int32))
 
 
 class NodeInfo(NamedTuple):
@@ -166,20 +184,23 @@ class Trace(NamedTuple):
     WorkflowTree node the edge reaches (0 for other environments); tokens f32, its
     realized env tokens; valid bool, the entry is an executed edge; decided i32, the node
     whose actor decision chose the edge (-1: chosen by a rule, no actor scoring);
-    actor f32, that decision's actor-scoring tokens."""
+    actor [..., E, U] f32, that decision's actor-scoring tokens in every unit;
+    parts [..., E, C] f32, the edge's env tokens by category."""
 
     prefix: chex.Array
     tokens: chex.Array
     valid: chex.Array
     decided: chex.Array
     actor: chex.Array
+    parts: chex.Array
 
 
-def empty_trace(n: int) -> Trace:
-    """A Trace of n entries, none valid."""
+def empty_trace(n: int, num_parts: int = 1) -> Trace:
+    """A Trace of n entries, none valid (C = num_parts cost categories)."""
     return Trace(jnp.zeros((n,), jnp.int32), jnp.zeros((n,), jnp.float32),
                  jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32),
-                 jnp.zeros((n,), jnp.float32))
+                 jnp.zeros((n, len(ACTOR_UNITS)), jnp.float32),
+                 jnp.zeros((n, num_parts), jnp.float32))
 
 
 class SearchState(NamedTuple):
@@ -205,9 +226,13 @@ class SearchOutput:
       legal: [B, K] bool, legal root candidates.
       searchable: [B, K] bool, legal and restorable root candidates.
       env_tokens: [B] f32, t_env charged (after reuse with a cache).
-      actor_tokens: [B] f32, t_actor charged (after reuse with a cache).
+      actor_tokens: [B] f32, t_actor charged (after reuse with a cache), in
+        SearchConfig.actor_unit.
       aux_tokens: [B] f32, T_aux = env_tokens + actor_tokens.
       env_calls: [B] i32, environment steps charged (uncached ones with a cache).
+      actor_units: [B, U] f32, t_actor in every unit of search.scoring.ACTOR_UNITS.
+      env_parts: [B, C] f32, t_env by category (env.cost_parts).
+      actor_decisions: [B] i32, the actor decisions whose scoring was charged.
       tree: the final Tree.
       cache: the updated ExecutionCache (None when searched without one).
     """
@@ -224,5 +249,8 @@ class SearchOutput:
     actor_tokens: chex.Array
     aux_tokens: chex.Array
     env_calls: chex.Array
+    actor_units: chex.Array
+    env_parts: chex.Array
+    actor_decisions: chex.Array
     tree: Tree
     cache: Optional[ExecutionCache] = None

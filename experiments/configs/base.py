@@ -119,6 +119,11 @@ def get_config():
     c.asct.cache = True             # execution cache of workflow prefixes (method state)
     c.asct.c_exp = 1.4
     c.asct.c_tok = 1e-4
+    # T_aux's actor-scoring tokens (ASCT's and VinePPO's): "chat", each decision's length
+    # as the pretrained actor's chat prompt with its labels (the paper counts its Qwen
+    # actor's tokens); "words" the environment's word tokens; "chat_per_label" each label
+    # with its own prompt. Every unit is logged (search.ledger).
+    c.asct.actor_token_unit = "chat"
     c.gigpo = ml_collections.ConfigDict()   # GiGPO (asct_jax/rl/methods.py)
     c.gigpo.gamma = 0.95            # discount of the step return R_t in the anchor term
     c.gigpo.omega = 1.0             # weight of the anchor-state (step) advantage
@@ -263,6 +268,9 @@ def _added_defaults() -> dict:
     return {name: default_of(name) for name in ADDED_FIELDS}
 
 
+# Not among them: asct.actor_token_unit (issue 38) changes what a run's summary reports
+# (T_aux, J_search: a run stored before it logged word tokens and no ledger) and
+# factor.warmup_scaling what FACTOR computes, so runs stored without them run again.
 ADDED_DEFAULTS = _added_defaults()
 # - retired (issue 35; the code is kept at git tag earlier-variants): a stored run whose
 #   retired fields held the value that is what the code now computes reads as one without

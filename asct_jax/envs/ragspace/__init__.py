@@ -48,7 +48,8 @@ and the question (plus the query2doc passage or the sub-questions):
     U = F1 - lam * C_exec / 4096;   reward 0 per step, U at the terminal step.
 Auxiliary tokens T_env (`action_costs`, a separate ledger, ~300 per workflow): generator
 input + output (query2doc, decompose, answer), query-embedding tokens of the dense
-rankings (per query), reranker input.
+rankings (per query), reranker input; by category in `action_cost_parts` (COST_PARTS,
+the ASCT paper's Table 3 rows).
 
 Calibration (test split, `python -m experiments.ragspace_landscape --all`; U / F1 /
 words): hotpot Base 0.563 / 0.690 / 5221, best fixed 0.607, expert 0.648 / 0.706 / 2351,
@@ -72,7 +73,8 @@ from __future__ import annotations
 from asct_jax.envs.ragspace.env import RagSpace, vocabulary  # noqa: F401
 from asct_jax.envs.ragspace.scripted import (  # noqa: F401
     BASE_WORKFLOW, base_policy, expert_policy, random_policy, run_policy, run_workflow)
-from asct_jax.envs.ragspace.simulator import edge_cost, question_features  # noqa: F401
+from asct_jax.envs.ragspace.simulator import (  # noqa: F401
+    COST_PARTS, edge_cost, edge_cost_parts, question_features)
 from asct_jax.envs.ragspace.spec import (  # noqa: F401
     CAL, CHOICE_STAGES, CONTEXT, CONTROL, CUE_WORDS, DATASETS, DONE, LABELS, MAX_HOPS,
     MAX_ROUNDS, MIX, PROBE_DESCRIPTIONS, PROBE_LABEL, QUERY, RERANK, RETRIEVER, SELECTION,

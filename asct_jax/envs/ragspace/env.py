@@ -10,8 +10,8 @@ import numpy as np
 from asct_jax.envs import _common as C
 from asct_jax.envs.base import PAD_ID, SEP_ID, WorkflowTree
 from asct_jax.envs.ragspace import scripted
-from asct_jax.envs.ragspace.simulator import (after_retrieval, answer, edge_cost,
-                                              question_features)
+from asct_jax.envs.ragspace.simulator import (COST_PARTS, after_retrieval, answer, edge_cost,
+                                              edge_cost_parts, question_features)
 from asct_jax.envs.ragspace.spec import (CAL, CHOICE_STAGES, CONTEXT, CONTROL, CUE_WORDS,
                                          LABELS, MAX_HOPS, MAX_ROUNDS, PROBE_DESCRIPTIONS,
                                          PROBE_LABEL, RERANK, RETRIEVER, STAGES, WIDTH, Qtype,
@@ -34,6 +34,7 @@ class RagSpace(C.TextEnvironment):
 
     name = "ragspace"
     params_cls = RagSpaceParams
+    cost_parts = COST_PARTS       # action_cost_parts' categories (the paper's Table 3)
 
     def __init__(self, params: RagSpaceParams | None = None):
         params = RagSpaceParams.small() if params is None else params
@@ -134,6 +135,14 @@ class RagSpace(C.TextEnvironment):
         """[K] float32 realized auxiliary tokens of executing each candidate (0 illegal)."""
         _, aux = self._costs(state, jnp.arange(self.num_actions))
         return jnp.where(self._legal(state), aux, 0.0)
+
+    def action_cost_parts(self, state, params):
+        """[K, 4] float32: action_costs by category (COST_PARTS; 0 illegal)."""
+        s = state
+        _, parts = edge_cost_parts(s.stage, jnp.arange(self.num_actions)[:, None],
+                                   s.choice[0], s.choice[1], s.choice[2], s.choice[3],
+                                   s.rounds, jnp.sum(s.found), s.q_words, s.q_tok)
+        return jnp.where(self._legal(state)[:, None], parts[:, 0], 0.0)
 
     def transition(self, s: RagSpaceState, idx, key, params):
         """Slot `idx` (legal) at the stage of `s`: (state, feedback [F], reward [])."""

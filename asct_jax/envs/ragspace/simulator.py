@@ -89,8 +89,16 @@ def _round_aux(qry, ret, q_tok, n_found):
     return (n_dense * q).astype(jnp.float32)
 
 
-def edge_cost(stage, k, qry, ret, sel, wid, rounds, n_found, q_words, q_tok):
-    """(execution words, auxiliary tokens) of taking slot k at a prefix; elementwise.
+# The auxiliary-token categories of the ASCT paper's Table 3 (`edge_cost_parts`).
+COST_PARTS = ("generator_input", "generator_output", "query_embedding", "reranker_input")
+
+
+def edge_cost_parts(stage, k, qry, ret, sel, wid, rounds, n_found, q_words, q_tok):
+    """(execution words [...], auxiliary tokens by category [..., 4]) of taking slot k at a
+    prefix; elementwise. The categories (COST_PARTS, Table 3): generator input (query2doc
+    / decompose instruction + question; the answer's question + context), generator output
+    (the generated passage / sub-questions; the answer), query embedding (dense rankings x
+    query tokens), reranker input (the merged set).
 
     stage, k, qry, ret, sel, wid (the prefix's choices, any value where unset), rounds,
     n_found (hops found so far), q_words, q_tok: broadcastable arrays.
@@ -98,8 +106,8 @@ def edge_cost(stage, k, qry, ret, sel, wid, rounds, n_found, q_words, q_tok):
     q2d, dec = k == Q.QUERY2DOC, k == Q.DECOMPOSE
     w_query = jnp.where(q2d, q_words + CAL["Q2D_WORDS"],
                         jnp.where(dec, q_words + 2 * CAL["SUBQ_WORDS"], 0.0))
-    t_query = jnp.where(q2d, q_tok + CAL["GEN_INSTR"] + CAL["Q2D_TOK"],
-                        jnp.where(dec, q_tok + CAL["GEN_INSTR"] + 2 * CAL["SUBQ_TOK"], 0.0))
+    t_query_in = jnp.where(q2d | dec, q_tok + CAL["GEN_INSTR"], 0.0)
+    t_query_out = jnp.where(q2d, CAL["Q2D_TOK"], jnp.where(dec, 2 * CAL["SUBQ_TOK"], 0.0))
     wid_now = jnp.where(stage == WIDTH, k, wid)
     n_ret = (stage == WIDTH) | ((stage == CONTROL) & (k == 1))   # a retrieval round runs
     w_ret = _round_words(qry, ret, sel, wid_now)
@@ -109,12 +117,24 @@ def edge_cost(stage, k, qry, ret, sel, wid, rounds, n_found, q_words, q_tok):
     t_rr = n_pass * CAL["RR_TOK"]
     c = jnp.minimum(_ctx(k), n_pass)
     w_gen = c * CAL["PW"] + q_words                               # context + question
-    t_gen = q_tok + CAL["GEN_INSTR"] + c * CAL["PASS_TOK"] + CAL["ANS_TOK"]
-    words = jnp.select([stage == QUERY, n_ret, (stage == RERANK) & (k == 1), stage == CONTEXT],
-                       [w_query, w_ret, w_rr, w_gen], 0.0)
-    aux = jnp.select([stage == QUERY, n_ret, (stage == RERANK) & (k == 1), stage == CONTEXT],
-                     [t_query, t_ret, t_rr, t_gen], 0.0)
-    return words.astype(jnp.float32), aux.astype(jnp.float32)
+    t_gen_in = q_tok + CAL["GEN_INSTR"] + c * CAL["PASS_TOK"]
+    is_query, is_rr, is_gen = stage == QUERY, (stage == RERANK) & (k == 1), stage == CONTEXT
+    words = jnp.select([is_query, n_ret, is_rr, is_gen], [w_query, w_ret, w_rr, w_gen], 0.0)
+    zero = jnp.zeros_like(words)
+    parts = jnp.stack([
+        jnp.select([is_query, is_gen], [t_query_in, t_gen_in], 0.0) + zero,
+        jnp.select([is_query, is_gen], [t_query_out, CAL["ANS_TOK"] + zero], 0.0) + zero,
+        jnp.where(n_ret, t_ret, 0.0) + zero,
+        jnp.where(is_rr, t_rr, 0.0) + zero], axis=-1)
+    return words.astype(jnp.float32), parts.astype(jnp.float32)
+
+
+def edge_cost(stage, k, qry, ret, sel, wid, rounds, n_found, q_words, q_tok):
+    """(execution words, auxiliary tokens) of taking slot k at a prefix; elementwise (the
+    tokens: the sum of `edge_cost_parts`' categories)."""
+    words, parts = edge_cost_parts(stage, k, qry, ret, sel, wid, rounds, n_found, q_words,
+                                   q_tok)
+    return words, jnp.sum(parts, axis=-1)
 
 
 # ---------------------------------------------------------------------------- evidence
