@@ -38,7 +38,7 @@ def test_continuations_follow_their_policy():
         np.testing.assert_allclose(cost.env_tokens, trace.tokens.sum(1))
         assert np.all(cost.env_calls == 2) and np.all(cost.actor_tokens == 0)
         assert np.all(cost.actor_decisions == 0)
-        np.testing.assert_allclose(cost.env_parts[:, 0], cost.env_tokens)   # one category
+        np.testing.assert_allclose(cost.env_parts.sum(-1), cost.env_tokens)   # by category
 
 
 def test_actor_continuation_scores_its_decisions():
