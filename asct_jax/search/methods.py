@@ -265,6 +265,14 @@ def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollo
             jnp.sum(calls).astype(jnp.float32))
 
 
+def vine_search(k: int):
+    """(SearchConfig, SearchRules) of VinePPO's k continuations from one state as a depth-1
+    search: the root action ~ pi_old with replacement, then pi_old to the end."""
+    return (SearchConfig(num_simulations=k, max_depth=1, num_leaf_rollouts=1,
+                         node_policy=True),
+            SearchRules(selection.prior_sample, None, actor_continuation))
+
+
 def vine_values(ctx: CreditContext, params, batch: Rollout, key, k: int, cache):
     """V_hat(s_t) [B, T] = mean terminal utility of k pi_old continuations from every real
     turn (the root action ~ pi_old with replacement, then pi_old to the end), run as one
@@ -272,8 +280,7 @@ def vine_values(ctx: CreditContext, params, batch: Rollout, key, k: int, cache):
     Returns (v_hat, the updated cache, metrics)."""
     b, t = batch.turn_mask.shape
     roots = jax.tree.map(_flat, batch.states)
-    scfg = SearchConfig(num_simulations=k, max_depth=1, num_leaf_rollouts=1, node_policy=True)
-    rules = SearchRules(selection.prior_sample, None, actor_continuation)
+    scfg, rules = vine_search(k)
     out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), key,
                  rules, scfg, cache=cache)
     live = batch.turn_mask.reshape(-1)
