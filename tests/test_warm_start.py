@@ -223,7 +223,7 @@ def test_smoothed_targets_sum_to_one_over_the_legal_labels(seed, s):
     assert np.all(q[~legal] == 0) and np.all(q[legal] > 0 if s > 0 else q[legal] >= 0)
     n = legal.sum(-1)
     np.testing.assert_allclose(q[np.arange(6), index], 1 - s + s / n, rtol=1e-5)
-    assert np.all(q.argmax(-1) == index)                                # the expert's stays the mode
+    assert np.all(q.argmax(-1) == index)                # the expert's label stays the mode
 
 
 class _FixedScores:

@@ -17,7 +17,9 @@ s > 0 (`smoothed_sft_loss`; candidate-scoring actors) the target is smoothed tow
 uniform over the legal labels (label smoothing, Szegedy et al. 2016): q = (1 - s)
 onehot(expert) + s / |A(x)|, the loss -sum_a q(a) log pi(a | x), whose minimiser is pi = q:
 the expert's label stays the mode (greedy play unchanged) and the actor keeps the
-uncertainty of a zero-shot instruct actor (the ASCT table's warm start). Value fit (`value_fit_loss`):
+uncertainty of a zero-shot instruct actor (the ASCT table's warm start).
+
+Value fit (`value_fit_loss`):
 the warm-started actor plays fresh episodes (asct_jax.rl.rollout.rollout) and V(x_t) is
 regressed on the return-to-go G_t (asct_jax.rl.advantages.returns_to_go, gamma =
 ppo.gamma: RunConfig.returns); only the value head trains in this phase (the other weights get a zero
@@ -123,8 +125,9 @@ def sample_turns(key: chex.PRNGKey, data: Rollout, weight: chex.Array, batch: in
     """`batch` turns drawn with replacement among those with weight [B, T] > 0.
 
     Returns {obs [N, O], actions [N, A], cands [N, K, A], legal [N, K], token_mask [N, A],
-    targets [N], index [N]: the action's candidate} with N = batch (targets: [B, T] value targets, zeros if None); a
-    generating actor's batch gives its prompts as obs and its responses as actions.
+    targets [N], index [N]: the action's candidate} with N = batch (targets: [B, T] value
+    targets, zeros if None); a generating actor's batch gives its prompts as obs and its
+    responses as actions.
     """
     w = merge_batch_turns(weight).astype(jnp.float32)
     idx = jax.random.choice(key, w.shape[0], (batch,), p=w / jnp.maximum(jnp.sum(w), 1e-9))
