@@ -91,7 +91,7 @@ def test_added_defaults_come_from_the_typed_defaults():
         "actor.invalid_penalty": 0.1, "actor.continuations": "chooser",
         "actor.think": "required", "actor.logits_chunk": 2 ** 24,
         "model.attention_block": 0, "model.value_detached": False,
-        "policy.prompt_widths": 3}
+        "policy.prompt_widths": 3, "warm_start.label_smoothing": 0.0}
     assert all(base.ADDED_DEFAULTS[k] == default_of(k) for k in base.ADDED_FIELDS)
     # asct.actor_token_unit changes the summaries' T_aux: a run stored without it is not
     # reused as if it had it
@@ -123,6 +123,7 @@ def test_the_run_config_is_built_once_and_passes_through():
     ("actor.top_p", 0.0), ("actor.chooser", "beam"), ("model.lora_rank", -1),
     ("rollout.group_size", 0), ("train.fsdp", 0), ("warm_start.sft_steps.shop", -1),
     ("train.distributed.process_id", -2), ("policy.label_score", "max"),
+    ("warm_start.label_smoothing", 1.0),
 ])
 def test_a_bad_value_is_a_one_line_error_naming_the_field(field, value):
     config = base.get_config()

@@ -205,3 +205,112 @@ def test_shared_warm_start_name_depends_on_what_its_environment_reads():
     c.actor.chooser = "generate"
     c.actor.response_len += 1
     assert shared_ws.key(c) != gen
+
+
+# ------------------------------------------------ warm_start.label_smoothing (issue 38)
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.one_of(st.just(0.0), st.floats(1e-3, 0.99)))
+def test_smoothed_targets_sum_to_one_over_the_legal_labels(seed, s):
+    rng = np.random.default_rng(seed)
+    legal = rng.random((6, 5)) < 0.6
+    legal[np.arange(6), rng.integers(0, 5, 6)] = True                 # >= 1 legal label
+    index = np.array([rng.choice(np.flatnonzero(row)) for row in legal])
+    q = np.asarray(ws.smoothed_targets(jnp.asarray(index), jnp.asarray(legal), s))
+    np.testing.assert_allclose(q.sum(-1), 1.0, rtol=1e-5)
+    assert np.all(q[~legal] == 0) and np.all(q[legal] > 0 if s > 0 else q[legal] >= 0)
+    n = legal.sum(-1)
+    np.testing.assert_allclose(q[np.arange(6), index], 1 - s + s / n, rtol=1e-5)
+    assert np.all(q.argmax(-1) == index)                # the expert's label stays the mode
+
+
+class _FixedScores:
+    """A policy whose candidate_log_probs are the given logits normalised over the legal
+    labels (what smoothed_sft_loss reads)."""
+
+    def __init__(self, logits):
+        self.logits = logits
+
+    def candidate_log_probs(self, params, obs, cands, legal):
+        z = jnp.where(legal, self.logits, -1e9)
+        return jax.nn.log_softmax(z, -1), None, None
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.floats(0.01, 0.9))
+def test_the_smoothed_loss_is_least_at_the_smoothed_targets(seed, s):
+    """Gibbs' inequality: -sum q log pi >= -sum q log q, equality at pi = q."""
+    rng = np.random.default_rng(seed)
+    legal = np.ones((4, 3), bool)
+    legal[0, 2] = False
+    index = jnp.asarray(rng.integers(0, 2, 4))
+    mb = {"obs": None, "cands": None, "legal": jnp.asarray(legal), "index": index}
+    q = ws.smoothed_targets(index, mb["legal"], s)
+    at_q = ws.smoothed_sft_loss(_FixedScores(jnp.log(jnp.maximum(q, 1e-30))), None, mb, s)
+    other = ws.smoothed_sft_loss(_FixedScores(jnp.asarray(rng.normal(size=(4, 3)) * 3)),
+                                 None, mb, s)
+    onehot = ws.smoothed_sft_loss(_FixedScores(jax.nn.one_hot(index, 3) * 20), None, mb, s)
+    assert float(at_q) <= float(other) + 1e-5 and float(at_q) < float(onehot)
+
+
+def test_label_smoothing_off_is_the_expert_sft_and_on_is_checked():
+    from asct_jax.rl.build import build_policy
+    from asct_jax.rl.run_config import run_config
+    from experiments import registry
+    c = small_config("/tmp")
+    source = _source(c)
+    policy, _ = build_policy(c, source.vocab_size, source.shape, source.prompt)
+    assert ws.sft_objective(run_config(c), policy) is ws.sft_loss
+    c.warm_start.label_smoothing = 0.3
+    smoothed = ws.sft_objective(run_config(c), policy)
+    assert smoothed.func is ws.smoothed_sft_loss and smoothed.keywords == {"smoothing": 0.3}
+    c.warm_start.label_smoothing = 1.0
+    with pytest.raises(ConfigError, match=r"^warm_start\.label_smoothing: ") as e:
+        registry.check(c)
+    assert "\n" not in str(e.value)
+
+
+def test_label_smoothing_refuses_a_generating_actor():
+    class Generating:
+        spec = object()
+    c = small_config("/tmp")
+    c.warm_start.label_smoothing = 0.2
+    from asct_jax.rl.run_config import run_config
+    with pytest.raises(ConfigError, match=r"^warm_start\.label_smoothing: "):
+        ws.sft_objective(run_config(c), Generating())
+
+
+def test_label_smoothing_off_keeps_the_warm_starts_names():
+    """A warm start named before the field existed keeps its name at 0; another value
+    names another warm start (the ASCT table's)."""
+    from experiments import warm_start as shared_ws
+    from experiments.configs import asct_ragspace, base
+    for c in (base.get_config(), asct_ragspace.get_config("quick_warm")):
+        c.warm_start.label_smoothing = 0.0
+        name = shared_ws.key(c)
+        del c.warm_start["label_smoothing"]        # a config of before the field
+        assert shared_ws.key(c) == name
+        c.warm_start.label_smoothing = 0.25
+        assert shared_ws.key(c) != name
+
+
+@pytest.mark.slow
+def test_label_smoothing_off_leaves_the_warm_start_params_unchanged(tmp_path):
+    """warm_start with label_smoothing 0 and with the field absent (a config of before
+    it): the same params, leaf by leaf; 0.5 moves them."""
+    c = _warm_config(tmp_path)
+    c.warm_start.update(dict(episodes=8, value_steps=1, batch=16))
+    c.warm_start.sft_steps[c.env.name] = 3
+    source = _source(c)
+    at_zero, _ = ws.warm_start(c, source)
+    old = c.copy_and_resolve_references()
+    del old.warm_start["label_smoothing"]
+    before, _ = ws.warm_start(old, source)
+    jax.tree.map(np.testing.assert_array_equal, at_zero, before)
+    c.warm_start.label_smoothing = 0.5
+    smoothed, _ = ws.warm_start(c, source)
+    diff = jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))),
+                                        at_zero, smoothed))
+    assert max(diff) > 0

@@ -178,6 +178,10 @@ class WarmStartConfig:
     batch: int = option(_AT_LEAST_1, "turns per update")
     lr: float = option(Range(0.0, 1.0, lo_open=True), "Adam learning rate")
     teacher: str = option(None, "the scripted policy imitated", "expert")
+    label_smoothing: float = option(
+        Range(0.0, 1.0, hi_open=True),
+        "SFT target (1 - s) onehot(expert) + s uniform over the legal labels (0: the "
+        "expert's action alone)", 0.0)
 
     def __post_init__(self):
         for env, steps in self.sft_steps.items():

@@ -12,7 +12,14 @@ their feedback, but SFT trains only on the expert's actions (`ExpertBatch.expert
 actor learns to imitate the expert from states a noisy actor reaches, recoveries included.
 
 SFT loss (`sft_loss`): the mean over the expert actions' real tokens of -log pi(y_j | x,
-y_<j), the constrained log-probs of Policy.action_log_probs. Value fit (`value_fit_loss`):
+y_<j), the constrained log-probs of Policy.action_log_probs. With warm_start.label_smoothing
+s > 0 (`smoothed_sft_loss`; candidate-scoring actors) the target is smoothed toward
+uniform over the legal labels (label smoothing, Szegedy et al. 2016): q = (1 - s)
+onehot(expert) + s / |A(x)|, the loss -sum_a q(a) log pi(a | x), whose minimiser is pi = q:
+the expert's label stays the mode (greedy play unchanged) and the actor keeps the
+uncertainty of a zero-shot instruct actor (the ASCT table's warm start).
+
+Value fit (`value_fit_loss`):
 the warm-started actor plays fresh episodes (asct_jax.rl.rollout.rollout) and V(x_t) is
 regressed on the return-to-go G_t (asct_jax.rl.advantages.returns_to_go, gamma =
 ppo.gamma: RunConfig.returns); only the value head trains in this phase (the other weights get a zero
@@ -24,6 +31,7 @@ compiled once per phase.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import chex
@@ -117,8 +125,9 @@ def sample_turns(key: chex.PRNGKey, data: Rollout, weight: chex.Array, batch: in
     """`batch` turns drawn with replacement among those with weight [B, T] > 0.
 
     Returns {obs [N, O], actions [N, A], cands [N, K, A], legal [N, K], token_mask [N, A],
-    targets [N]} with N = batch (targets: [B, T] value targets, zeros if None); a
-    generating actor's batch gives its prompts as obs and its responses as actions.
+    targets [N], index [N]: the action's candidate} with N = batch (targets: [B, T] value
+    targets, zeros if None); a generating actor's batch gives its prompts as obs and its
+    responses as actions.
     """
     w = merge_batch_turns(weight).astype(jnp.float32)
     idx = jax.random.choice(key, w.shape[0], (batch,), p=w / jnp.maximum(jnp.sum(w), 1e-9))
@@ -126,7 +135,8 @@ def sample_turns(key: chex.PRNGKey, data: Rollout, weight: chex.Array, batch: in
     pick = lambda x: merge_batch_turns(x)[idx]  # noqa: E731
     return dict(obs=pick(policy_inputs(data)), actions=pick(data.responses),
                 cands=pick(data.cand_tokens), legal=pick(data.cand_mask),
-                token_mask=pick(data.token_mask), targets=pick(targets))
+                token_mask=pick(data.token_mask), targets=pick(targets),
+                index=pick(data.action_index))
 
 
 def sft_loss(policy, params, mb: Dict[str, chex.Array]) -> chex.Array:
@@ -135,6 +145,38 @@ def sft_loss(policy, params, mb: Dict[str, chex.Array]) -> chex.Array:
                                          mb["legal"])
     m = mb["token_mask"].astype(jnp.float32)
     return -jnp.sum(logp * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+
+def smoothed_targets(index: chex.Array, legal: chex.Array, smoothing) -> chex.Array:
+    """[N, K] SFT targets q = (1 - s) onehot(index) + s / |A(x)| on the legal labels, 0 on
+    the others (sum 1 over the legal labels). index [N] (a legal candidate), legal [N, K]."""
+    chex.assert_shape(index, legal.shape[:1])
+    n_legal = jnp.maximum(jnp.sum(legal, -1, keepdims=True), 1).astype(jnp.float32)
+    onehot = jax.nn.one_hot(index, legal.shape[-1], dtype=jnp.float32)
+    return jnp.where(legal, (1.0 - smoothing) * onehot + smoothing / n_legal, 0.0)
+
+
+def smoothed_sft_loss(policy, params, mb: Dict[str, chex.Array], smoothing: float
+                      ) -> chex.Array:
+    """Mean over the minibatch's decisions of -sum_a q(a) log pi(a | x), q the smoothed
+    targets of the expert's label (smoothed_targets); pi the actor's distribution over
+    the legal labels (Policy.candidate_log_probs)."""
+    cand_logp, _, _ = policy.candidate_log_probs(params, mb["obs"], mb["cands"], mb["legal"])
+    q = smoothed_targets(mb["index"], mb["legal"], smoothing)
+    return -jnp.mean(jnp.sum(q * jnp.where(mb["legal"], cand_logp, 0.0), -1))
+
+
+def sft_objective(run: RunConfig, policy) -> Callable:
+    """The SFT loss of run's warm start: sft_loss, or smoothed_sft_loss with s =
+    warm_start.label_smoothing > 0 (ConfigError for a generating actor: it has no label
+    distribution to smooth)."""
+    s = run.warm_start.label_smoothing
+    if s == 0.0:
+        return sft_loss
+    if getattr(policy, "spec", None) is not None:
+        raise ConfigError("warm_start.label_smoothing", f"{s} with a generating actor "
+                          "(actor.chooser); it smooths a candidate actor's labels", "0.0")
+    return functools.partial(smoothed_sft_loss, smoothing=float(s))
 
 
 def value_fit_loss(policy, params, mb: Dict[str, chex.Array]) -> chex.Array:
@@ -222,7 +264,7 @@ def warm_start(run: RunConfig, source) -> Tuple[Any, Dict[str, float]]:
         source.env, source.env_params, k_data, int(ws.episodes), float(ws.epsilon),
         policy.pad_id, ws.teacher, getattr(policy, "spec", None))
     adam = optax.adam(ws.lr)
-    sft = make_update(policy, sft_loss, adam)
+    sft = make_update(policy, sft_objective(run, policy), adam)
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,
                                        data.expert, None, k_sft, steps, ws.batch,
                                        frozen)

@@ -299,6 +299,15 @@ def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollo
             jnp.sum(calls).astype(jnp.float32))
 
 
+def vine_search(k: int, unit: str = "words"):
+    """(SearchConfig, SearchRules) of VinePPO's k continuations from one state as a depth-1
+    search: the root action ~ pi_old with replacement, then pi_old to the end (unit: the
+    actor-scoring tokens' unit, SearchConfig.actor_unit)."""
+    return (SearchConfig(num_simulations=k, max_depth=1, num_leaf_rollouts=1,
+                         node_policy=True, actor_unit=unit),
+            SearchRules(selection.prior_sample, None, actor_continuation))
+
+
 def vine_values(ctx: CreditContext, params, batch: Rollout, key, k: int, cache,
                 unit: str = "words", chat=None):
     """V_hat(s_t) [B, T] = mean terminal utility of k pi_old continuations from every real
@@ -308,9 +317,7 @@ def vine_values(ctx: CreditContext, params, batch: Rollout, key, k: int, cache,
     metrics: T_aux, J_search (Eq. 5, as ASCT's), the ledger's, search.ledger)."""
     b, t = batch.turn_mask.shape
     roots = jax.tree.map(_flat, batch.states)
-    scfg = SearchConfig(num_simulations=k, max_depth=1, num_leaf_rollouts=1, node_policy=True,
-                        actor_unit=unit)
-    rules = SearchRules(selection.prior_sample, None, actor_continuation)
+    scfg, rules = vine_search(k, unit)
     out = search(ctx.env, ctx.env_params, roots, state_policy_fn(ctx, params), key,
                  rules, scfg, cache=cache, chat=chat)
     live = batch.turn_mask.reshape(-1)

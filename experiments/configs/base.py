@@ -234,6 +234,9 @@ def get_config():
     c.warm_start.episodes = 256     # noisy-expert episodes (and value-fit episodes)
     c.warm_start.epsilon = 0.3      # probability of a uniformly random legal action
     c.warm_start.teacher = "expert"  # the scripted policy imitated (ragspace: "base")
+    # SFT target smoothed toward uniform over the legal labels (0: the expert's label
+    # alone; ragspace's ASCT table: an actor as uncertain as the paper's zero-shot one).
+    c.warm_start.label_smoothing = 0.0
     # SFT steps per environment, chosen (warm_start.seed 7) for an actor with a third to
     # two thirds of the expert's held-out success (docs/results/warm_start.md).
     c.warm_start.sft_steps = ml_collections.ConfigDict(
@@ -255,11 +258,14 @@ BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.result
 #   the few generate-mode runs stored before 2026-12-04 scored their continuations and are
 #   taken as current; actor.logits_chunk and model.attention_block change what is alive
 #   at once, and the values only in float32 summation order; every run before
-#   model.value_detached shared the trunk; policy.prompt_widths only the summation order);
+#   model.value_detached shared the trunk; policy.prompt_widths only the summation order;
+#   every warm start before warm_start.label_smoothing imitated the expert's label alone,
+#   its 0);
 ADDED_FIELDS = ("train.init_from", "actor.chooser", "actor.response_len", "actor.history",
                 "actor.temperature", "actor.top_p", "actor.invalid_penalty",
                 "actor.continuations", "actor.think", "actor.logits_chunk",
-                "model.attention_block", "model.value_detached", "policy.prompt_widths")
+                "model.attention_block", "model.value_detached", "policy.prompt_widths",
+                "warm_start.label_smoothing")
 
 
 def _added_defaults() -> dict:
