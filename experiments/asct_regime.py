@@ -154,8 +154,9 @@ def auxiliary_work(env, env_params, policy_fn, states, live, taken, key, k: int 
            "vine/scored": jnp.sum(vine.cache.scored).astype(jnp.float32),
            "vine/newly_scored": newly_scored(vine.cache.scored, qid, node, live)
            .astype(jnp.float32)}
+    # actor scoring in word tokens, as vine_search's (the rule continuations score nothing)
     ac = ASCTConfig(trials=trials, states_per_episode=0, continuation="rule", cache=True,
-                    c_exp=1.4, c_tok=1e-4)
+                    c_exp=1.4, c_tok=1e-4, actor_token_unit="words")
     for rule in ("agentuct", "uniform"):
         scfg, rules = paper_search(ac, rule)
         o = search(env, env_params, states, policy_fn, k_asct, rules, scfg, cache=cache)
