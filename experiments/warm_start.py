@@ -126,7 +126,9 @@ def _depends(config) -> dict:
 # of the name, so that the existing warm starts keep theirs.
 KEY_NEUTRAL = {k: ADDED_DEFAULTS[k] for k in ("actor.think", "actor.logits_chunk",
                                                "model.attention_block",
-                                               "model.value_detached")}
+                                               "model.value_detached",
+                                               "warm_start.hindsight",
+                                               "warm_start.hindsight_steps")}
 
 
 def depends_on(flat: dict) -> dict:

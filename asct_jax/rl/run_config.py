@@ -160,6 +160,9 @@ class TrainConfig:
 
 
 SFT_STEPS = Range(0, None, integer=True)   # each entry of warm_start.sft_steps
+# warm_start.hindsight: "none", or "feedback": the teacher prompt taught to read the
+# feedback after SFT (asct_jax.rl.hindsight_warm_start).
+HINDSIGHT = ("none", "feedback")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -175,6 +178,9 @@ class WarmStartConfig:
     batch: int = option(_AT_LEAST_1, "turns per update")
     lr: float = option(Range(0.0, 1.0, lo_open=True), "Adam learning rate")
     teacher: str = option(None, "the scripted policy imitated", "expert")
+    hindsight: str = option(HINDSIGHT, "after SFT, teach the teacher prompt to read the "
+                            "feedback ('none': off)", "none")
+    hindsight_steps: int = option(_AT_LEAST_0, "updates of the hindsight phase", 100)
 
     def __post_init__(self):
         for env, steps in self.sft_steps.items():
