@@ -1,7 +1,7 @@
 """The hindsight-reading phase of the warm start (warm_start.hindsight "feedback"): what an
 instruct model brings to FACTOR's and SERL's teachers, taught to the tiny actor after SFT.
 The project's stand-in for a pretrained model's reading of the feedback (docs/methods.md,
-Warm start > Hindsight reading).
+FACTOR > HTA; measured in docs/results/regime.md).
 
 The teacher's prompt is the policy's own input in SERL's teacher prompt (x_t, "Immediate
 feedback from the current step:", o_{t+1}, "Correctly solve the current task.":
@@ -17,15 +17,16 @@ rows, summed in one loss (`hindsight_loss`: -log pi(target), or -log(1 - pi(y)) 
             the opposite target, so only the feedback tells them apart;
   student:  [x_t] (the actor's own prompt) -> the SFT actor's own distribution over the
             candidates (KL to it, computed once before the phase), so the student stays
-            the SFT actor (not a longer SFT: its held-out success stays the SFT one's).
+            the SFT actor (not a longer SFT).
 
 Progress (`step_progress`) comes from the environment, not the text: the step is as good
 as the scripted expert's own, i.e. played on from s_{t+1} the expert ends no worse,
 r_t + G*(s_{t+1}) >= G*(s_t), and no later, d*(s_{t+1}) + 1 <= d*(s_t) (G*, d*: the
-expert's return and turns from a state, its turn counter reset; `expert_finish`). So
-an epsilon step that finds the hidden target (household), picks the right option in
-another order (shop) or reaches a milestone out of the plan's order (science) is progress,
-a detour, a wrong object or a ruin is not.
+expert's return and turns from a state, its turn counter reset; `expert_finish`). So an
+epsilon step as good as the expert's (shop: the right option in another order; science: a
+milestone out of the plan's order) is progress; a detour, a wrong object or a ruin is not.
+Household's privileged expert walks straight to the hidden target: there almost only its
+own step is progress.
 
 One jitted update (`make_hindsight_update`), compiled once: warm_start.hindsight_steps
 Adam steps on warm_start.batch turns drawn from the live turns with a legal target.
