@@ -180,6 +180,45 @@ def critic_calibration(pieces, a_mc, v_mc, turn_mask,
             "value_corr": value_corr}
 
 
+def progress_delta(delta, delta_nf, mask, progress, turn_mask) -> Dict[str, float]:
+    """The teacher's mean Delta per action (sum_j Delta_{t,j} over its allocated tokens
+    [B, T, A]: log pi_T(y | x, fb) - log pi_old(y | x)) on the actions whose step made
+    progress (progress [B, T], judged by the environment) and on those that did not, with
+    the feedback and without it (the control's Delta); NaN where there are none."""
+    m = np.asarray(mask)
+    per = lambda d: np.sum(np.where(m, np.asarray(d), 0.0), -1)  # noqa: E731
+    real, prog = np.asarray(turn_mask), np.asarray(progress)
+    out = {"progress_actions": int((real & prog).sum()),
+           "no_progress_actions": int((real & ~prog).sum())}
+    for name, d in (("", delta), ("_no_feedback", delta_nf)):
+        for which, sel in (("progress", real & prog), ("no_progress", real & ~prog)):
+            out[f"delta_{which}_mean{name}"] = (float(per(d)[sel].mean()) if sel.any()
+                                                else float("nan"))
+    return out
+
+
+def term_grad_norms(run_dir: str, steps=(1, 5, None)) -> Dict[str, float]:
+    """{grad_<term>@<step>: ||d term / d params||} of a run trained with
+    ppo.term_grad_norms (metrics.jsonl's train/grad_norm/<term>) at `steps` (None: the
+    last); {} when the run logged none."""
+    import json
+
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        recs = [r for r in (json.loads(line) for line in f if line.strip())
+                if any(k.startswith("train/grad_norm/") for k in r)]
+    out = {}
+    for want in steps:
+        r = recs[-1] if (want is None and recs) else next(
+            (r for r in recs if r.get("step") == want), None)
+        for k, v in (r or {}).items():
+            if k.startswith("train/grad_norm/"):
+                out[f"grad_{k.rpartition('/')[2]}@{r['step']}"] = float(v)
+    return out
+
+
 def diagnostics(config, env, env_params, policy, ctx) -> figure5.Diagnostics:
     """factor_jax.figure5.Diagnostics of an experiment, with config.fig5's settings."""
     f5 = config.fig5
@@ -237,6 +276,10 @@ def run_diagnostics(config, pieces, early_params, late_params,
         res[f"calibration_{phase}"] = cal
         res[f"feedback_control_{phase}"] = feedback_control(pieces.delta, delta_nf,
                                                             pieces.alloc_mask)
+        if config.get("actor", {}).get("chooser", "candidates") == "candidates":
+            res[f"feedback_control_{phase}"].update(progress_delta(
+                pieces.delta, delta_nf, pieces.alloc_mask,
+                diag.progress(batch, jax.random.fold_in(k[f"cred_{phase}"], 1)), tm))
         arrays[f"credit_{phase}"], arrays[f"mc_{phase}"] = credit[tm], a_mc[tm]
         res["timing_s"][f"{phase}_rollout_credit_mc"] = time.time() - t0
         if phase == "late":
@@ -400,6 +443,7 @@ def run(config) -> Dict[str, Any]:
     res["train_reused"] = bool(reused)
     res["train_run"] = adopted or os.path.join(tc.experiment, tc.run)
     res["train_summary"] = summary
+    res["term_grad_norms"] = term_grad_norms(os.path.join(tc.results_dir, res["train_run"]))
     res["config"] = config_cli.config_to_dict(config)
     out_dir = os.path.join(tc.results_dir, "factor_fig5")
     name = config.fig5.name
@@ -475,6 +519,15 @@ def format_summary(res: Dict[str, Any]) -> str:
         lines.append(f"    {phase:5s} feedback control: r(Delta, Delta without feedback) "
                      f"{f['pearson_r']:.3f} over {f['tokens']} tokens, |Delta| "
                      f"{f['abs_delta_mean']:.3f} vs {f['abs_delta_no_feedback_mean']:.3f}")
+        if "delta_progress_mean" in f:
+            lines.append(f"    {phase:5s} mean Delta per action, progress / none: "
+                         f"{f['delta_progress_mean']:+.3f} / {f['delta_no_progress_mean']:+.3f} "
+                         f"(n {f['progress_actions']} / {f['no_progress_actions']}); without "
+                         f"feedback {f['delta_progress_mean_no_feedback']:+.3f} / "
+                         f"{f['delta_no_progress_mean_no_feedback']:+.3f}")
+    if res.get("term_grad_norms"):
+        lines.append("    term grad norms: " + ", ".join(
+            f"{k} {v:.3g}" for k, v in res["term_grad_norms"].items()))
     p = res["perturbation"]
     if "skipped" in p:
         lines.append(f"(c) perturbation: skipped ({p['skipped']})")

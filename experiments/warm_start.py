@@ -127,7 +127,9 @@ def _depends(config) -> dict:
 KEY_NEUTRAL = {k: ADDED_DEFAULTS[k] for k in ("actor.think", "actor.logits_chunk",
                                                "model.attention_block",
                                                "model.value_detached",
-                                               "warm_start.label_smoothing")}
+                                               "warm_start.label_smoothing",
+                                               "warm_start.hindsight",
+                                               "warm_start.hindsight_steps")}
 
 
 def depends_on(flat: dict) -> dict:

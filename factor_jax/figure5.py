@@ -17,6 +17,7 @@ import numpy as np
 import factor_jax as fj
 from asct_jax.envs.base import UNK_ID
 from asct_jax.rl.credit import CreditContext, state_actor
+from asct_jax.rl.hindsight_warm_start import step_progress
 from asct_jax.rl.rollout import rollout
 from factor_jax.methods import FactorConfig, Schedule, factor_pieces
 from factor_jax.teacher import teacher_log_probs
@@ -87,7 +88,17 @@ class Diagnostics:
             env, env_params, state_actor(ctx, p), states, keys, self.M,
             self.mc_states_per_chunk))
         self._perturb = jax.jit(self._perturb_returns)
+        self._progress = jax.jit(lambda batch, key: jax.vmap(jax.vmap(
+            lambda st, y, k: step_progress(env, env_params, st, y, k)[0]))(
+                batch.states, batch.responses, jax.random.split(key, batch.turn_mask.shape))
+            & batch.turn_mask)
         self._eligible = jax.jit(fj.perturbable_actions)
+
+    def progress(self, batch, key):
+        """[B, T] bool (numpy): the action made progress, judged by the environment
+        (asct_jax.rl.hindsight_warm_start.step_progress: as good as the scripted expert's
+        step), not by its feedback's text."""
+        return np.asarray(self._progress(batch, key))
 
     def mc_credit(self, params, batch, pieces, key):
         """Panel (b): A^MC [B, T] (numpy) and V_MC [B, T] (0 at t = 0 and on padding)."""

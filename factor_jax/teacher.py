@@ -8,7 +8,8 @@ header = "\\n\\nImmediate feedback from the current step:\\n", footer = "\\n\\nC
 the current task.\\n" (+ the message end), through the policy's generic passes
 (token_log_probs, distributions) over that prefix. FACTOR's code has no teacher prompt of
 its own, so both teachers read SERL's; `prompt="appended"` is the earlier prompt
-(PromptTokens.teacher_appended).
+(PromptTokens.teacher_appended). The prefix is asct_jax.rl.teacher_prompt.teacher_prefix
+(re-exported here), the one the hindsight warm start teaches.
 FACTOR's teacher is pi_old (the step's parameters); SERL's, a copy of the policy re-synced
 every few steps. FACTOR's KL to the teacher is a reduction of the update's own pass
 (`kl_reduce`, an asct_jax.rl.credit.DistReduce).
@@ -20,35 +21,13 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from asct_jax.envs.prompt import TEACHER_PROMPTS  # noqa: F401  (re-export)
-from asct_jax.envs.tokenizer import get_tokenizer, word_teacher_prompt
 from asct_jax.rl.credit import CreditContext, DistReduce
-from asct_jax.rl.policy import pads_to_right
+from asct_jax.rl.teacher_prompt import teacher_prefix  # noqa: F401  (re-export)
 from asct_jax.rl.types import Rollout, policy_inputs
 from asct_jax.rl.types import merge_batch_turns as _flat
 from factor_jax.losses import forward_kl
 
 TEACHER_DIST = "teacher_dist"   # the key of the teacher's distributions in loss_inputs
-
-
-def teacher_prefix(policy, obs, feedback, prompt: str = "serl"):
-    """The teacher's prefix [N, O + F + ...] with its PAD moved right (the policy's pass
-    left-aligns a prefix): obs [N, O] without its last `strip` real tokens, then header,
-    feedback [N, F], footer of policy.prompt.teacher_prompt(prompt) (TEACHER_PROMPTS)."""
-    t = policy.prompt.teacher_prompt(prompt)
-    if t is None:        # the default pieces: the shared environment vocabulary's
-        t = word_teacher_prompt(get_tokenizer())
-    if max(t.header + t.footer, default=-1) >= policy.vocab_size:
-        raise ValueError(f"teacher prompt: its ids reach {max(t.header + t.footer)}, past the "
-                         f"policy's vocabulary ({policy.vocab_size}); give the policy "
-                         "PromptTokens(teacher=...) in its own vocabulary")
-    n, pad = obs.shape[0], policy.pad_id
-    if t.strip:
-        real = obs != pad
-        after = jnp.sum(real, axis=1, keepdims=True) - jnp.cumsum(real, axis=1)  # real after
-        obs = jnp.where(real & (after < t.strip), pad, obs)
-    ids = lambda x: jnp.broadcast_to(jnp.asarray(x, obs.dtype), (n, len(x)))  # noqa: E731
-    return pads_to_right(jnp.concatenate(
-        [obs, ids(t.header), feedback, ids(t.footer)], axis=1), pad)
 
 
 def _teacher_args(ctx: CreditContext, batch: Rollout, prompt: str):

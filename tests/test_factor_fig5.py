@@ -207,3 +207,42 @@ def test_critic_calibration_hand_case():
                                np.corrcoef(np.asarray(values)[inner], v_mc[inner])[0, 1],
                                rtol=1e-5)
     assert -1.0 <= m["corr_online"] <= 1.0
+
+
+def test_feedback_control_splits_delta_by_progress(setup):
+    """The control reports the teacher's mean Delta on progress / no-progress actions, with
+    and without the feedback, over every real action of the batch."""
+    _, _, _, res, _ = setup
+    for phase in ("early", "late"):
+        f = res[f"feedback_control_{phase}"]
+        assert f["progress_actions"] + f["no_progress_actions"] > 0
+        assert all(k in f for k in ("delta_progress_mean", "delta_no_progress_mean",
+                                    "delta_progress_mean_no_feedback",
+                                    "delta_no_progress_mean_no_feedback"))
+
+
+def test_progress_delta_hand_counted():
+    """Per action, Delta summed over its allocated tokens; then the mean per group."""
+    delta = np.array([[[1.0, 2.0], [0.5, 9.0], [4.0, 4.0]]])        # B 1, T 3, A 2
+    mask = np.array([[[True, True], [True, False], [True, True]]])
+    progress = np.array([[True, False, True]])
+    turns = np.array([[True, True, False]])                         # turn 2 did not happen
+    out = fig5.progress_delta(delta, -2 * delta, mask, progress, turns)
+    assert out["progress_actions"] == 1 and out["no_progress_actions"] == 1
+    assert out["delta_progress_mean"] == 3.0 and out["delta_no_progress_mean"] == 0.5
+    assert out["delta_progress_mean_no_feedback"] == -6.0
+    assert out["delta_no_progress_mean_no_feedback"] == -1.0
+
+
+def test_term_grad_norms_at_steps_1_5_and_the_last(tmp_path):
+    import json
+
+    with open(tmp_path / "metrics.jsonl", "w") as f:
+        for s in range(1, 8):
+            f.write(json.dumps({"step": s, "train/grad_norm/policy": float(s),
+                                "train/grad_norm/aux": 10.0 * s}) + "\n")
+            f.write(json.dumps({"step": s, "eval/env/score": 0.5}) + "\n")
+    out = fig5.term_grad_norms(str(tmp_path))
+    assert out == {"grad_policy@1": 1.0, "grad_aux@1": 10.0, "grad_policy@5": 5.0,
+                   "grad_aux@5": 50.0, "grad_policy@7": 7.0, "grad_aux@7": 70.0}
+    assert fig5.term_grad_norms(str(tmp_path / "none")) == {}

@@ -163,6 +163,9 @@ class TrainConfig:
 
 
 SFT_STEPS = Range(0, None, integer=True)   # each entry of warm_start.sft_steps
+# warm_start.hindsight: "none", or "feedback": the teacher prompt taught to read the
+# feedback after SFT (asct_jax.rl.hindsight_warm_start).
+HINDSIGHT = ("none", "feedback")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -182,6 +185,9 @@ class WarmStartConfig:
         Range(0.0, 1.0, hi_open=True),
         "SFT target (1 - s) onehot(expert) + s uniform over the legal labels (0: the "
         "expert's action alone)", 0.0)
+    hindsight: str = option(HINDSIGHT, "after SFT, teach the teacher prompt to read the "
+                            "feedback ('none': off)", "none")
+    hindsight_steps: int = option(_AT_LEAST_0, "updates of the hindsight phase", 100)
 
     def __post_init__(self):
         for env, steps in self.sft_steps.items():

@@ -268,6 +268,10 @@ def warm_start(run: RunConfig, source) -> Tuple[Any, Dict[str, float]]:
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,
                                        data.expert, None, k_sft, steps, ws.batch,
                                        frozen)
+    from asct_jax.rl.hindsight_warm_start import hindsight_phase   # warm_start.hindsight
+    params, hindsight_info = hindsight_phase(run, policy, params, data.rollout, source.env,
+                                             source.env_params, jax.random.fold_in(key, 5),
+                                             frozen)
 
     played = jax.jit(rollout, static_argnums=(0, 2, 5, 6))(
         policy, join_params(params, frozen), source.env, source.env_params, k_roll,
@@ -276,6 +280,7 @@ def warm_start(run: RunConfig, source) -> Tuple[Any, Dict[str, float]]:
                                              frozen)
     info = {"sft_loss_first": sft_first, "sft_loss_last": sft_last,
             "value_loss_first": v_first, "value_loss_last": v_last,
-            "expert_fraction": float(jnp.sum(data.expert) / jnp.sum(data.rollout.turn_mask))}
+            "expert_fraction": float(jnp.sum(data.expert) / jnp.sum(data.rollout.turn_mask)),
+            **hindsight_info}
     return params, info
 

@@ -244,6 +244,11 @@ def get_config():
     c.warm_start.value_steps = 50
     c.warm_start.batch = 128        # turns per update
     c.warm_start.lr = 1e-3
+    # After SFT: "feedback" teaches the teacher prompt (FACTOR's / SERL's) to read the
+    # action's feedback (asct_jax/rl/hindsight_warm_start.py), the project's stand-in for a
+    # pretrained model's hindsight reading; "none": off (every warm start before issue 38).
+    c.warm_start.hindsight = "none"
+    c.warm_start.hindsight_steps = 100
     return c
 
 
@@ -260,12 +265,13 @@ BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.result
 #   at once, and the values only in float32 summation order; every run before
 #   model.value_detached shared the trunk; policy.prompt_widths only the summation order;
 #   every warm start before warm_start.label_smoothing imitated the expert's label alone,
-#   its 0);
+#   its 0, and had no hindsight phase, "none");
 ADDED_FIELDS = ("train.init_from", "actor.chooser", "actor.response_len", "actor.history",
                 "actor.temperature", "actor.top_p", "actor.invalid_penalty",
                 "actor.continuations", "actor.think", "actor.logits_chunk",
                 "model.attention_block", "model.value_detached", "policy.prompt_widths",
-                "warm_start.label_smoothing")
+                "warm_start.label_smoothing", "warm_start.hindsight",
+                "warm_start.hindsight_steps")
 
 
 def _added_defaults() -> dict:
