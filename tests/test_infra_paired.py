@@ -35,7 +35,7 @@ def test_identical_runs_give_exactly_zero_with_zero_width():
     c = compare(x, x, gap=0.025)
     assert c["mean"] == 0.0 and c["sd"] == 0.0
     assert c["t_interval"] == (0.0, 0.0) and c["bootstrap_interval"] == (0.0, 0.0)
-    assert c["verdict"] == "inconclusive" and c["seeds_needed"] == 2
+    assert c["verdict"] == "inconclusive" and c["seeds_needed"] is None   # SD 0: no plan
 
 
 def test_verdicts_follow_the_interval():

@@ -12,7 +12,8 @@ difference per seed, d_i = x_i - y_i (x: the method, y: the one it is compared w
 Verdict: "shown" when the t interval lies above 0, "refuted" when below, else
 "inconclusive". `seeds_needed` is the smallest n whose t half-width at the measured SD is
 at most the paper's gap |g|: t_{1 - alpha / 2, n - 1} s / sqrt(n) <= |g| (None without a
-gap; 2 when the SD is 0).
+gap, and where the SD is 0: the seeds did not vary, so their count cannot be planned from
+them).
 
     compare([0.61, 0.62, 0.60], [0.59, 0.60, 0.60], gap=0.025)
 
@@ -93,7 +94,7 @@ def compare(x: Sequence[float], y: Sequence[float], gap: Optional[float] = None,
         "bootstrap_interval": (bootstrap_interval(d, confidence)
                                if n < BOOTSTRAP_BELOW else None),
         "verdict": verdict, "gap": gap,
-        "seeds_needed": None if gap is None else seeds_needed(sd, gap, confidence),
+        "seeds_needed": None if gap is None or sd == 0 else seeds_needed(sd, gap, confidence),
     }
 
 
@@ -146,7 +147,7 @@ def comparison_rows(values: Mapping[str, Sequence[float]],
             "95 % t interval": f"[{f(r['t_interval'][0])}, {f(r['t_interval'][1])}]",
             "bootstrap interval": "-" if boot is None else f"[{f(boot[0])}, {f(boot[1])}]",
             "n": r["n"], "verdict": r["verdict"],
-            "seeds for the paper's gap": "-" if r["seeds_needed"] is None
-            else str(r["seeds_needed"]),
+            "seeds for the paper's gap": str(r["seeds_needed"]) if r["seeds_needed"]
+            else "- (SD 0)" if c.gap is not None and r["sd"] == 0 else "-",
         })
     return rows
