@@ -146,7 +146,7 @@ def auxiliary_work(env, env_params, policy_fn, states, live, taken, key, k: int 
     cache = init_cache(env, env_params)
     qid = jax.vmap(lambda s: env.question_id(s, env_params))(states).astype(jnp.int32)
     node = jax.vmap(lambda s: env.workflow_node(s, env_params))(states).astype(jnp.int32)
-    scfg, rules = vine_search(k)
+    scfg, rules = vine_search(k, "words")   # no chat table here: word units
     vine = search(env, env_params, states, policy_fn, k_vine, rules, scfg, cache=cache)
     out = {"states": jnp.sum(live).astype(jnp.float32),
            "vine/t_env": jnp.sum(jnp.where(live, vine.env_tokens, 0.0)),

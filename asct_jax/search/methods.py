@@ -195,7 +195,6 @@ def search_metrics(out, valid_flat, used_fallback, turn_mask):
         "env_calls": jnp.sum(jnp.where(v, out.env_calls, 0)).astype(jnp.float32),
         "asct/trials": jnp.sum(trials),
         "j_search": js,                                                     # Eq. 5
-        "asct/j_search": js,
         "asct/trial_utility": trial_utility,
         "asct/searched_states": jnp.sum(v).astype(jnp.float32),
         "asct/legal_root_actions": jnp.sum(n_legal) / n_roots,
@@ -299,7 +298,7 @@ def live_state_values(ctx: CreditContext, params, batch: Rollout, key, num_rollo
             jnp.sum(calls).astype(jnp.float32))
 
 
-def vine_search(k: int, unit: str = "words"):
+def vine_search(k: int, unit: str):
     """(SearchConfig, SearchRules) of VinePPO's k continuations from one state as a depth-1
     search: the root action ~ pi_old with replacement, then pi_old to the end (unit: the
     actor-scoring tokens' unit, SearchConfig.actor_unit)."""
