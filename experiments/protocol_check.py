@@ -20,13 +20,13 @@ import time
 from typing import Any, Dict, List
 
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
-from experiments.configs import asct_ragspace, factor_table
+from experiments.configs import asct_ragspace, base, factor_table
 
 TABLES = {
     "factor": (factor_table, ("grpo", "serl", "factor", "gigpo"), "eval/env/success"),
     "asct": (asct_ragspace, ("ppo_return", "vineppo", "asct_agentuct"), "eval/env/utility"),
 }
-TUNING_SEED = 7
+TUNING_SEED = base.TUNING_SEED
 
 
 def _records(path: str) -> List[Dict[str, Any]]:

@@ -188,6 +188,7 @@ def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key
     "initial/..." value of the same run): whether training moved the actor at all.
     results: run_grid's, every method's summaries in one order of seeds."""
     from asct_jax.infra.paired import COLUMNS, Comparison, comparison_rows
+    from experiments.configs.base import TUNING_SEED
 
     seeds = {m: [r.get("seed") for r in runs] for m, runs in results.items()}
     if len({tuple(v) for v in seeds.values()}) > 1:
@@ -203,12 +204,18 @@ def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key
     pairs = [Comparison(m, b, paper[m] - paper[b] if m in paper and b in paper else None)
              for m, b in comparisons]
     rows, moved_rows = comparison_rows(values, pairs), comparison_rows(values, moved)
-    table = markdown_table(rows, COLUMNS) if rows else "(no comparison has both methods)"
+    run_seeds = next(iter(seeds.values()), [])
+    head = f"Paired over seeds {', '.join(map(str, run_seeds))} (n = {len(run_seeds)})"
+    if TUNING_SEED in run_seeds:
+        head += f"; seed {TUNING_SEED} is the tuning seed: not a reporting comparison"
+    table = head + ".\n\n" + (markdown_table(rows, COLUMNS) if rows
+                              else "(no comparison has both methods)")
     if moved_rows:
         table += (f"\n\nEach method against its own start ({start}, the same runs):\n\n"
                   + markdown_table(moved_rows, COLUMNS[:4] + COLUMNS[5:7]))
     atomic_write_text(path_stem + ".md", table + "\n")
-    atomic_write_json(path_stem + ".json", {"key": key, "values": values, "rows": rows,
+    atomic_write_json(path_stem + ".json", {"key": key, "seeds": run_seeds, "values": values,
+                                            "rows": rows,
                                             "moved": moved_rows})
     return table
 

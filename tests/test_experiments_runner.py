@@ -108,7 +108,7 @@ def test_write_comparisons_pairs_the_table_seeds_and_names_the_papers_gap(tmp_pa
     def runs(final, start=(0.4, 0.45, 0.5)):
         return [{"seed": s, "final/env/success": f, "initial/env/success": i}
                 for s, f, i in zip((42, 43, 1337), final, start)]
-    results = {"factor": runs((0.50, 0.55, 0.60)), "grpo": runs((0.40, 0.45, 0.50)),
+    results = {"factor": runs((0.50, 0.56, 0.61)), "grpo": runs((0.40, 0.45, 0.50)),
                "serl": runs((0.40, 0.44, 0.52))}
     stem = str(tmp_path / "shop_comparisons")
     table = write_comparisons(results, factor_table.COMPARISONS, "final/env/success",
@@ -117,18 +117,22 @@ def test_write_comparisons_pairs_the_table_seeds_and_names_the_papers_gap(tmp_pa
         rows = {r["comparison"]: r for r in json.load(f)["rows"]}
     # pairs whose methods did not run (grpo_extended, the ablations) are left out
     assert set(rows) == {"factor - serl", "serl - grpo", "factor - grpo"}
-    # the same difference (0.1) on every seed: an interval of zero width at 4 digits, shown
-    assert rows["factor - grpo"]["95 % t interval"] == "[+0.1000, +0.1000]"
+    # d = (0.10, 0.11, 0.11): 0.1067 +- t_{0.975, 2} 0.00577 / sqrt(3) = +- 0.0143
+    assert rows["factor - grpo"]["95 % t interval"] == "[+0.0923, +0.1210]"
     assert rows["factor - grpo"]["verdict"] == "shown"
     assert rows["factor - grpo"]["paper gap"] == "+0.1810"
     assert rows["factor - serl"]["paper gap"] == "-"          # no SERL number given
     assert "factor - serl" in table and open(stem + ".md").read() == table + "\n"
+    assert table.startswith("Paired over seeds 42, 43, 1337 (n = 3).")
     with open(stem + ".json") as f:
         moved = {r["comparison"]: r for r in json.load(f)["moved"]}
     # each method against its own start: grpo did not move (a difference of exactly 0)
     assert moved["grpo - grpo (start)"]["mean difference"] == "+0.0000"
     assert moved["grpo - grpo (start)"]["verdict"] == "inconclusive"
     assert moved["factor - factor (start)"]["verdict"] == "shown"
+    tuned = {m: [dict(r, seed=s) for r, s in zip(v, (7, 8, 9))] for m, v in results.items()}
+    assert "seed 7 is the tuning seed" in write_comparisons(
+        tuned, factor_table.COMPARISONS, "final/env/success", {}, stem)
     results["serl"] = results["serl"][:2] + [dict(results["serl"][2], seed=7)]
     with pytest.raises(ValueError, match="different seeds"):
         write_comparisons(results, factor_table.COMPARISONS, "final/env/success", {}, stem)

@@ -38,6 +38,13 @@ def test_identical_runs_give_exactly_zero_with_zero_width():
     assert c["verdict"] == "inconclusive" and c["seeds_needed"] is None   # SD 0: no plan
 
 
+def test_a_tie_of_every_seed_gives_no_verdict():
+    # Two seeds whose differences tie at +0.0469 (3 of 64 episodes): width 0 by chance.
+    c = compare([0.6062, 0.6062], [0.5593, 0.5593])
+    assert c["t_interval"][0] == c["t_interval"][1] == pytest.approx(0.0469)
+    assert c["verdict"] == "inconclusive"
+
+
 def test_verdicts_follow_the_interval():
     assert compare([0.7, 0.71, 0.72], [0.6, 0.6, 0.6])["verdict"] == "shown"
     assert compare([0.6, 0.6, 0.6], [0.7, 0.71, 0.72])["verdict"] == "refuted"

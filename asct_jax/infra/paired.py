@@ -10,7 +10,9 @@ difference per seed, d_i = x_i - y_i (x: the method, y: the one it is compared w
          replacement (scipy.stats.bootstrap; reported where n < 10, beside the t one)
 
 Verdict: "shown" when the t interval lies above 0, "refuted" when below, else
-"inconclusive". `seeds_needed` is the smallest n whose t half-width at the measured SD is
+"inconclusive". Where every seed's difference is the same non-zero number (SD 0: a tie of a
+discrete metric, e.g. a success rate over a few held-out episodes, on few seeds) the
+interval has width 0 by chance, not by evidence: no verdict ("inconclusive"). `seeds_needed` is the smallest n whose t half-width at the measured SD is
 at most the paper's gap |g|: t_{1 - alpha / 2, n - 1} s / sqrt(n) <= |g| (None without a
 gap, and where the SD is 0: the seeds did not vary, so their count cannot be planned from
 them).
@@ -88,7 +90,8 @@ def compare(x: Sequence[float], y: Sequence[float], gap: Optional[float] = None,
     sd = float(np.std(d, ddof=1))                          # s, the sample SD
     h = t_half_width(sd, n, confidence)                    # t_{1-a/2, n-1} s / sqrt(n)
     lo, hi = mean - h, mean + h
-    verdict = "shown" if lo > 0 else "refuted" if hi < 0 else "inconclusive"
+    verdict = ("inconclusive" if sd == 0 else          # a tie: no SD to build on
+               "shown" if lo > 0 else "refuted" if hi < 0 else "inconclusive")
     return {
         "n": n, "mean": mean, "sd": sd, "t_interval": (lo, hi),
         "bootstrap_interval": (bootstrap_interval(d, confidence)
