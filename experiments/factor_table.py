@@ -16,8 +16,8 @@ from asct_jax.infra import config_cli
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table
-from experiments.runner import (from_warm_start, liveness_table, run_grid, write_comparisons,
-                                write_table)
+from experiments.runner import (from_warm_start, liveness_table, method_seeds, run_grid,
+                                write_comparisons, write_table)
 
 METRICS = {"final/env/success": "success", "final/env/score": "score",
            "total/env_calls": "env calls", "wall_clock_s": "wall clock (s)"}
@@ -54,8 +54,8 @@ def _mean(runs, key):
 
 def main(config):
     out_dir = os.path.join(config.train.results_dir, config.train.experiment)
-    seeds = tuple(config.table.seeds)
     methods = list(config.table.methods)
+    seeds = max((method_seeds(config.table, m) for m in methods), key=len)
     if "grpo_extended" in methods and not {"grpo", "factor"} <= set(methods):
         # Checked before any run: its batch is FACTOR's environment calls over GRPO's.
         raise ConfigError("table.methods", f"{tuple(methods)} has grpo_extended without "
@@ -75,8 +75,8 @@ def main(config):
                 overrides["rollout.num_groups"] = max(
                     1, int(round(config.rollout.num_groups * scale)))
             name = f"{env}_{m}"
-            results[m] = run_grid(config, [(name, overrides)], seeds,
-                                  config.train.experiment)[name]
+            results[m] = run_grid(config, [(name, overrides)],
+                                  method_seeds(config.table, m), config.train.experiment)[name]
         print(f"\n## {env}\n")
         print(write_comparisons(results, config.table.comparisons, "final/env/success",
                                 PAPER_SUCCESS.get(env, {}),

@@ -177,46 +177,55 @@ def write_table(results: Dict[str, List[Dict[str, Any]]], metrics: Mapping[str, 
     return table
 
 
+def method_seeds(table, method: str) -> tuple:
+    """The seeds `method` trains on in a table: table.headline_seeds for the methods of its
+    headline comparisons (table.headline) where set, else table.seeds."""
+    headline = tuple(table.get("headline_seeds", ()))
+    if headline and method in tuple(table.get("headline", ())):
+        return headline
+    return tuple(table.seeds)
+
+
 def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key: str,
                       paper: Mapping[str, float], path_stem: str) -> str:
     """Markdown and JSON of a table's pre-registered comparisons (config.table.comparisons:
     (method, baseline) pairs) on the summary key `key` (a "final/..." held-out metric):
-    per comparison the mean paired difference over the seeds, its 95 % t interval (and the
-    bootstrap one where n < 10), n, the verdict and the seeds the paper's gap would need
-    at the measured SD (asct_jax.infra.paired); the paper's gap is paper[method] -
-    paper[baseline] where it gives both. Then each method against its own start (the
-    "initial/..." value of the same run): whether training moved the actor at all.
-    results: run_grid's, every method's summaries in one order of seeds."""
+    per comparison the mean paired difference over the seeds both methods ran, its 95 % t
+    interval (and the bootstrap one where n < 10), n, the verdict and the seeds the
+    paper's gap would need at the measured SD (asct_jax.infra.paired); the paper's gap is
+    paper[method] - paper[baseline] where it gives both. Then each method against its own
+    start (the "initial/..." value of the same run): whether training moved the actor.
+    results: run_grid's, {method: [summary per seed]}."""
     from asct_jax.infra.paired import COLUMNS, Comparison, comparison_rows
     from experiments.configs.base import TUNING_SEED
 
-    seeds = {m: [r.get("seed") for r in runs] for m, runs in results.items()}
-    if len({tuple(v) for v in seeds.values()}) > 1:
-        raise ValueError(f"the methods ran different seeds ({seeds}): nothing to pair")
     start = key.replace("final/", "initial/", 1)
-    values, moved = {}, []
+    values, moved, seeds = {}, [], {}
     for m, runs in results.items():
+        seeds[m] = [r["seed"] for r in runs]
         if all(r.get(key) is not None for r in runs):
-            values[m] = [r[key] for r in runs]
+            values[m] = {r["seed"]: r[key] for r in runs}
         if all(r.get(key) is not None and r.get(start) is not None for r in runs):
-            values[f"{m} (start)"] = [r[start] for r in runs]
+            values[f"{m} (start)"] = {r["seed"]: r[start] for r in runs}
             moved.append(Comparison(m, f"{m} (start)"))
     pairs = [Comparison(m, b, paper[m] - paper[b] if m in paper and b in paper else None)
              for m, b in comparisons]
     rows, moved_rows = comparison_rows(values, pairs), comparison_rows(values, moved)
-    run_seeds = next(iter(seeds.values()), [])
-    head = f"Paired over seeds {', '.join(map(str, run_seeds))} (n = {len(run_seeds)})"
-    if TUNING_SEED in run_seeds:
+    lists = {tuple(v) for v in seeds.values()}
+    head = ("Paired over seeds " + ", ".join(map(str, next(iter(lists), ())))
+            if len(lists) == 1 else "Paired over the seeds both methods ran (" + "; ".join(
+                f"{m}: {', '.join(map(str, v))}" for m, v in seeds.items()) + ")")
+    all_seeds = {s for v in seeds.values() for s in v}
+    if TUNING_SEED in all_seeds:
         head += f"; seed {TUNING_SEED} is the tuning seed: not a reporting comparison"
     table = head + ".\n\n" + (markdown_table(rows, COLUMNS) if rows
-                              else "(no comparison has both methods)")
+                              else "(no comparison has two seeds of both methods)")
     if moved_rows:
         table += (f"\n\nEach method against its own start ({start}, the same runs):\n\n"
                   + markdown_table(moved_rows, COLUMNS[:4] + COLUMNS[5:7]))
     atomic_write_text(path_stem + ".md", table + "\n")
-    atomic_write_json(path_stem + ".json", {"key": key, "seeds": run_seeds, "values": values,
-                                            "rows": rows,
-                                            "moved": moved_rows})
+    atomic_write_json(path_stem + ".json", {"key": key, "seeds": seeds, "values": values,
+                                            "rows": rows, "moved": moved_rows})
     return table
 
 

@@ -88,14 +88,13 @@ def test_the_comparison_is_antisymmetric_and_shift_invariant(pairs, shift):
         assert d.min() - 1e-12 <= b_lo <= b_hi <= d.max() + 1e-12
 
 
-def test_comparison_rows_pair_the_seeds_and_skip_missing_methods():
+def test_comparison_rows_pair_the_common_seeds_and_skip_missing_methods():
     from asct_jax.infra.paired import Comparison, comparison_rows
-    values = {"a": [0.7, 0.71, 0.72], "b": [0.6, 0.6, 0.6], "c": [0.5]}
+    values = {"a": {42: 0.7, 43: 0.71, 1: 0.72, 2: 0.9}, "b": {42: 0.6, 43: 0.6, 1: 0.6},
+              "c": {42: 0.5}}
     rows = comparison_rows(values, [Comparison("a", "b", 0.05), ("a", "missing"),
                                     ("a", "c")])
-    assert len(rows) == 1
-    r = rows[0]
+    assert len(rows) == 1            # a - c: one seed in common, left out
+    r = rows[0]                      # seed 2 is a's alone: not paired
     assert r["comparison"] == "a - b" and r["verdict"] == "shown" and r["n"] == 3
     assert r["mean difference"] == "+0.1100" and r["paper gap"] == "+0.0500"
-    with pytest.raises(ValueError, match="same seeds"):
-        comparison_rows({"a": [1.0, 2.0, 3.0], "b": [1.0, 2.0]}, [("a", "b")])

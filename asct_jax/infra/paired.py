@@ -20,8 +20,8 @@ them).
     compare([0.61, 0.62, 0.60], [0.59, 0.60, 0.60], gap=0.025)
 
 A table's pre-registered comparisons (`Comparison`: method, baseline, the paper's gap) are
-rendered by `comparison_rows` from the per-seed values of each method, the seeds in one
-order for every method.
+rendered by `comparison_rows` from each method's value per seed, paired over the seeds both
+methods ran.
 """
 from __future__ import annotations
 
@@ -127,21 +127,19 @@ COLUMNS = ("comparison", "paper gap", "mean difference", "95 % t interval",
            "bootstrap interval", "n", "verdict", "seeds for the paper's gap")
 
 
-def comparison_rows(values: Mapping[str, Sequence[float]],
+def comparison_rows(values: Mapping[str, Mapping[int, float]],
                     comparisons: Sequence[Comparison], digits: int = 4) -> list:
-    """One row (a dict of COLUMNS) per comparison whose two methods both have values:
-    values {method: [value per seed]}, the seeds in one order for every method; a
-    comparison with a missing method, or with fewer than 2 seeds, is left out."""
+    """One row (a dict of COLUMNS) per comparison, paired over the seeds both methods
+    ran: values {method: {seed: value}}. A comparison with a missing method, or fewer
+    than 2 seeds in common, is left out."""
     f = lambda v: f"{v:+.{digits}f}"  # noqa: E731
     rows = []
     for c in (Comparison(*c) for c in comparisons):
         x, y = values.get(c.method), values.get(c.baseline)
-        if x is None or y is None or min(len(x), len(y)) < 2:
+        common = [s for s in (x or {}) if s in (y or {})]
+        if len(common) < 2:
             continue
-        if len(x) != len(y):
-            raise ValueError(f"{c.method} has {len(x)} seeds and {c.baseline} {len(y)}: a "
-                             "paired comparison needs the same seeds")
-        r = compare(x, y, c.gap)
+        r = compare([x[s] for s in common], [y[s] for s in common], c.gap)
         boot = r["bootstrap_interval"]
         rows.append({
             "comparison": f"{c.method} - {c.baseline}",

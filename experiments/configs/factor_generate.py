@@ -20,7 +20,7 @@ def get_config(arg: str = "quick_warm"):
     c.actor.chooser = "generate"
     c.train.experiment = c.train.experiment.replace("factor_table", "factor_generate")
     c.table.methods = METHODS
-    c.table.seeds = (42, 43, 1337)
+    # Seeds: factor_table's (5 reporting seeds, 10 for GRPO / SERL / FACTOR; 2 at smoke).
     # Checkpoints every 5 steps: on 2 cores the quick table spans sessions and its runs
     # resume from them (the base config's 20 saved only at the end).
     c.train.checkpoint_every = 5
