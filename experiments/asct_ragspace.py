@@ -39,6 +39,9 @@ DIFFICULTY = ("easy", "medium", "hard")     # ragspace's info["difficulty"] 0 / 
 # The paper's Table 2 (HotpotQA test utility, mean of 3 seeds): its gaps beside ours.
 PAPER_UTILITY = {"ppo_return": 0.5651, "vineppo": 0.5939, "asct_uniform": 0.6146,
                  "asct_uct": 0.6075, "asct_agentuct": 0.6187, "asct_actor_rollout": 0.5975}
+# The paper's T_aux relative to AgentUCT's (its Table 3: VinePPO 2.01x AgentUCT's, i.e.
+# AgentUCT / VinePPO 0.50): the cost comparison's gap is log 2.01.
+PAPER_T_AUX = {"asct_agentuct": 1.0, "vineppo": 2.01}
 MAIN_METRICS = {
     "final/env/utility": "utility",
     "final/env/f1": "answer F1",
@@ -256,6 +259,8 @@ def main(config):
     seeds = max((method_seeds(config.table, m) for m in results), key=len)
     print(write_comparisons(results, config.table.comparisons, "final/env/utility",
                             PAPER_UTILITY, os.path.join(out_dir, "comparisons")))
+    print(write_comparisons(results, config.table.cost_comparisons, "total/aux_tokens",
+                            PAPER_T_AUX, os.path.join(out_dir, "cost_comparisons"), log=True))
     print(write_table(results, MAIN_METRICS, os.path.join(out_dir, "table")))
     print(ledger_table(results, out_dir))
     print(difficulty_table(results, base, out_dir))

@@ -12,6 +12,7 @@ JAX's persistent compilation cache (config.train.compilation_cache).
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -19,7 +20,8 @@ from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.distributed import is_primary
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table, seed_table
-from experiments.configs.base import ADDED_DEFAULTS, BOOKKEEPING_FIELDS, without_retired
+from experiments.configs.base import (ADDED_DEFAULTS, BOOKKEEPING_FIELDS, TUNING_SEED,
+                                     without_retired)
 from experiments.dotted import apply_overrides, flatten, under
 
 Variant = Tuple[str, Mapping[str, Any]]
@@ -187,7 +189,7 @@ def method_seeds(table, method: str) -> tuple:
 
 
 def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key: str,
-                      paper: Mapping[str, float], path_stem: str) -> str:
+                      paper: Mapping[str, float], path_stem: str, log: bool = False) -> str:
     """Markdown and JSON of a table's pre-registered comparisons (config.table.comparisons:
     (method, baseline) pairs) on the summary key `key` (a "final/..." held-out metric):
     per comparison the mean paired difference over the seeds both methods ran, its 95 % t
@@ -195,21 +197,24 @@ def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key
     paper's gap would need at the measured SD (asct_jax.infra.paired); the paper's gap is
     paper[method] - paper[baseline] where it gives both. Then each method against its own
     start (the "initial/..." value of the same run): whether training moved the actor.
-    results: run_grid's, {method: [summary per seed]}."""
+    results: run_grid's, {method: [summary per seed]}. log: compare log(value) (a cost
+    ratio: the difference of logs is the log of the ratio; `paper` then holds the
+    paper's values, their log ratio is its gap)."""
     from asct_jax.infra.paired import COLUMNS, Comparison, comparison_rows
-    from experiments.configs.base import TUNING_SEED
 
+    f = math.log if log else float
     start = key.replace("final/", "initial/", 1)
     values, moved, seeds = {}, [], {}
     for m, runs in results.items():
         seeds[m] = [r["seed"] for r in runs]
         if all(r.get(key) is not None for r in runs):
-            values[m] = {r["seed"]: r[key] for r in runs}
-        if all(r.get(key) is not None and r.get(start) is not None for r in runs):
-            values[f"{m} (start)"] = {r["seed"]: r[start] for r in runs}
+            values[m] = {r["seed"]: f(r[key]) for r in runs}
+        if start != key and all(r.get(key) is not None and r.get(start) is not None
+                                for r in runs):
+            values[f"{m} (start)"] = {r["seed"]: f(r[start]) for r in runs}
             moved.append(Comparison(m, f"{m} (start)"))
-    pairs = [Comparison(m, b, paper[m] - paper[b] if m in paper and b in paper else None)
-             for m, b in comparisons]
+    pairs = [Comparison(m, b, f(paper[m]) - f(paper[b]) if m in paper and b in paper
+                        else None) for m, b in comparisons]
     rows, moved_rows = comparison_rows(values, pairs), comparison_rows(values, moved)
     lists = {tuple(v) for v in seeds.values()}
     head = ("Paired over seeds " + ", ".join(map(str, next(iter(lists), ())))
@@ -218,6 +223,8 @@ def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key
     all_seeds = {s for v in seeds.values() for s in v}
     if TUNING_SEED in all_seeds:
         head += f"; seed {TUNING_SEED} is the tuning seed: not a reporting comparison"
+    if log:
+        head = f"log({key}): a difference is the log of the cost ratio. " + head
     table = head + ".\n\n" + (markdown_table(rows, COLUMNS) if rows
                               else "(no comparison has two seeds of both methods)")
     if moved_rows:

@@ -2,6 +2,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 
 from experiments import registry
@@ -140,3 +141,20 @@ def test_write_comparisons_pairs_the_table_seeds_and_names_the_papers_gap(tmp_pa
     assert "factor: 42, 43, 1337, 1" in table
     with open(stem + ".json") as f:
         assert {r["n"] for r in json.load(f)["rows"]} == {3}
+
+
+def test_write_comparisons_on_log_costs_gives_the_ratio_and_the_papers_log_gap(tmp_path):
+    from experiments.runner import write_comparisons
+    # VinePPO spends 2x, 2.2x, 1.8x AgentUCT's tokens on seeds 42, 43, 1337
+    results = {m: [{"seed": s, "total/aux_tokens": t} for s, t in zip((42, 43, 1337), ts)]
+               for m, ts in {"vineppo": (200.0, 220.0, 180.0),
+                             "asct_agentuct": (100.0, 100.0, 100.0)}.items()}
+    stem = str(tmp_path / "cost")
+    table = write_comparisons(results, [("vineppo", "asct_agentuct")], "total/aux_tokens",
+                              {"asct_agentuct": 1.0, "vineppo": 2.01}, stem, log=True)
+    assert table.startswith("log(total/aux_tokens)")
+    with open(stem + ".json") as f:
+        (row,) = json.load(f)["rows"]
+    mean = np.mean(np.log([2.0, 2.2, 1.8]))
+    assert row["mean difference"] == f"{mean:+.4f}" and row["verdict"] == "shown"
+    assert row["paper gap"] == f"{np.log(2.01):+.4f}"

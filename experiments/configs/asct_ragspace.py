@@ -42,6 +42,8 @@ COMPARISONS = (("asct_uniform", "ppo_return"), ("asct_uct", "ppo_return"),
                ("asct_agentuct", "ppo_return"), ("asct_uniform", "vineppo"),
                ("asct_uct", "vineppo"), ("asct_agentuct", "vineppo"),
                ("asct_agentuct", "asct_uniform"), ("asct_actor_rollout", "asct_uniform"))
+# ... and on log T_aux (the cost ratio): VinePPO's over AgentUCT's (the paper: 2.01).
+COST_COMPARISONS = (("vineppo", "asct_agentuct"),)
 
 
 def get_config(arg: str = "full"):
@@ -82,6 +84,7 @@ def get_config(arg: str = "full"):
     c.table.headline = HEADLINE
     c.table.headline_seeds = base.REPORTING_SEEDS[:10]
     c.table.comparisons = COMPARISONS
+    c.table.cost_comparisons = COST_COMPARISONS
     c.table.transfer = ("twowiki", "musique")   # no retraining: held-out transfer sets
     c.table.probe = True                        # the description probe (Table 6)
     c.table.warm_start = False                  # set by the "_warm" args
