@@ -20,7 +20,11 @@ def get_config(arg: str = "quick_warm"):
     c.actor.chooser = "generate"
     c.train.experiment = c.train.experiment.replace("factor_table", "factor_generate")
     c.table.methods = METHODS
-    # Seeds: factor_table's (5 reporting seeds, 10 for GRPO / SERL / FACTOR; 2 at smoke).
+    # Seeds: factor_table's (5 reporting seeds, 10 for GRPO / SERL / FACTOR; 2 at smoke);
+    # shop only (the paper's generating setting), 128 held-out episodes as before (each
+    # generates its turns; not raised to the candidate table's 512 yet).
+    c.table.envs = ("shop",)
+    c.train.eval_episodes = min(c.train.eval_episodes, 128)
     # Checkpoints every 5 steps: on 2 cores the quick table spans sessions and its runs
     # resume from them (the base config's 20 saved only at the end).
     c.train.checkpoint_every = 5
