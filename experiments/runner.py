@@ -205,8 +205,11 @@ def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key
     f = math.log if log else float
     start = key.replace("final/", "initial/", 1)
     values, moved, seeds = {}, [], {}
+    compared = {m for pair in comparisons for m in pair[:2]}
     for m, runs in results.items():
         seeds[m] = [r["seed"] for r in runs]
+        if log and (m not in compared or any((r.get(key) or 0) <= 0 for r in runs)):
+            continue    # a log needs positive values (PPO spends no auxiliary tokens)
         if all(r.get(key) is not None for r in runs):
             values[m] = {r["seed"]: f(r[key]) for r in runs}
         if start != key and all(r.get(key) is not None and r.get(start) is not None

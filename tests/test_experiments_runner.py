@@ -158,3 +158,7 @@ def test_write_comparisons_on_log_costs_gives_the_ratio_and_the_papers_log_gap(t
     mean = np.mean(np.log([2.0, 2.2, 1.8]))
     assert row["mean difference"] == f"{mean:+.4f}" and row["verdict"] == "shown"
     assert row["paper gap"] == f"{np.log(2.01):+.4f}"
+    # a method that spends nothing (PPO) is not in the cost comparison: left out, no error
+    results["ppo_return"] = [{"seed": s, "total/aux_tokens": 0.0} for s in (42, 43, 1337)]
+    write_comparisons(results, [("vineppo", "asct_agentuct")], "total/aux_tokens",
+                      {"asct_agentuct": 1.0, "vineppo": 2.01}, stem, log=True)
