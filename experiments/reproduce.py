@@ -6,10 +6,12 @@ tables and plots under results/.
     python -m experiments.reproduce           # full scale, from scratch and warm-started
 
 --quick runs each script's `smoke_warm` config: the shared warm start of each environment
-(SFT on the noisy scripted expert), then 8-10 steps of 8-16 episodes per method (GiGPO
-included), 2 seeds: a check of the whole pipeline whose numbers do not separate the
-methods; the reduced tables of docs/results are the scripts' `quick` / `quick_warm`
-configs. The full reproduction runs each script's full config from scratch (`full`) and
+(SFT on the noisy scripted expert; ragspace's smoothed, shop's with the hindsight phase),
+then ASCT's 3 iterations of 32 questions (PPO, VinePPO, AgentUCT) and FACTOR's 10 steps of
+2 x 8 episodes on shop (GRPO, SERL, FACTOR, GiGPO), 2 reporting seeds: a scale at which
+every method moves the greedy actor (each table's "against its own start" rows), whose
+paired comparisons are printed with their intervals and are inconclusive at this scale;
+the decision tables of docs/results are the scripts' `quick_warm` configs. The full reproduction runs each script's full config from scratch (`full`) and
 from the warm start (`warm`).
 
 --quick's Figure 5 diagnoses the FACTOR table's shop seed-42 run (fig5.train_run: its
