@@ -45,7 +45,9 @@ three panels on fresh diagnostic batches (`config.fig5.*`). With fig5.train_run
     over all real actions (factor_jax.calibration_metrics). `env_coordinate`: the same
     against the reference before issue 38, from the same rollouts (V_MC the mean return
     to go, A^MC with the environment's rewards): equal on household, not a calibration
-    of TAC on shop and science.
+    of TAC on shop and science. `corr_interior` (`_without_r`): r over the interior
+    actions 0 < t < T_i - 1 alone, where both credits are r_t plus a difference of two
+    values (without the shared r_t: the values' differences alone).
     "warmed": the same for the run at the end of the critic's warm-up (its parameters
     and critic after the warm-up's last step, checkpointed for it: the credit is the
     first TAC credit); "early"'s critic is untrained. Beside them (critic_calibration):
@@ -187,6 +189,21 @@ def critic_calibration(pieces, a_mc, v_mc, turn_mask, state_var=None) -> Dict[st
             "value_corr": value_corr}
 
 
+def interior_calibration(credit, a_mc, rewards, turn_mask) -> Dict[str, float]:
+    """r of TAC's credit with A^MC on the interior actions (0 < t < T_i - 1), where both
+    are r_t plus a difference of two values of states after x_0 and before x_T (no
+    boundary term), with and without the r_t they share (science's progress rewards
+    correlate them by themselves): corr_interior, corr_interior_without_r (the values'
+    differences alone, V(x_{t+1}) - V(x_t) vs V_MC's)."""
+    tm = np.asarray(turn_mask)
+    t = np.arange(tm.shape[1])[None, :]
+    interior = tm & (t >= 1) & (t < tm.sum(-1, keepdims=True) - 1)
+    r = lambda x, y: float(fj.calibration_metrics(  # noqa: E731
+        jnp.asarray(x), jnp.asarray(y), jnp.asarray(interior))["corr"])
+    return {"corr_interior": r(credit, a_mc),
+            "corr_interior_without_r": r(credit - rewards, a_mc - rewards)}
+
+
 def progress_delta(delta, delta_nf, mask, progress, turn_mask) -> Dict[str, float]:
     """The teacher's mean Delta per action (sum_j Delta_{t,j} over its allocated tokens
     [B, T, A]: log pi_T(y | x, fb) - log pi_old(y | x)) on the actions whose step made
@@ -273,6 +290,7 @@ def run_diagnostics(config, pieces, early_params, late_params,
             jnp.asarray(credit), jnp.asarray(a), jnp.asarray(tm)).items()}
         cal = metrics(a_mc)
         cal["reference"] = "tac_coordinate"
+        cal.update(interior_calibration(credit, a_mc, np.asarray(pieces.rewards), tm))
         cal["mc_unscored_states"] = int(ref["unscored"].sum())
         cal["return_mean"] = float(np.asarray(pieces.returns).mean())
         cal["episode_len_mean"] = float(tm.sum(-1).mean())
@@ -520,7 +538,9 @@ def format_summary(res: Dict[str, Any]) -> str:
         m = res.get(f"calibration_{phase}")
         if m is None:
             continue
-        lines.append(f"(b) {phase:6s}: corr {m['corr']:.3f}  rmse {m['rmse']:.3f}  "
+        lines.append(f"(b) {phase:6s}: corr {m['corr']:.3f} (interior "
+                     f"{m.get('corr_interior', np.nan):.3f}, without r_t "
+                     f"{m.get('corr_interior_without_r', np.nan):.3f})  rmse {m['rmse']:.3f}  "
                      f"mae {m['mae']:.3f}  bias {m['bias']:+.3f}  n {int(m['count'])}  "
                      f"return {m['return_mean']:.3f}")
         if "interior_credit_share" in m:

@@ -79,6 +79,8 @@ def test_calibration_shapes_and_finite(setup):
         assert m["tac_sum_err_max"] < 1e-4  # telescoping: sum_t A*_t = A_seq
         # the reference in TAC's coordinate, beside the environment's (the earlier one)
         assert m["reference"] == "tac_coordinate" and m["mc_unscored_states"] >= 0
+        for k in ("corr_interior", "corr_interior_without_r"):
+            assert np.isnan(m[k]) or -1.0 - 1e-5 <= m[k] <= 1.0 + 1e-5
         e = m["env_coordinate"]
         assert e["count"] == m["count"] and -1.0 - 1e-5 <= e["corr"] <= 1.0 + 1e-5
         assert e["mc_noise_sd"] >= 0.0 and m["mc_noise_sd"] >= 0.0
@@ -216,6 +218,20 @@ def test_critic_calibration_hand_case():
                                np.corrcoef(np.asarray(values)[inner], v_mc[inner])[0, 1],
                                rtol=1e-5)
     assert -1.0 <= m["corr_online"] <= 1.0
+
+
+def test_interior_calibration_hand_case():
+    """Interior actions only (t = 1, 2 of a 4-turn episode, t = 1 of a 3-turn one):
+    with r_t shared, and the values' differences alone."""
+    tm = np.array([[True] * 4, [True] * 3 + [False]])
+    rewards = np.array([[0.0, 1.0, -1.0, 5.0], [0.0, 2.0, 0.0, 0.0]])
+    dv = np.array([[9.0, 0.1, 0.2, 9.0], [9.0, 0.3, 9.0, 0.0]])      # A* - r_t
+    dv_mc = np.array([[-9.0, 0.2, 0.1, -9.0], [-9.0, 0.6, -9.0, 0.0]])
+    m = fig5.interior_calibration(rewards + dv, rewards + dv_mc, rewards, tm)
+    x, y = np.array([1.1, -0.8, 2.3]), np.array([1.2, -0.9, 2.6])
+    np.testing.assert_allclose(m["corr_interior"], np.corrcoef(x, y)[0, 1], rtol=1e-5)
+    np.testing.assert_allclose(m["corr_interior_without_r"],
+                               np.corrcoef([0.1, 0.2, 0.3], [0.2, 0.1, 0.6])[0, 1], rtol=1e-5)
 
 
 def test_feedback_control_splits_delta_by_progress(setup):
