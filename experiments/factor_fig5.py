@@ -27,16 +27,27 @@ three panels on fresh diagnostic batches (`config.fig5.*`). With fig5.train_run
     its own TAC critic (the method state at that point; the early one untrained): the
     TAC credit A*_t as the method computes it at the first step with HTA active (the
     target head's values, after the critic step on this batch's continuations) against
-    an independent high-sample Monte-Carlo credit for the same step,
+    an independent high-sample Monte-Carlo credit for the same step in TAC's coordinate,
 
         A^MC_t = r_t + V_MC(x_{t+1}) - V_MC(x_t),
 
-    V_MC(x_t) the mean return of `fig5.mc_rollouts` rollouts of pi_old (the parameters
-    that collected the batch) from the stored state x_t, with the same boundaries
-    V(x_0) = b (group mean return) and V(x_T) = 0. Independent: fresh policy keys, no
-    value head. The environment's own randomness travels with the stored state (common
-    random numbers, see asct_jax/search/rollout_value.py), for both estimates. Pearson r,
-    RMSE, MAE and bias over all real actions (factor_jax.calibration_metrics).
+    r_t TAC's own (the environment's rewards, the last turn's replaced by the terminal
+    reward of the reward construction), V_MC(x_t) what the critic predicts there: the
+    mean outcome G of `fig5.mc_rollouts` rollouts of pi_old (the parameters that
+    collected the batch) from the stored state x_t that end within factor.horizon, put
+    in the reward coordinate of the trajectory's group as the critic's targets are
+    (household, science: the success itself; shop: the score standardised with the
+    group's mean and SD), with TAC's boundaries V(x_0) = V~(x_0) (household: the
+    leave-one-out mean; shop, science: 0) and V(x_T) = 0: a critic equal to V_MC gives
+    A* = A^MC. Independent: fresh policy keys, no value head. The environment's own
+    randomness travels with the stored state (common random numbers, see
+    asct_jax/search/rollout_value.py), for both estimates. Pearson r, RMSE, MAE and bias
+    over all real actions (factor_jax.calibration_metrics). `env_coordinate`: the same
+    against the reference before issue 38, from the same rollouts (V_MC the mean return
+    to go, A^MC with the environment's rewards): equal on household, not a calibration
+    of TAC on shop and science. `corr_interior` (`_without_r`): r over the interior
+    actions 0 < t < T_i - 1 alone, where both credits are r_t plus a difference of two
+    values (without the shared r_t: the values' differences alone).
     "warmed": the same for the run at the end of the critic's warm-up (its parameters
     and critic after the warm-up's last step, checkpointed for it: the credit is the
     first TAC credit); "early"'s critic is untrained. Beside them (critic_calibration):
@@ -141,17 +152,16 @@ def feedback_control(delta, delta_nf, mask) -> Dict[str, float]:
             if sel.any() else 0.0}
 
 
-def critic_calibration(pieces, a_mc, v_mc, turn_mask,
-                       mc_rollouts: int = 0) -> Dict[str, float]:
+def critic_calibration(pieces, a_mc, v_mc, turn_mask, state_var=None) -> Dict[str, float]:
     """Panel (b)'s critic numbers: the share of interior actions (0 < t < T_i - 1, whose
     TAC credit is r_t + the target head's difference) with |A*_t| > 0.01, the critic's
     loss at this step, how much of the online head's spread over states the target
     carries, TAC's credit from the online head instead (its r and RMSE vs A^MC), and the
     target head's values against V_MC on the states 0 < t < T_i (value_corr). With
-    mc_rollouts = M: A^MC's spread over the actions beside a bound on its sampling noise,
-    sqrt(mean_t (V_MC(x_t)(1 - V_MC(x_t)) + V_MC(x_{t+1})(1 - V_MC(x_{t+1}))) / M), V_MC
-    clipped to [0, 1] (Bernoulli's variance bounds a mean of outcomes in [0, 1]; V(x_0) =
-    b and V(x_T) = 0 are exact): the error even a perfect critic would show."""
+    state_var [B, T] (a bound on each V_MC's sampling variance, fj.mc_noise_var; 0 at
+    x_0 = b and x_T = 0, which are exact): A^MC's spread over the actions beside a bound
+    on its sampling noise, sqrt(mean_t (var(x_t) + var(x_{t+1}))): the error even a
+    perfect critic would show."""
     tm = np.asarray(turn_mask)
     t = np.arange(tm.shape[1])[None, :]
     interior = tm & (t >= 1) & (t < tm.sum(-1, keepdims=True) - 1)
@@ -164,9 +174,8 @@ def critic_calibration(pieces, a_mc, v_mc, turn_mask,
                            jnp.asarray(tm))
     m = fj.calibration_metrics(online, jnp.asarray(a_mc), jnp.asarray(tm))
     out = {}
-    if mc_rollouts:
-        p = np.clip(np.where(tm & (t >= 1), np.asarray(v_mc), 0.0), 0.0, 1.0)
-        var = p * (1.0 - p) / mc_rollouts                          # per state x_t
+    if state_var is not None:
+        var = np.where(tm & (t >= 1), np.asarray(state_var), 0.0)   # per state x_t
         var_next = np.pad(var[:, 1:], ((0, 0), (0, 1)))            # x_{t+1}; 0 at x_T
         out = {"mc_credit_sd": float(np.asarray(a_mc)[tm].std()),
                "mc_noise_sd": float(np.sqrt((var + var_next)[tm].mean()))}
@@ -178,6 +187,21 @@ def critic_calibration(pieces, a_mc, v_mc, turn_mask,
                 pieces.values, pieces.values_online, jnp.asarray(tm))),
             "corr_online": float(m["corr"]), "rmse_online": float(m["rmse"]),
             "value_corr": value_corr}
+
+
+def interior_calibration(credit, a_mc, rewards, turn_mask) -> Dict[str, float]:
+    """r of TAC's credit with A^MC on the interior actions (0 < t < T_i - 1), where both
+    are r_t plus a difference of two values of states after x_0 and before x_T (no
+    boundary term), with and without the r_t they share (science's progress rewards
+    correlate them by themselves): corr_interior, corr_interior_without_r (the values'
+    differences alone, V(x_{t+1}) - V(x_t) vs V_MC's)."""
+    tm = np.asarray(turn_mask)
+    t = np.arange(tm.shape[1])[None, :]
+    interior = tm & (t >= 1) & (t < tm.sum(-1, keepdims=True) - 1)
+    r = lambda x, y: float(fj.calibration_metrics(  # noqa: E731
+        jnp.asarray(x), jnp.asarray(y), jnp.asarray(interior))["corr"])
+    return {"corr_interior": r(credit, a_mc),
+            "corr_interior_without_r": r(credit - rewards, a_mc - rewards)}
 
 
 def progress_delta(delta, delta_nf, mask, progress, turn_mask) -> Dict[str, float]:
@@ -201,14 +225,10 @@ def term_grad_norms(run_dir: str, steps=(1, 5, None)) -> Dict[str, float]:
     """{grad_<term>@<step>: ||d term / d params||} of a run trained with
     ppo.term_grad_norms (metrics.jsonl's train/grad_norm/<term>) at `steps` (None: the
     last); {} when the run logged none."""
-    import json
+    from asct_jax.infra.run_logger import read_jsonl
 
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        recs = [r for r in (json.loads(line) for line in f if line.strip())
-                if any(k.startswith("train/grad_norm/") for k in r)]
+    recs = [r for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+            if any(k.startswith("train/grad_norm/") for k in r)]
     out = {}
     for want in steps:
         r = recs[-1] if (want is None and recs) else next(
@@ -262,17 +282,32 @@ def run_diagnostics(config, pieces, early_params, late_params,
         batch = diag.collect(params, k[f"roll_{phase}"])
         pieces, cons, tac_sum_err, delta_nf = diag.parts(params, batch, k[f"cred_{phase}"],
                                                          mstate)
-        a_mc, v_mc = diag.mc_credit(params, batch, pieces, k[f"mc_{phase}"])
+        ref = diag.mc_credit(params, batch, pieces, k[f"mc_{phase}"])
+        a_mc = ref["a_mc"]
         tm = np.asarray(batch.turn_mask)
         credit = np.asarray(pieces.credit)
-        cal = {kk: float(vv) for kk, vv in fj.calibration_metrics(
-            jnp.asarray(credit), jnp.asarray(a_mc), jnp.asarray(tm)).items()}
+        metrics = lambda a: {kk: float(vv) for kk, vv in fj.calibration_metrics(  # noqa: E731
+            jnp.asarray(credit), jnp.asarray(a), jnp.asarray(tm)).items()}
+        cal = metrics(a_mc)
+        cal["reference"] = "tac_coordinate"
+        cal.update(interior_calibration(credit, a_mc, np.asarray(pieces.rewards), tm))
+        cal["mc_unscored_states"] = int(ref["unscored"].sum())
         cal["return_mean"] = float(np.asarray(pieces.returns).mean())
         cal["episode_len_mean"] = float(tm.sum(-1).mean())
         cal["tac_sum_err_max"] = float(np.max(np.asarray(tac_sum_err)))
         cal["checkpoint_frac"] = float(np.asarray(pieces.cont.valid).sum() / tm.sum())
         cal["critic_value_mean"] = float(np.asarray(pieces.values)[tm].mean())
-        cal.update(critic_calibration(pieces, a_mc, v_mc, tm, int(config.fig5.mc_rollouts)))
+        cal.update(critic_calibration(pieces, a_mc, ref["v_mc"], tm, ref["var"]))
+        # the noise estimated from the rollouts' own spread (the bound's Bernoulli variance
+        # is loose for shop's continuous score)
+        cal["mc_noise_sd_est"] = critic_calibration(pieces, a_mc, ref["v_mc"], tm,
+                                                    ref["var_est"])["mc_noise_sd"]
+        # The environment's coordinate (panel b's reference before issue 38): the same on
+        # household, where the two coordinates agree.
+        env = critic_calibration(pieces, ref["a_mc_env"], ref["v_mc_env"], tm, ref["var_env"])
+        cal["env_coordinate"] = {**metrics(ref["a_mc_env"]), **{
+            kk: env[kk] for kk in ("value_corr", "mc_credit_sd", "mc_noise_sd", "corr_online",
+                                   "rmse_online")}}
         res[f"calibration_{phase}"] = cal
         res[f"feedback_control_{phase}"] = feedback_control(pieces.delta, delta_nf,
                                                             pieces.alloc_mask)
@@ -345,7 +380,7 @@ def plot(res: Dict[str, Any], path: str, title: str = "") -> str:
     ax.plot(lim, lim, "k--", lw=1, label="identity")
     ax.set_xlim(lim)
     ax.set_ylim(lim)
-    ax.set_xlabel(r"Monte-Carlo credit $A^{MC}_t$")
+    ax.set_xlabel(r"Monte-Carlo credit $A^{MC}_t$ (TAC's coordinate)")
     ax.set_ylabel(r"TAC credit $A^*_t$")
     ax.set_title("(b) calibration")
     ax.legend(fontsize=8)
@@ -503,7 +538,9 @@ def format_summary(res: Dict[str, Any]) -> str:
         m = res.get(f"calibration_{phase}")
         if m is None:
             continue
-        lines.append(f"(b) {phase:6s}: corr {m['corr']:.3f}  rmse {m['rmse']:.3f}  "
+        lines.append(f"(b) {phase:6s}: corr {m['corr']:.3f} (interior "
+                     f"{m.get('corr_interior', np.nan):.3f}, without r_t "
+                     f"{m.get('corr_interior_without_r', np.nan):.3f})  rmse {m['rmse']:.3f}  "
                      f"mae {m['mae']:.3f}  bias {m['bias']:+.3f}  n {int(m['count'])}  "
                      f"return {m['return_mean']:.3f}")
         if "interior_credit_share" in m:
@@ -513,7 +550,14 @@ def format_summary(res: Dict[str, Any]) -> str:
                          f"{m['target_online_spread']:.2f}, online head's credit: corr "
                          f"{m['corr_online']:.3f} rmse {m['rmse_online']:.3f}, r(V, V_MC) "
                          f"{m['value_corr']:.3f}, A^MC sd {m.get('mc_credit_sd', np.nan):.3f}"
-                         f" (noise <= {m.get('mc_noise_sd', np.nan):.3f})")
+                         f" (noise <= {m.get('mc_noise_sd', np.nan):.3f}, estimated "
+                         f"{m.get('mc_noise_sd_est', np.nan):.3f})")
+        e = m.get("env_coordinate")
+        if e is not None:
+            lines.append(f"    {phase:6s} env-coordinate reference: corr {e['corr']:.3f}  rmse "
+                         f"{e['rmse']:.3f}, r(V, V_MC) {e['value_corr']:.3f}, A^MC sd "
+                         f"{e['mc_credit_sd']:.3f} (noise <= {e['mc_noise_sd']:.3f}); "
+                         f"unscored states {m['mc_unscored_states']}")
     for phase in ("early", "late"):
         f = res[f"feedback_control_{phase}"]
         lines.append(f"    {phase:5s} feedback control: r(Delta, Delta without feedback) "

@@ -14,7 +14,8 @@ from factor_jax.checkpoints import checkpoint_turns
 from factor_jax.coefficients import token_coefficients
 from factor_jax.diagnostics import (CalibrationMetrics, Conservation, calibration_metrics,
                                     choice_tokens, conservation, conservation_error,
-                                    extreme_tokens, mc_credit, mc_state_values,
+                                    extreme_tokens, mc_credit, mc_noise_var, mc_references,
+                                    mc_state_outcomes, mc_state_values, StateOutcomes,
                                     perturbable_actions, perturbation_returns,
                                     perturbed_actions)
 from factor_jax.hta import hindsight_delta, hta_scores
@@ -38,6 +39,7 @@ __all__ = [
     "serl_coefficients", "serl_lambda", "serl_prompted_rows", "serl_token_weights",
     "conservation_error", "calibration_metrics", "CalibrationMetrics", "extreme_tokens",
     "conservation", "Conservation", "choice_tokens",
-    "mc_state_values", "mc_credit", "perturbable_actions", "perturbed_actions",
+    "mc_state_values", "mc_state_outcomes", "StateOutcomes", "mc_noise_var", "mc_references",
+    "mc_credit", "perturbable_actions", "perturbed_actions",
     "perturbation_returns",
 ]

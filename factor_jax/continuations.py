@@ -101,22 +101,37 @@ def to_reward_coordinate(outcome: chex.Array, returns: chex.Array, group_size: i
     return jnp.where(sigma < 1e-6, 0.0, z).astype(jnp.float32)
 
 
-def checkpoint_targets(cont: Continuations, returns: chex.Array, group_size: int,
-                       rule: str) -> chex.Array:
-    """[B, S] critic targets, as the authors' TACModule.build_targets_for_trajectory:
+def outcome_targets(outcome: chex.Array, scored: chex.Array, returns: chex.Array,
+                    group_size: int, rule: str) -> chex.Array:
+    """What the critic is fitted to at states of trajectory i, from the mean outcome of
+    continuations there, as the authors' TACModule.build_targets_for_trajectory:
 
       y = mean scored outcome, in the reward coordinate     (some continuation scored)
       y = G_i, the trajectory's raw outcome                 (none scored: the authors'
                                                              realized_return)
 
     Args:
+      outcome: [B, S] float, the mean raw outcome of the scored continuations from S
+        states of each trajectory. scored: [B, S] bool. returns: [B] float, G of each
+        trajectory (its group's outcomes set the coordinate).
+    Returns:
+      [B, S] float32.
+    """
+    y = to_reward_coordinate(outcome, returns, group_size, rule)
+    raw = returns.astype(jnp.float32)[:, None]
+    return jnp.where(scored, y, raw)
+
+
+def checkpoint_targets(cont: Continuations, returns: chex.Array, group_size: int,
+                       rule: str) -> chex.Array:
+    """[B, S] critic targets at the checkpoints (outcome_targets of cont's outcomes).
+
+    Args:
       cont: the batch's Continuations. returns: [B] float, G of each trajectory.
     Returns:
       [B, S] float32.
     """
-    y = to_reward_coordinate(cont.outcome, returns, group_size, rule)
-    raw = returns.astype(jnp.float32)[:, None]
-    return jnp.where(cont.scored, y, raw)
+    return outcome_targets(cont.outcome, cont.scored, returns, group_size, rule)
 
 
 def run_continuations(env, env_params, batch, policy_fn, key, num: int, horizon: int,

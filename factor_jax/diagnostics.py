@@ -8,14 +8,16 @@ R rollouts.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, Tuple
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import chex
 import jax
 import jax.numpy as jnp
 
+from asct_jax.envs.play import play_from
 from asct_jax.search.rollout_value import mc_return, rollout_return
 from factor_jax.apm import softmax_weights
+from factor_jax.continuations import episode_outcome, outcome_targets
 from factor_jax.tac import tac_credit
 
 
@@ -179,11 +181,95 @@ def mc_state_values(env, env_params, policy_fn: Callable, states: Any, keys: che
     return jax.lax.map(one, (states, keys), batch_size=batch_size)
 
 
+@chex.dataclass(frozen=True)
+class StateOutcomes:
+    """M rollouts of pi_old from each of N states (mc_state_outcomes). Each field [N].
+
+    Attributes:
+      outcome: mean raw outcome G (the env's info field, or the return) of the rollouts
+        that ended within the critic's horizon (0 where none did), what the critic's
+        targets average (factor_jax.continuations.continuation_outcomes).
+      scored: bool, at least one rollout ended within the horizon.
+      ret: mean return to go of all M rollouts to the end (mc_state_values' V_MC, the
+        environment's reward coordinate).
+      outcome_var: the sampling variance of `outcome` estimated from its rollouts,
+        s^2 / n (s^2 with n - 1; 0 for n < 2).
+    """
+
+    outcome: chex.Array
+    scored: chex.Array
+    ret: chex.Array
+    outcome_var: chex.Array
+
+
+def mc_state_outcomes(env, env_params, policy_fn: Callable, states: Any, keys: chex.Array,
+                      prefix_returns: chex.Array, num_rollouts: int, horizon: int,
+                      outcome_key: str, batch_size: int) -> StateOutcomes:
+    """The outcome and the return to go of M rollouts of pi_old from each state, from the
+    same rollouts (the same key use as mc_return and as the critic's continuations, so
+    that V_MC equals mc_state_values' and each rollout that ends within `horizon` is the
+    continuation the critic would have scored):
+
+      outcome(x_n) = mean_{m: ended within horizon} G^(m)(x_n),   ret(x_n) = (1/M) sum_m R^(m)_{>=t}
+
+    Args:
+      env, env_params, policy_fn: as mc_state_values. states: env state pytree with
+        leading [N]. keys: [N] PRNG keys. prefix_returns: [N] float, the return before
+        each state (the outcome "return" adds it).
+      num_rollouts: M, horizon: the critic's continuation horizon, outcome_key: G's info
+        field or "return" (static).
+      batch_size: states per jax.lax.map chunk (memory).
+    Returns:
+      StateOutcomes of [N] arrays.
+    """
+    def rollout(state, key, prefix):
+        out = play_from(env, env_params, policy_fn, state, key, env.max_turns)
+        ret = out.ret.astype(jnp.float32)
+        g = episode_outcome(env, env_params, out.state, outcome_key, prefix + ret)
+        return g, out.done & (out.calls <= horizon), ret
+
+    def one(a):
+        state, key, prefix = a
+        g, ended, ret = jax.vmap(lambda k: rollout(state, k, prefix))(
+            jax.random.split(key, num_rollouts))
+        n = jnp.sum(ended)
+        mean = jnp.sum(jnp.where(ended, g, 0.0)) / jnp.maximum(n, 1)
+        ss = jnp.sum(jnp.where(ended, (g - mean) ** 2, 0.0))
+        var = jnp.where(n > 1, ss / jnp.maximum(n - 1, 1) / jnp.maximum(n, 1), 0.0)  # s^2 / n
+        return StateOutcomes(outcome=mean, scored=n > 0, ret=jnp.mean(ret), outcome_var=var)
+
+    return jax.lax.map(one, (states, keys, jnp.asarray(prefix_returns, jnp.float32)),
+                       batch_size=batch_size)
+
+
+def mc_noise_var(outcome: chex.Array, scored: chex.Array, scale: chex.Array,
+                 num_rollouts: int) -> chex.Array:
+    """A bound on the sampling variance of each V_MC (a mean of M outcomes in [0, 1]:
+    Bernoulli's variance bounds theirs), in a coordinate that is `scale` x the outcome
+    plus a constant:
+
+      var(x) <= scale^2 clip(p, 0, 1) (1 - clip(p, 0, 1)) / M,   p = the mean outcome,
+
+    0 where nothing was scored (the value is then a trajectory's own outcome).
+
+    Args:
+      outcome, scored, scale: arrays of one shape (or broadcasting), floats / bool.
+    Returns:
+      float32 like outcome.
+    """
+    p = jnp.clip(outcome, 0.0, 1.0)
+    return jnp.where(scored, scale**2 * p * (1.0 - p) / num_rollouts, 0.0).astype(jnp.float32)
+
+
 def mc_credit(rewards: chex.Array, mc_values: chex.Array, baseline: chex.Array,
               turn_mask: chex.Array) -> chex.Array:
     """The Monte-Carlo reference credit, with TAC's boundaries:
 
       A^MC_t = r_t + V_MC(x_{t+1}) - V_MC(x_t),   V(x_0) = b,  V(x_T) = 0.
+
+    In TAC's coordinate (Figure 5's panel b) r_t is TAC's (factor_jax.tac_rewards) and
+    V_MC the expected critic target (mc_state_outcomes' outcome through
+    factor_jax.continuations.outcome_targets): an exact critic then gives A*_t = A^MC_t.
 
     Args:
       rewards, mc_values: [B, T] float (mc_values read where 0 < t < T_i).
@@ -192,6 +278,48 @@ def mc_credit(rewards: chex.Array, mc_values: chex.Array, baseline: chex.Array,
       [B, T] float, 0 on padded turns.
     """
     return tac_credit(rewards, mc_values, baseline, turn_mask)
+
+
+def mc_references(tac_rewards: chex.Array, env_rewards: chex.Array, baseline: chex.Array,
+                  returns: chex.Array, turn_mask: chex.Array, outcome: chex.Array,
+                  scored: chex.Array, ret: chex.Array, group_size: int, rule: str,
+                  num_rollouts: int, outcome_var=None) -> Dict[str, chex.Array]:
+    """Panel (b)'s two Monte-Carlo credits, from mc_state_outcomes at every x_t, t >= 1:
+
+      TAC's coordinate ("a_mc", "v_mc"; the panel's reference):
+        V_MC(x_t) = outcome_targets(outcome, scored): the expected critic target (the mean
+                    outcome in the reward coordinate of the trajectory's group)
+        A^MC_t    = r_t + V_MC(x_{t+1}) - V_MC(x_t), r_t TAC's, V(x_0) = b, V(x_T) = 0
+        so a critic equal to V_MC gives TAC's credit A*_t = A^MC_t exactly;
+      the environment's coordinate ("a_mc_env", "v_mc_env"; the reference before issue 38):
+        V_MC(x_t) = ret, the mean return to go; A^MC with the environment's rewards.
+    "var", "var_env": mc_noise_var of each V_MC (the coordinate's scale, d V / d outcome:
+    1, or 1 / (sigma + 1e-8) of the group under "standardise"); "unscored": no rollout
+    ended within the critic's horizon (V_MC is then the trajectory's G, as the target).
+    With outcome_var (StateOutcomes'): "var_est", the estimated sampling variance of
+    V_MC in TAC's coordinate (scale^2 outcome_var; 0 where unscored).
+
+    Args:
+      tac_rewards: [B, T] TAC's r_t (factor_jax.tac_rewards). env_rewards: [B, T].
+      baseline: [B] V~(x_0). returns: [B] G (the groups' outcomes set the coordinate).
+      turn_mask: [B, T] bool. outcome, scored, ret: [B, T] (read where 0 < t < T_i).
+      group_size, rule (reward_construction's), num_rollouts: static.
+    Returns:
+      dict of [B, T] arrays (0 at t = 0 and on padding but the credits' t = 0).
+    """
+    chex.assert_equal_shape([tac_rewards, env_rewards, turn_mask, outcome, scored, ret])
+    inner = turn_mask & (jnp.arange(turn_mask.shape[1])[None, :] >= 1)
+    coord = lambda o, s: outcome_targets(o, s, returns, group_size, rule)  # noqa: E731
+    v_mc = jnp.where(inner, coord(outcome, scored), 0.0)
+    scale = coord(jnp.ones_like(outcome), True) - coord(jnp.zeros_like(outcome), True)
+    v_env = jnp.where(inner, ret, 0.0).astype(jnp.float32)
+    noise = lambda o, s, c: jnp.where(inner, mc_noise_var(o, s, c, num_rollouts), 0.0)  # noqa: E731
+    return {"a_mc": mc_credit(tac_rewards, v_mc, baseline, turn_mask), "v_mc": v_mc,
+            "a_mc_env": mc_credit(env_rewards, v_env, baseline, turn_mask),
+            "v_mc_env": v_env, "var": noise(outcome, scored, scale),
+            "var_env": noise(ret, True, 1.0), "unscored": inner & ~scored,
+            **({} if outcome_var is None else {"var_est": jnp.where(
+                inner & scored, scale**2 * outcome_var, 0.0).astype(jnp.float32)})}
 
 
 # ------------------------------------------------------------------ (c) perturbation

@@ -19,7 +19,7 @@ from asct_jax.envs.base import UNK_ID
 from asct_jax.rl.credit import CreditContext, state_actor
 from asct_jax.rl.hindsight_warm_start import step_progress
 from asct_jax.rl.rollout import rollout
-from factor_jax.methods import FactorConfig, Schedule, factor_pieces
+from factor_jax.methods import FactorConfig, Schedule, factor_pieces, run_outcome_rule
 from factor_jax.teacher import teacher_log_probs
 
 
@@ -84,9 +84,14 @@ class Diagnostics:
                                                     int(num_groups), ctx.group_size))
         self.parts = jax.jit(lambda p, batch, k, ms: factor_parts(fc, ctx, p, batch, k, ms,
                                                                   step))
-        self._mc = jax.jit(lambda p, states, keys: fj.mc_state_values(
-            env, env_params, state_actor(ctx, p), states, keys, self.M,
-            self.mc_states_per_chunk))
+        rule, outcome = run_outcome_rule(fc, env)
+        self._mc = jax.jit(lambda p, states, keys, prefix: fj.mc_state_outcomes(
+            env, env_params, state_actor(ctx, p), states, keys, prefix, self.M,
+            fc.horizon, outcome, self.mc_states_per_chunk))
+        self._references = jax.jit(lambda batch, pieces, o: fj.mc_references(
+            pieces.rewards, batch.rewards, pieces.baseline, pieces.returns, batch.turn_mask,
+            o["outcome"], o["scored"], o["ret"], ctx.group_size, rule, self.M,
+            o["outcome_var"]))
         self._perturb = jax.jit(self._perturb_returns)
         self._progress = jax.jit(lambda batch, key: jax.vmap(jax.vmap(
             lambda st, y, k: step_progress(env, env_params, st, y, k)[0]))(
@@ -100,21 +105,30 @@ class Diagnostics:
         step), not by its feedback's text."""
         return np.asarray(self._progress(batch, key))
 
-    def mc_credit(self, params, batch, pieces, key):
-        """Panel (b): A^MC [B, T] (numpy) and V_MC [B, T] (0 at t = 0 and on padding)."""
+    def mc_credit(self, params, batch, pieces, key) -> Dict[str, np.ndarray]:
+        """Panel (b)'s Monte-Carlo references [B, T] (numpy; V 0 at t = 0 and on padding),
+        both from the same M rollouts per state x_t, t >= 1:
+
+        fj.mc_references: "a_mc", "v_mc" in TAC's coordinate (the panel's reference: an
+        exact critic gives A* = A^MC), "a_mc_env", "v_mc_env" in the environment's (the
+        reference before issue 38), "var", "var_env", "var_est", "unscored"."""
         tm = np.asarray(batch.turn_mask)
         bi, ti = np.nonzero(tm & (np.arange(tm.shape[1])[None] >= 1))
         n = len(bi)
-        v = np.zeros(tm.shape, np.float32)
+        out = {f: np.zeros(tm.shape, np.float32) for f in ("outcome", "ret", "outcome_var")}
+        out["scored"] = np.ones(tm.shape, bool)
         if n:
             n_pad = _pad_idx(n, self.mc_states_per_chunk)
             bi_p = np.concatenate([bi, np.full(n_pad - n, bi[0])])
             ti_p = np.concatenate([ti, np.full(n_pad - n, ti[0])])
             states = _take(batch.states, bi_p, ti_p)
+            rew = np.where(tm, np.asarray(batch.rewards), 0.0)
+            prefix = (np.cumsum(rew, axis=1) - rew)[bi_p, ti_p]       # return before x_t
             keys = jax.random.split(key, n_pad)
-            v[bi, ti] = np.asarray(self._mc(params, states, keys))[:n]
-        a_mc = fj.mc_credit(batch.rewards, jnp.asarray(v), pieces.baseline, batch.turn_mask)
-        return np.asarray(a_mc), v
+            so = self._mc(params, states, keys, jnp.asarray(prefix))
+            for f in out:
+                out[f][bi, ti] = np.asarray(getattr(so, f))[:n]
+        return {k: np.asarray(v) for k, v in self._references(batch, pieces, out).items()}
 
     def _perturb_returns(self, params, states, actions, hi, lo, cands, legal, keys):
         var = fj.perturbed_actions(actions, hi, lo, cands, legal, self.modes, self.filler,

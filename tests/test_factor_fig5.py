@@ -63,7 +63,7 @@ def test_conservation_apm_zero_softmax_not(setup):
 
 
 def test_calibration_shapes_and_finite(setup):
-    _, _, _, res, _ = setup
+    c, _, _, res, _ = setup
     arr = res["_arrays"]
     for phase in ("early", "warmed", "late"):
         m = res[f"calibration_{phase}"]
@@ -77,6 +77,16 @@ def test_calibration_shapes_and_finite(setup):
             assert np.isfinite(m[k]), (phase, k)
         assert -1.0 - 1e-5 <= m["corr"] <= 1.0 + 1e-5
         assert m["tac_sum_err_max"] < 1e-4  # telescoping: sum_t A*_t = A_seq
+        # the reference in TAC's coordinate, beside the environment's (the earlier one)
+        assert m["reference"] == "tac_coordinate" and m["mc_unscored_states"] >= 0
+        for k in ("corr_interior", "corr_interior_without_r"):
+            assert np.isnan(m[k]) or -1.0 - 1e-5 <= m[k] <= 1.0 + 1e-5
+        e = m["env_coordinate"]
+        assert e["count"] == m["count"] and -1.0 - 1e-5 <= e["corr"] <= 1.0 + 1e-5
+        assert e["mc_noise_sd"] >= 0.0 and m["mc_noise_sd"] >= 0.0
+        # s^2 (with n - 1) of outcomes in [0, 1] is at most M / (M - 1) x Bernoulli's
+        mc = c.fig5.mc_rollouts
+        assert 0.0 <= m["mc_noise_sd_est"] <= m["mc_noise_sd"] * np.sqrt(mc / (mc - 1)) + 1e-6
         f = res[f"feedback_control_{phase}"]
         assert f["tokens"] > 0 and -1.0 - 1e-5 <= f["pearson_r"] <= 1.0 + 1e-5
 
@@ -194,7 +204,8 @@ def test_critic_calibration_hand_case():
     v_mc = np.array([[0.0, 0.4, 0.6, 1.0], [0.0, 0.2, 0.0, 0.0]], np.float32)
     a_mc = np.asarray(fj.tac_credit(pieces.rewards, jnp.asarray(v_mc), pieces.baseline,
                                     jnp.asarray(tm)))
-    m = fig5.critic_calibration(pieces, a_mc, v_mc, tm, mc_rollouts=4)
+    var = np.asarray(fj.mc_noise_var(jnp.asarray(v_mc), True, 1.0, 4))
+    m = fig5.critic_calibration(pieces, a_mc, v_mc, tm, state_var=var)
     # noise: V(1 - V) / 4 at x_t plus at x_{t+1} (0 at x_0 and x_T), over the 6 actions
     np.testing.assert_allclose(m["mc_noise_sd"], np.sqrt((0.06 + 0.12 + 0.06 + 0.04
                                                           + 0.04) / 6), rtol=1e-5)
@@ -207,6 +218,20 @@ def test_critic_calibration_hand_case():
                                np.corrcoef(np.asarray(values)[inner], v_mc[inner])[0, 1],
                                rtol=1e-5)
     assert -1.0 <= m["corr_online"] <= 1.0
+
+
+def test_interior_calibration_hand_case():
+    """Interior actions only (t = 1, 2 of a 4-turn episode, t = 1 of a 3-turn one):
+    with r_t shared, and the values' differences alone."""
+    tm = np.array([[True] * 4, [True] * 3 + [False]])
+    rewards = np.array([[0.0, 1.0, -1.0, 5.0], [0.0, 2.0, 0.0, 0.0]])
+    dv = np.array([[9.0, 0.1, 0.2, 9.0], [9.0, 0.3, 9.0, 0.0]])      # A* - r_t
+    dv_mc = np.array([[-9.0, 0.2, 0.1, -9.0], [-9.0, 0.6, -9.0, 0.0]])
+    m = fig5.interior_calibration(rewards + dv, rewards + dv_mc, rewards, tm)
+    x, y = np.array([1.1, -0.8, 2.3]), np.array([1.2, -0.9, 2.6])
+    np.testing.assert_allclose(m["corr_interior"], np.corrcoef(x, y)[0, 1], rtol=1e-5)
+    np.testing.assert_allclose(m["corr_interior_without_r"],
+                               np.corrcoef([0.1, 0.2, 0.3], [0.2, 0.1, 0.6])[0, 1], rtol=1e-5)
 
 
 def test_feedback_control_splits_delta_by_progress(setup):
