@@ -81,8 +81,9 @@ def test_the_counterfactual_prompt_is_the_teacher_prefix_with_the_candidates_fee
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_the_counterfactual_target_follows_progress(seed):
-    """The sampled row's target is the drawn candidate c itself, a valid one: toward c
-    where c made progress, away from it where it did not."""
+    """The sampled row's target is the drawn candidate c itself, a valid one other than
+    a*_t (slot 0) where there is one: toward c where c made progress, away from it where
+    it did not."""
     r = np.random.default_rng(seed)
     m, c, k, n = 5, cf.CANDIDATES, 6, 12
     cands = jnp.asarray(r.integers(1, 50, (m, k, 3)), jnp.int32)
@@ -97,7 +98,7 @@ def test_the_counterfactual_target_follows_progress(seed):
     got = np.asarray(out["cf_candidate"])
     for j, (i, cand) in enumerate(zip(np.asarray(idx), got)):
         slot = list(np.asarray(index[i])).index(cand)
-        assert valid[i, slot]
+        assert valid[i, slot] and (slot > 0 or not valid[i, 1:].any())
         np.testing.assert_array_equal(np.asarray(out["cf_feedback"][j]), np.asarray(fb[i, slot]))
         np.testing.assert_array_equal(np.asarray(out["counterfactual_action"][j]),
                                       np.asarray(cands[i, cand]))
@@ -146,3 +147,39 @@ def test_the_option_leaves_the_other_rows_and_names_as_they_were(noisy):
         c.warm_start.hindsight = option
         names.add(shared_ws.key(c))
     assert len(names) == 3
+
+
+def _cf_logp(policy, params, t, slot):
+    """[M]: the teacher's log pi(c | x_t, o_c) of each turn's counterfactual candidate in
+    `slot` (its tokens summed)."""
+    c = t.cf_index[:, slot]
+    action = jnp.take_along_axis(t.cands, c[:, None, None], axis=1)[:, 0]
+    prefix = hw.teacher_prefix(policy, t.obs, t.cf_feedback[:, slot])
+    logp = policy.token_log_probs(params, prefix, action, t.cands, t.legal)
+    return np.asarray(jnp.sum(jnp.where(action != policy.pad_id, logp, 0.0), -1))
+
+
+@pytest.mark.slow
+def test_the_counterfactual_phase_moves_the_teacher_off_what_its_feedback_shows_failed(noisy):
+    """After 150 updates of the "counterfactual" phase the teacher prompt, shown a drawn
+    candidate's own feedback, holds the candidates that made no progress less likely than
+    before and than after as many updates of "feedback" (the same key); its row's loss
+    falls and the student stays the actor."""
+    from asct_jax.rl.run_config import run_config
+
+    source, policy, params, data, _, t = noisy
+    sel = np.asarray(t.live & t.cf_valid[:, 1] & ~t.cf_progress[:, 1])
+    assert sel.sum() > 10
+    after = {}
+    for option in ("feedback", "counterfactual"):
+        c = small_config("/tmp")
+        c.warm_start.hindsight = option
+        c.warm_start.hindsight_steps = 150
+        c.warm_start.batch = 64
+        out, info = hw.hindsight_phase(run_config(c), policy, params, data.rollout,
+                                       source.env, source.env_params, jax.random.key(0))
+        after[option] = _cf_logp(policy, out, t, 1)[sel].mean()
+    assert info["hindsight_counterfactual_loss_last"] < info["hindsight_counterfactual_loss_first"]
+    assert info["hindsight_student_loss_last"] < 0.05
+    before = _cf_logp(policy, params, t, 1)[sel].mean()
+    assert after["counterfactual"] < min(before, after["feedback"]) - 0.3, (before, after)

@@ -71,10 +71,13 @@ def counterfactual_targets(progress) -> Tuple[chex.Array, chex.Array]:
 
 def sample_counterfactual(key, idx, cf_index, cf_valid, cf_feedback, cf_progress, cands
                           ) -> dict:
-    """One valid counterfactual candidate per sampled turn idx [N] (uniform over the valid
-    slots): its feedback [N, F], its action tokens [N, A] (the target: c itself), away [N]
+    """One valid counterfactual candidate per sampled turn idx [N], uniform over the valid
+    slots other than a*_t's (slot 0, drawn only where no other is valid; a*_t's own row
+    is the real row's, a function of x_t): its feedback [N, F], its action tokens [N, A] (the target: c itself), away [N]
     (c made no progress) and its index cf_candidate [N]. cands [M, K, A]."""
     valid = cf_valid[idx]                                                  # [N, C]
+    other = valid & (jnp.arange(valid.shape[1]) > 0)[None, :]
+    valid = jnp.where(jnp.any(other, 1, keepdims=True), other, valid)     # a*_t: no other
     slot = jax.random.categorical(key, jnp.where(valid, 0.0, -jnp.inf))    # [N]
     pick = lambda x: jnp.take_along_axis(x[idx], slot[:, None], axis=1)[:, 0]  # noqa: E731
     c = pick(cf_index)
