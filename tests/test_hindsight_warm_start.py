@@ -102,7 +102,9 @@ def test_targets_keep_what_worked_and_move_off_what_did_not(rows):
         failure=jnp.zeros((m, 1), jnp.int32), cands=jnp.zeros((m, k, 1), jnp.int32),
         legal=jnp.ones((m, k), bool), taken=jnp.asarray(taken), expert=jnp.asarray(expert),
         progress=jnp.asarray(progress), live=jnp.ones((m,), bool),
-        student_logp=jnp.zeros((m, k)))
+        student_logp=jnp.zeros((m, k)), cf_index=jnp.zeros((m, 0), jnp.int32),
+        cf_valid=jnp.zeros((m, 0), bool), cf_feedback=jnp.zeros((m, 0, 1), jnp.int32),
+        cf_progress=jnp.zeros((m, 0), bool))
     t = {row: tuple(np.asarray(x) for x in v) for row, v in hw.targets(turns).items()}
     np.testing.assert_array_equal(t["real"][0], np.where(progress, taken, expert))
     assert not t["real"][1].any()

@@ -1,4 +1,5 @@
-"""The hindsight-reading phase of the warm start (warm_start.hindsight "feedback"): what an
+"""The hindsight-reading phase of the warm start (warm_start.hindsight "feedback" or
+"counterfactual"): what an
 instruct model brings to FACTOR's and SERL's teachers, taught to the tiny actor after SFT.
 The project's stand-in for a pretrained model's reading of the feedback (docs/methods.md,
 FACTOR > HTA; measured in docs/results/regime.md).
@@ -19,14 +20,12 @@ rows, summed in one loss (`hindsight_loss`: -log pi(target), or -log(1 - pi(y)) 
             candidates (KL to it, computed once before the phase), so the student stays
             the SFT actor (not a longer SFT).
 
-Progress (`step_progress`) comes from the environment, not the text: the step is as good
-as the scripted expert's own, i.e. played on from s_{t+1} the expert ends no worse,
-r_t + G*(s_{t+1}) >= G*(s_t), and no later, d*(s_{t+1}) + 1 <= d*(s_t) (G*, d*: the
-expert's return and turns from a state, its turn counter reset; `expert_finish`). So an
-epsilon step as good as the expert's (shop: the right option in another order; science: a
-milestone out of the plan's order) is progress; a detour, a wrong object or a ruin is not.
-Household's privileged expert walks straight to the hidden target: there almost only its
-own step is progress.
+"counterfactual" adds a fourth row where the feedback alone decides the target at the
+same x_t (asct_jax.rl.hindsight_counterfactual): [x_t | o_c] -> c if the candidate c,
+stepped from the stored state, made progress, else away from c.
+
+Progress (`step_progress`, asct_jax.rl.step_progress) comes from the environment, not the
+text: the step is as good as the scripted expert's own.
 
 One jitted update (`make_hindsight_update`), compiled once: warm_start.hindsight_steps
 Adam steps on warm_start.batch turns drawn from the live turns with a legal target.
@@ -43,10 +42,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from asct_jax.envs.base import PAD_ID
-from asct_jax.envs.play import Choice, StateActor, play_from
 from asct_jax.infra.checks import ConfigError
+from asct_jax.rl import hindsight_counterfactual as cf
 from asct_jax.rl.run_config import HINDSIGHT  # noqa: F401  (re-export)
+from asct_jax.rl.step_progress import (  # noqa: F401  (re-export)
+    _fresh_turns, expert_finish, failure_feedback, scripted, step_progress)
 from asct_jax.rl.teacher_prompt import teacher_prefix
 from asct_jax.rl.train_step import join_params
 from asct_jax.rl.types import Rollout, merge_batch_turns
@@ -62,6 +62,8 @@ class HindsightTurns:
     cands [M, K, A], legal [M, K]; taken [M] i32 (y_t's index), expert [M] i32 (a*_t's),
     progress [M] bool (step_progress), live [M] bool (the turn happened and a*_t is legal),
     student_logp [M, K]: the SFT actor's log pi(a_k | x_t) (0 until `with_student`).
+    Counterfactual ("counterfactual"; C = 0 otherwise): cf_index [M, C] i32, cf_valid
+    [M, C], cf_feedback [M, C, F], cf_progress [M, C] (hindsight_counterfactual).
     """
 
     obs: chex.Array
@@ -74,61 +76,17 @@ class HindsightTurns:
     progress: chex.Array
     live: chex.Array
     student_logp: chex.Array
+    cf_index: chex.Array
+    cf_valid: chex.Array
+    cf_feedback: chex.Array
+    cf_progress: chex.Array
 
 
-def scripted(env, teacher: str = "expert") -> Callable:
-    """The scripted policy (state, params, key) -> [] i32 the warm start imitates."""
-    return env.expert_policy if teacher == "expert" else env.scripted_policy(teacher)
-
-
-def _fresh_turns(state):
-    """The state with its turn counter at 0 (the expert gets the whole turn budget)."""
-    return state.replace(turn=jnp.zeros_like(state.turn))
-
-
-def expert_finish(env, env_params, state, key, teacher: str = "expert"
-                  ) -> Tuple[chex.Array, chex.Array]:
-    """(G* [], d* [] i32): the scripted expert's return and turns played on from ONE
-    state (its turn counter reset; at most env.max_turns turns; 0, 0 if it is done)."""
-    policy = scripted(env, teacher)
-
-    def act(s, k, carry):
-        cands, legal = env.legal_actions(s, env_params)
-        a = policy(s, env_params, k)
-        a = jnp.where(legal[a], a, jnp.argmax(legal)).astype(jnp.int32)  # off its path
-        return Choice(response=cands[a], index=a, penalty=jnp.float32(0.0),
-                      tokens=jnp.float32(0.0)), carry
-
-    played = play_from(env, env_params, StateActor(init=lambda s: (), act=act),
-                       _fresh_turns(state), key, env.max_turns)
-    return played.ret, played.calls
-
-
-def failure_feedback(env, env_params, state) -> chex.Array:
-    """[F]: the environment's feedback to an action it cannot parse at ONE state (all PAD
-    tokens sent): its "Nothing happens."."""
-    pad = jnp.full((env.action_len,), PAD_ID, jnp.int32)
-    return env.step(_fresh_turns(state), pad, env_params)[1].feedback
-
-
-def step_progress(env, env_params, state, response, key, teacher: str = "expert"
-                  ) -> Tuple[chex.Array, chex.Array]:
-    """(progress [] bool, feedback [F]) of `response` [A] at ONE stored state: the step
-    replayed (the state carries its randomness: the recorded transition) and
-    progress = r + G*(s') >= G*(s) - 1e-6 and (s' done or d*(s') + 1 <= d*(s))."""
-    s0 = _fresh_turns(state)
-    s1, ts = env.step(s0, response, env_params)
-    k0, k1 = jax.random.split(key)
-    g0, d0 = expert_finish(env, env_params, s0, k0, teacher)
-    g1, d1 = expert_finish(env, env_params, s1, k1, teacher)
-    no_worse = ts.reward + g1 >= g0 - 1e-6
-    return no_worse & (ts.done | (d1 + 1 <= d0)), ts.feedback
-
-
-def hindsight_turns(env, env_params, data: Rollout, key, teacher: str = "expert"
-                    ) -> HindsightTurns:
-    """The phase's data from the noisy-expert episodes `data` [B, T] (candidates actor).
-    Jittable (env, teacher static)."""
+def hindsight_turns(env, env_params, data: Rollout, key, teacher: str = "expert",
+                    counterfactual: int = 0) -> HindsightTurns:
+    """The phase's data from the noisy-expert episodes `data` [B, T] (candidates actor),
+    with `counterfactual` (C) candidates stepped per turn (0: none). Jittable (env,
+    teacher, counterfactual static)."""
     flat = lambda x: merge_batch_turns(x)  # noqa: E731
     states = jax.tree.map(flat, data.states)
     m = data.turn_mask.size
@@ -141,12 +99,21 @@ def hindsight_turns(env, env_params, data: Rollout, key, teacher: str = "expert"
         states, jax.random.split(jax.random.fold_in(key, 1), m)).astype(jnp.int32)
     legal = flat(data.cand_mask)
     expert_legal = jnp.take_along_axis(legal, expert[:, None], axis=1)[:, 0]
+    cands = flat(data.cand_tokens)
+    if counterfactual:
+        cfs = cf.counterfactual_fields(env, env_params, states, cands, legal, expert,
+                                       jax.random.fold_in(key, 2), teacher, counterfactual)
+    else:
+        fb = flat(data.feedback)
+        cfs = dict(cf_index=jnp.zeros((m, 0), jnp.int32), cf_valid=jnp.zeros((m, 0), bool),
+                   cf_feedback=jnp.zeros((m, 0) + fb.shape[1:], fb.dtype),
+                   cf_progress=jnp.zeros((m, 0), bool))
     return HindsightTurns(
         obs=flat(data.obs), feedback=flat(data.feedback), failure=failure,
-        cands=flat(data.cand_tokens), legal=legal, taken=flat(data.action_index),
+        cands=cands, legal=legal, taken=flat(data.action_index),
         expert=expert, progress=progress & flat(data.turn_mask),
         live=flat(data.turn_mask) & expert_legal & (flat(data.action_index) >= 0),
-        student_logp=jnp.zeros(legal.shape, jnp.float32))
+        student_logp=jnp.zeros(legal.shape, jnp.float32), **cfs)
 
 
 def with_student(policy, params, turns: HindsightTurns) -> HindsightTurns:
@@ -169,7 +136,9 @@ def targets(turns: HindsightTurns) -> Dict[str, Tuple[chex.Array, chex.Array]]:
 
 def sample(key, turns: HindsightTurns, batch: int) -> Dict[str, chex.Array]:
     """`batch` live turns drawn with replacement: the prompts' inputs, each teacher row's
-    target action tokens [N, A] and away flags [N], the SFT actor's student_logp [N, K]."""
+    target action tokens [N, A] and away flags [N], the SFT actor's student_logp [N, K];
+    with counterfactual candidates (C > 0) one of them per turn (cf_feedback [N, F],
+    counterfactual_action / _away; its draw keyed apart, so C = 0 draws as before)."""
     w = turns.live.astype(jnp.float32)
     idx = jax.random.choice(key, w.shape[0], (batch,), p=w / jnp.maximum(jnp.sum(w), 1e-9))
     cands = turns.cands[idx]
@@ -178,15 +147,24 @@ def sample(key, turns: HindsightTurns, batch: int) -> Dict[str, chex.Array]:
     for row, (i, away) in targets(turns).items():
         out[f"{row}_action"] = jnp.take_along_axis(cands, i[idx][:, None, None], axis=1)[:, 0]
         out[f"{row}_away"] = away[idx]
+    if turns.cf_index.shape[1]:
+        out.update(cf.sample_counterfactual(jax.random.fold_in(key, 1), idx, turns.cf_index,
+                                            turns.cf_valid, turns.cf_feedback,
+                                            turns.cf_progress, turns.cands))
     return out
 
 
 def prompts(policy, mb: Dict[str, chex.Array]) -> Dict[str, chex.Array]:
     """{row: prompt [N, .]}: the teacher's prompt (teacher_prefix, the credit's own) with
-    the real and with the failure feedback, and the student's own input."""
-    return {"real": teacher_prefix(policy, mb["obs"], mb["feedback"], TEACHER_PROMPT),
-            "failure": teacher_prefix(policy, mb["obs"], mb["failure"], TEACHER_PROMPT),
-            "student": mb["obs"]}
+    the real, the failure and (if sampled) the counterfactual candidate's feedback, and
+    the student's own input."""
+    out = {"real": teacher_prefix(policy, mb["obs"], mb["feedback"], TEACHER_PROMPT),
+           "failure": teacher_prefix(policy, mb["obs"], mb["failure"], TEACHER_PROMPT),
+           "student": mb["obs"]}
+    if "cf_feedback" in mb:
+        out["counterfactual"] = teacher_prefix(policy, mb["obs"], mb["cf_feedback"],
+                                               TEACHER_PROMPT)
+    return out
 
 
 def _row_loss(logp, action, away, pad_id) -> chex.Array:
@@ -198,12 +176,12 @@ def _row_loss(logp, action, away, pad_id) -> chex.Array:
 
 def hindsight_loss(policy, params, mb: Dict[str, chex.Array]
                    ) -> Tuple[chex.Array, Dict[str, chex.Array]]:
-    """The three rows' losses summed (module docstring); (loss, parts). The teacher's rows
+    """The rows' losses summed (module docstring); (loss, parts). The teacher's rows
     score through policy.token_log_probs (the teacher's pass); the student's is
     KL(pi_SFT || pi) over the candidates (policy.candidate_log_probs, the actor's)."""
     rows = prompts(policy, mb)
     parts = {}
-    for row in ("real", "failure"):
+    for row in [r for r in ("real", "failure", "counterfactual") if r in rows]:
         action = mb[f"{row}_action"]
         logp = policy.token_log_probs(params, rows[row], action, mb["cands"], mb["legal"])
         parts[row] = _row_loss(logp, action, mb[f"{row}_away"], policy.pad_id)
@@ -230,9 +208,10 @@ def make_hindsight_update(policy, optimizer: optax.GradientTransformation) -> Ca
 
 def hindsight_phase(run, policy, params, data: Rollout, env, env_params, key,
                     frozen: Any = None) -> Tuple[Any, Dict[str, float]]:
-    """warm_start.hindsight "feedback": warm_start.hindsight_steps updates of
-    hindsight_loss on the noisy-expert episodes `data`; "none": params unchanged, no
-    info. Returns (params, info: the first / last losses, the progress fraction)."""
+    """warm_start.hindsight "feedback" / "counterfactual": warm_start.hindsight_steps
+    updates of hindsight_loss on the noisy-expert episodes `data`; "none": params
+    unchanged, no info. Returns (params, info: the first / last losses, the progress
+    fractions)."""
     ws = run.warm_start
     if ws.hindsight == "none":
         return params, {}
@@ -240,9 +219,10 @@ def hindsight_phase(run, policy, params, data: Rollout, env, env_params, key,
         raise ConfigError("warm_start.hindsight", f"{ws.hindsight!r} with actor.chooser "
                           f"{run.actor.chooser!r}", "'none' for a generating actor "
                           "(the phase is written for the candidates actor)")
-    turns = jax.jit(hindsight_turns, static_argnums=(0, 4))(env, env_params, data,
-                                                            jax.random.fold_in(key, 0),
-                                                            ws.teacher)
+    num = cf.CANDIDATES if ws.hindsight == "counterfactual" else 0
+    turns = jax.jit(hindsight_turns, static_argnums=(0, 4, 5))(env, env_params, data,
+                                                               jax.random.fold_in(key, 0),
+                                                               ws.teacher, num)
     turns = jax.jit(with_student, static_argnums=0)(policy, join_params(params, frozen),
                                                     turns)
     adam = optax.adam(ws.lr)
@@ -263,6 +243,10 @@ def hindsight_phase(run, policy, params, data: Rollout, env, env_params, key,
             "hindsight_offexpert_progress_fraction": float(
                 jnp.sum(turns.progress & live & (turns.taken != turns.expert))
                 / jnp.maximum(jnp.sum(live & (turns.taken != turns.expert)), 1))}
+    if num:   # the counterfactual candidates other than a*_t (slots 1..C-1)
+        other = turns.cf_valid[:, 1:] & live[:, None]
+        info["hindsight_counterfactual_progress_fraction"] = float(
+            jnp.sum(turns.cf_progress[:, 1:] & other) / jnp.maximum(jnp.sum(other), 1))
     for name, parts in (("first", first), ("last", last)):
         for k, v in (parts or {}).items():
             info[f"hindsight_{k}_loss_{name}"] = v

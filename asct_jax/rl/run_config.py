@@ -164,8 +164,10 @@ class TrainConfig:
 
 SFT_STEPS = Range(0, None, integer=True)   # each entry of warm_start.sft_steps
 # warm_start.hindsight: "none", or "feedback": the teacher prompt taught to read the
-# feedback after SFT (asct_jax.rl.hindsight_warm_start).
-HINDSIGHT = ("none", "feedback")
+# feedback after SFT (asct_jax.rl.hindsight_warm_start); "counterfactual": "feedback" plus
+# rows where each stepped candidate's own feedback decides its target
+# (asct_jax.rl.hindsight_counterfactual).
+HINDSIGHT = ("none", "feedback", "counterfactual")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
