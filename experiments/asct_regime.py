@@ -4,6 +4,8 @@ beside the figures the ASCT paper's ledger implies (arXiv 2609.35215, Tables 3, 
 
     python -m experiments.asct_regime --name before
     python -m experiments.asct_regime --name after --set warm_start.label_smoothing=0.5
+    python -m experiments.asct_regime --name end_agentuct_s42 --set method=asct_agentuct \
+        --trained results/asct_ragspace_quick_warm/asct_agentuct_s42     # after training
 
 The warm start is the shared one of asct_ragspace.py:quick_warm with the --set overrides
 (made if absent: experiments.warm_start.shared; seed 7, the tuning seed). Its actor plays
@@ -187,9 +189,12 @@ def config_with(overrides: Dict[str, Any], scale: str = "quick_warm"):
                            dict({"seed": 7, "train.progress": False}, **overrides))
 
 
-def run(overrides: Dict[str, Any], episodes: int = 160, key: int = 0) -> Dict[str, Any]:
+def run(overrides: Dict[str, Any], episodes: int = 160, key: int = 0,
+        trained: str = "") -> Dict[str, Any]:
     """The measurements of the module docstring for the warm start of config_with(
-    overrides); returns a JSON-able dict."""
+    overrides), or, with `trained` (a finished run's folder, its method in overrides), for
+    that run's actor at its last checkpoint; returns a JSON-able dict."""
+    from asct_jax.infra.checkpoint import Checkpointer
     from asct_jax.envs.questions import evaluation_question_ids
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.credit import CreditContext, state_policy_fn
@@ -208,6 +213,10 @@ def run(overrides: Dict[str, Any], episodes: int = 160, key: int = 0) -> Dict[st
     env, env_params = source.env, source.env_params
     learner = build_learner(c, registry.get(c.method), source)
     params = policy_params(learner.init_state)
+    if trained:   # the actor at the end of training (the run's own last checkpoint)
+        restored = Checkpointer(os.path.join(trained, "checkpoints")).restore(
+            learner.init_state.replace(frozen=None))
+        params = policy_params(restored.state.replace(frozen=learner.init_state.frozen))
     held_out = source.make_eval(learner)(params)
     ctx = CreditContext(policy=learner.policy, env=env, env_params=env_params, group_size=1)
     pi = state_policy_fn(ctx, params)
@@ -239,7 +248,7 @@ def run(overrides: Dict[str, Any], episodes: int = 160, key: int = 0) -> Dict[st
 
     totals = {k: float(v) for k, v in work(k_work).items()}
     base = base_rows(c)["hotpot/base"]
-    res = {"name": warm_key(c), "warm_start": c.train.init_from,
+    res = {"name": warm_key(c), "warm_start": c.train.init_from, "trained": trained,
            "overrides": {k: v for k, v in overrides.items()},
            "label_smoothing": float(c.warm_start.label_smoothing),
            "episodes": episodes, "held_out_episodes": int(c.train.eval_episodes),
@@ -300,9 +309,12 @@ def main(argv=None):
                     help="an override of asct_ragspace.py:quick_warm (repeatable)")
     ap.add_argument("--episodes", type=int, default=160,
                     help="training questions (an iteration of the quick scale)")
+    ap.add_argument("--trained", default="", metavar="RUN_DIR",
+                    help="measure this finished run's actor (results/<experiment>/<run>; "
+                         "--set method=<its method>) instead of the warm start's")
     ap.add_argument("--out", default="results/asct_regime")
     a = ap.parse_args(argv)
-    res = run(parse_sets(a.set), a.episodes)
+    res = run(parse_sets(a.set), a.episodes, trained=a.trained)
     atomic_write_json(os.path.join(a.out, a.name + ".json"), res)
     md = to_markdown(res)
     atomic_write_text(os.path.join(a.out, a.name + ".md"), md)
