@@ -11,7 +11,8 @@ then ASCT's 3 iterations of 32 questions (PPO, VinePPO, AgentUCT) and FACTOR's 1
 2 x 8 episodes on shop (GRPO, SERL, FACTOR, GiGPO), 2 reporting seeds: a scale at which
 every method moves the greedy actor (each table's "against its own start" rows), whose
 paired comparisons are printed with their intervals and are inconclusive at this scale;
-the decision tables of docs/results are the scripts' `quick_warm` configs. The full reproduction runs each script's full config from scratch (`full`) and
+the decision tables of docs/results are the scripts' `quick_warm` configs. The full
+reproduction runs each script's full config from scratch (`full`) and
 from the warm start (`warm`).
 
 --quick's Figure 5 diagnoses the FACTOR table's shop seed-42 run (fig5.train_run: its

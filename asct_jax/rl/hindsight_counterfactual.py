@@ -73,8 +73,9 @@ def sample_counterfactual(key, idx, cf_index, cf_valid, cf_feedback, cf_progress
                           ) -> dict:
     """One valid counterfactual candidate per sampled turn idx [N], uniform over the valid
     slots other than a*_t's (slot 0, drawn only where no other is valid; a*_t's own row
-    is the real row's, a function of x_t): its feedback [N, F], its action tokens [N, A] (the target: c itself), away [N]
-    (c made no progress) and its index cf_candidate [N]. cands [M, K, A]."""
+    is the real row's, a function of x_t): its feedback [N, F], its action tokens [N, A]
+    (the target: c itself), away [N] (c made no progress) and its index cf_candidate [N].
+    cands [M, K, A]."""
     valid = cf_valid[idx]                                                  # [N, C]
     other = valid & (jnp.arange(valid.shape[1]) > 0)[None, :]
     valid = jnp.where(jnp.any(other, 1, keepdims=True), other, valid)     # a*_t: no other
