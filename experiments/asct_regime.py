@@ -194,7 +194,6 @@ def run(overrides: Dict[str, Any], episodes: int = 160, key: int = 0,
     """The measurements of the module docstring for the warm start of config_with(
     overrides), or, with `trained` (a finished run's folder, its method in overrides), for
     that run's actor at its last checkpoint; returns a JSON-able dict."""
-    from asct_jax.infra.checkpoint import Checkpointer
     from asct_jax.envs.questions import evaluation_question_ids
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.credit import CreditContext, state_policy_fn
@@ -204,6 +203,7 @@ def run(overrides: Dict[str, Any], episodes: int = 160, key: int = 0,
     from asct_jax.rl.types import merge_batch_turns
     from experiments import registry
     from experiments.asct_ragspace import base_rows
+    from experiments.runner import restore_run_state
     from experiments.warm_start import key as warm_key, shared
 
     c = config_with(overrides)
@@ -214,9 +214,8 @@ def run(overrides: Dict[str, Any], episodes: int = 160, key: int = 0,
     learner = build_learner(c, registry.get(c.method), source)
     params = policy_params(learner.init_state)
     if trained:   # the actor at the end of training (the run's own last checkpoint)
-        restored = Checkpointer(os.path.join(trained, "checkpoints")).restore(
-            learner.init_state.replace(frozen=None))
-        params = policy_params(restored.state.replace(frozen=learner.init_state.frozen))
+        state, _ = restore_run_state(learner, os.path.join(trained, "checkpoints"))
+        params = policy_params(state)
     held_out = source.make_eval(learner)(params)
     ctx = CreditContext(policy=learner.policy, env=env, env_params=env_params, group_size=1)
     pi = state_policy_fn(ctx, params)

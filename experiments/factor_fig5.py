@@ -426,7 +426,7 @@ def run(config) -> Dict[str, Any]:
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.sources import JaxEnvSource
     from experiments import registry
-    from experiments.runner import train_run
+    from experiments.runner import restore_run_state, train_run
 
     t_start = time.time()
     adopted = config.fig5.get("train_run", "")
@@ -447,13 +447,11 @@ def run(config) -> Dict[str, Any]:
     t0 = time.time()
     if adopted:   # the finished run's last checkpoint, method state (the critic) included
         ckdir = os.path.join(tc.results_dir, adopted, "checkpoints")
-        restored = Checkpointer(ckdir).restore(
-            learner.init_state.replace(frozen=None))
-        if restored.step != tc.steps:
+        state, last = restore_run_state(learner, ckdir)
+        if last != tc.steps:
             raise config_cli.ConfigError(
-                "fig5.train_run", f"{ckdir} ends at step {restored.step}, its run at "
+                "fig5.train_run", f"{ckdir} ends at step {last}, its run at "
                 f"{tc.steps}", "a run whose last step was checkpointed")
-        state = restored.state.replace(frozen=learner.init_state.frozen)
         late, reused = (policy_params(state), state.method_state), True
     else:
         ckdir = os.path.join(tc.results_dir, tc.experiment, tc.run, "checkpoints")
@@ -468,9 +466,7 @@ def run(config) -> Dict[str, Any]:
     train_s = time.time() - t0
     warmed = None
     if not adopted and warmup in Checkpointer(ckdir).all_steps() and warmup < tc.steps:
-        restored = Checkpointer(ckdir).restore(learner.init_state.replace(frozen=None),
-                                               step=warmup)
-        st = restored.state.replace(frozen=learner.init_state.frozen)
+        st, _ = restore_run_state(learner, ckdir, step=warmup)
         warmed = (policy_params(st), st.method_state)
     res = run_diagnostics(config, exp_parts(config, source, learner), early, late,
                           warmed_params=warmed)

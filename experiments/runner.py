@@ -63,6 +63,16 @@ def train_run(config, return_params: bool = False, source=None, return_state: bo
                          return_state=return_state)
 
 
+def restore_run_state(learner, checkpoint_dir: str, step: Optional[int] = None):
+    """(state, step) of a run's checkpoint `step` (default: its last) into `learner`'s
+    init state; the frozen parameters, which checkpoints leave out, are the learner's."""
+    from asct_jax.infra.checkpoint import Checkpointer
+
+    init = learner.init_state
+    restored = Checkpointer(checkpoint_dir).restore(init.replace(frozen=None), step=step)
+    return restored.state.replace(frozen=init.frozen), restored.step
+
+
 def train_seeds_run(configs, return_params: bool = False):
     """trainer.train_seeds (one compiled program for the seeds of one config), each
     config checked and typed first (experiments.registry.check)."""

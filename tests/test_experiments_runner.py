@@ -162,3 +162,36 @@ def test_write_comparisons_on_log_costs_gives_the_ratio_and_the_papers_log_gap(t
     results["ppo_return"] = [{"seed": s, "total/aux_tokens": 0.0} for s in (42, 43, 1337)]
     write_comparisons(results, [("vineppo", "asct_agentuct")], "total/aux_tokens",
                       {"asct_agentuct": 1.0, "vineppo": 2.01}, stem, log=True)
+
+
+def test_restore_run_state_reads_a_runs_checkpoint_with_the_learners_frozen_params(tmp_path):
+    """A 2-step tiny run checkpointed at steps 1 and 2: restoring the last gives the state
+    the run ended with (method state included), an earlier step its own step, and the
+    frozen parameters (LoRA's base weights, not checkpointed) are the learner's."""
+    import jax
+
+    from asct_jax.rl.build import build_learner
+    from asct_jax.rl.sources import JaxEnvSource
+    from experiments.configs import base
+    from experiments.runner import restore_run_state, train_run
+
+    c = base.use_test_model(factor_table.get_config("smoke"))
+    c.train.results_dir = str(tmp_path)
+    c.train.steps = c.train.eval_every = 2
+    c.train.checkpoint_every, c.train.keep = 1, 3
+    c.train.eval_episodes, c.train.progress = 8, False
+    c.rollout.num_groups, c.rollout.group_size = 2, 4
+    c.train.experiment, c.train.run = "t", "r"
+    c.model.lora_rank = 2
+    _, final = train_run(c, return_state=True)
+    learner = build_learner(c, registry.get(c.method), JaxEnvSource(c))
+    ckdir = str(tmp_path / "t" / "r" / "checkpoints")
+    state, step = restore_run_state(learner, ckdir)
+    assert step == 2
+    for name in ("params", "method_state", "opt_state"):
+        for x, y in zip(jax.tree.leaves(getattr(final, name)), jax.tree.leaves(getattr(state, name))):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    frozen = jax.tree.leaves(learner.init_state.frozen)
+    assert frozen and all(x is y for x, y in zip(frozen, jax.tree.leaves(state.frozen)))
+    _, first = restore_run_state(learner, ckdir, step=1)
+    assert first == 1
