@@ -121,13 +121,20 @@ class Schedule:
 
     @staticmethod
     def of(fc: FactorConfig, critic: bool = True) -> "Schedule":
-        """critic: whether the run warms TAC's critic up (False: asct_factor, whose eta
-        window is the scaled one whatever factor.warmup_scaling says)."""
+        """critic: whether the run warms TAC's critic up. False (asct_factor): no critic
+        to wait for, so no warm-up; the teacher is on from step 1 and eta decays to 0
+        over the authors' span of teacher steps after the warm-up (eta_end - warmup: 39
+        of 150) scaled, at least 1 step: eta_k = eta0 max(1 - (k - 1) / D, 0), k <= D."""
         if not fc.scale_schedules:
             return Schedule(fc.warmup_steps, fc.eta_start, fc.eta_end, fc.eta_decay,
                             fc.kl_decay, fc.critic_polyak)
         n = fc.train_steps
         scaled = fj.scale_steps(fc.warmup_steps, n) if fc.warmup_steps else 0
+        if not critic:
+            span = fj.scale_steps(max(fc.eta_end - fc.warmup_steps, 1), n)
+            return Schedule(warmup=0, eta_start=1, eta_end=span, eta_decay=span,
+                            kl_decay=fj.scale_steps(fc.kl_decay, n),
+                            polyak=fc.critic_polyak, eta_origin=1)
         # "keep": the critic gets the authors' count of steps before its credit is used
         # (a count of Adam steps on the head, not a share of the run); eta's window,
         # which starts after the warm-up, moves by as much.

@@ -278,3 +278,31 @@ def test_group_method_fields_reject_unknown_values(field, value):
     c[section][name] = value
     with pytest.raises(ConfigError, match=rf"^{field}: '{value}' is not allowed"):
         registry.get(section).make_config(c)
+
+
+@pytest.mark.slow
+def test_asct_factor_spreads_agentucts_credit_over_each_actions_tokens_at_its_budget(setup):
+    """asct_factor at step 0 (eta_1 = eta0 > 0) against asct_agentuct with the same key:
+    the same search (its cache, so the same env calls and tokens), mean_j C_{t,j} = A_t
+    per action, and the weights live (not all 1) where an action has >= 2 tokens."""
+    c, ctx, params, batch = setup
+    out = {}
+    for name in ("asct_agentuct", "asct_factor"):
+        m = registry.get(name)
+        cfg = m.make_config(c)
+        mstate = m.init_state(cfg, ctx, params, jax.random.key(3))
+        out[name] = jax.jit(m.make_credit(cfg, ctx))(params, batch, jax.random.key(2),
+                                                      jnp.int32(0), mstate)
+    a, f = out["asct_agentuct"], out["asct_factor"]
+    for k in ("env_calls", "aux_tokens"):
+        assert float(a.metrics[k]) == float(f.metrics[k]) > 0
+    mask = np.asarray(batch.token_mask & batch.action_mask if batch.action_mask is not None
+                      else batch.token_mask)
+    n = np.maximum(mask.sum(-1), 1)
+    mean_f = np.where(mask, np.asarray(f.coef), 0).sum(-1) / n
+    mean_a = np.where(mask, np.asarray(a.coef), 0).sum(-1) / n
+    np.testing.assert_allclose(mean_f, mean_a, atol=1e-5)
+    assert float(f.metrics["factor/eta"]) == pytest.approx(0.7)
+    assert float(f.metrics["factor/conservation_err_max"]) < 1e-5
+    assert float(f.metrics["factor/multi_token_share"]) > 0     # a label and its EOS
+    assert float(f.metrics["factor/weight_spread"]) > 0

@@ -52,8 +52,23 @@ def test_at_150_steps_both_are_the_authors_and_unscaled_is_as_given():
     for scaling in ("keep", "scale"):
         assert Schedule.of(_fc(150, warmup_scaling=scaling)) == authors
         assert Schedule.of(_fc(20, warmup_scaling=scaling, scale_schedules=False)) == authors
-    # asct_factor has no critic: its eta window is the scaled one under either value.
-    assert Schedule.of(_fc(20), critic=False) == Schedule.of(_fc(20, warmup_scaling="scale"))
+
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.integers(1, 300))
+def test_without_a_critic_the_teacher_is_on_from_step_1_and_decays_over_the_authors_span(
+        steps):
+    """asct_factor (no critic): no warm-up, eta_1 = eta0, then linear to 0 over D =
+    scale(49 - 10) steps (D >= 1), under either warmup_scaling."""
+    for scaling in ("keep", "scale"):
+        s = Schedule.of(_fc(steps, warmup_scaling=scaling), critic=False)
+        span = fj.scale_steps(39, steps)
+        assert s.warmup == 0 and span >= 1
+        etas = np.array([float(s.eta(k, 0.7)) for k in range(1, steps + 1)])
+        np.testing.assert_allclose(etas[:span], 0.7 * (1 - np.arange(span) / span), atol=1e-6)
+        assert np.all(etas[span:] == 0.0)
+    assert Schedule.of(_fc(150), critic=False).eta_end == 39
 
 
 def test_a_bad_warmup_scaling_is_a_one_line_config_error():

@@ -32,8 +32,9 @@ from experiments.configs import base
 
 QUICK_LR = 1e-4
 SMOKE_LR = 1e-3
+# asct_factor: beyond both papers, AgentUCT's credit with FACTOR's allocation (issue 39).
 METHODS = ("ppo_return", "vineppo", "asct_uniform", "asct_uct", "asct_agentuct",
-           "asct_actor_rollout", "gigpo")
+           "asct_actor_rollout", "gigpo", "asct_factor")
 HEADLINE = ("ppo_return", "vineppo", "asct_agentuct")   # the headline comparisons' methods
 GROUPED = {"gigpo": 4}   # method -> group size: the iteration's episodes as groups
 # The pre-registered comparisons (method, baseline) on the held-out utility, paired over
@@ -42,7 +43,8 @@ GROUPED = {"gigpo": 4}   # method -> group size: the iteration's episodes as gro
 COMPARISONS = (("asct_uniform", "ppo_return"), ("asct_uct", "ppo_return"),
                ("asct_agentuct", "ppo_return"), ("asct_uniform", "vineppo"),
                ("asct_uct", "vineppo"), ("asct_agentuct", "vineppo"),
-               ("asct_agentuct", "asct_uniform"), ("asct_actor_rollout", "asct_uniform"))
+               ("asct_agentuct", "asct_uniform"), ("asct_actor_rollout", "asct_uniform"),
+               ("asct_factor", "asct_agentuct"))
 # ... and on log T_aux (the cost ratio): VinePPO's over AgentUCT's (the paper: 2.01).
 COST_COMPARISONS = (("vineppo", "asct_agentuct"),)
 
