@@ -201,8 +201,9 @@ def method_seeds(table, method: str) -> tuple:
 def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key: str,
                       paper: Mapping[str, float], path_stem: str, log: bool = False) -> str:
     """Markdown and JSON of a table's pre-registered comparisons (config.table.comparisons:
-    (method, baseline) pairs) on the summary key `key` (a "final/..." held-out metric):
-    per comparison the mean paired difference over the seeds both methods ran, its 95 % t
+    (method, baseline) pairs, or (method, baseline, claim) where the paper claims a sign
+    (+1 / -1) without a gap: paired.Comparison) on the summary key `key` (a "final/..."
+    held-out metric): per comparison the mean paired difference over the seeds both methods ran, its 95 % t
     interval (and the bootstrap one where n < 10), n, the verdict and the seeds the
     paper's gap would need at the measured SD (asct_jax.infra.paired); the paper's gap is
     paper[method] - paper[baseline] where it gives both. Then each method against its own
@@ -227,7 +228,7 @@ def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key
             values[f"{m} (start)"] = {r["seed"]: f(r[start]) for r in runs}
             moved.append(Comparison(m, f"{m} (start)"))
     pairs = [Comparison(m, b, f(paper[m]) - f(paper[b]) if m in paper and b in paper
-                        else None) for m, b in comparisons]
+                        else None, *claim) for m, b, *claim in comparisons]
     rows, moved_rows = comparison_rows(values, pairs), comparison_rows(values, moved)
     lists = {tuple(v) for v in seeds.values()}
     head = ("Paired over seeds " + ", ".join(map(str, next(iter(lists), ())))

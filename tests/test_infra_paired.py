@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asct_jax.infra.paired import compare, describe, seeds_needed, t_half_width
+from asct_jax.infra.paired import (Comparison, compare, comparison_rows, describe, seeds_needed,
+                                   t_half_width)
 
 T_975_2 = 4.302653       # Student's t, 0.975 quantile, 2 degrees of freedom (tables)
 T_975_16 = 2.119905
@@ -48,6 +49,23 @@ def test_a_tie_of_every_seed_gives_no_verdict():
 def test_verdicts_follow_the_interval():
     assert compare([0.7, 0.71, 0.72], [0.6, 0.6, 0.6])["verdict"] == "shown"
     assert compare([0.6, 0.6, 0.6], [0.7, 0.71, 0.72])["verdict"] == "refuted"
+
+
+def test_verdicts_are_on_the_side_of_the_claim():
+    """A claimed negative difference (the paper's gap < 0, or claim -1 without a gap): an
+    interval below 0 shows it, one above refutes it; a bad claim is a one-line error."""
+    below, above = ([0.6, 0.6, 0.6], [0.7, 0.71, 0.72]), ([0.7, 0.71, 0.72], [0.6] * 3)
+    assert compare(*below, gap=-0.017)["verdict"] == "shown"
+    assert compare(*above, gap=-0.017)["verdict"] == "refuted"
+    assert compare(*below, claim=-1)["verdict"] == "shown"
+    assert compare(*below, gap=-0.017)["claim"] == compare(*below, claim=-1)["claim"] == -1
+    assert compare(*below, claim=1)["verdict"] == "refuted"
+    with pytest.raises(ValueError, match="claim must be"):
+        compare(*below, claim=0)
+    rows = comparison_rows({"a": {1: 0.6, 2: 0.6, 3: 0.6}, "b": {1: 0.7, 2: 0.71, 3: 0.72}},
+                           [Comparison("a", "b", None, -1), Comparison("a", "b")])
+    assert [r["verdict"] for r in rows] == ["shown", "refuted"]
+    assert [r["paper gap"] for r in rows] == ["- (claim < 0)", "-"]
 
 
 def test_seeds_needed_is_the_first_n_whose_half_width_reaches_the_gap():

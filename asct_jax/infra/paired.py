@@ -9,8 +9,10 @@ difference per seed, d_i = x_i - y_i (x: the method, y: the one it is compared w
   boot   the percentile interval of the mean over resamples of the n differences with
          replacement (scipy.stats.bootstrap; reported where n < 10, beside the t one)
 
-Verdict: "shown" when the t interval lies above 0, "refuted" when below, else
-"inconclusive". Where every seed's difference is the same non-zero number (SD 0: a tie of a
+Verdict, on the side of the claim (the sign the paper's gap has, or a sign given where
+the paper states a direction without a number, else +): "shown" when the t interval lies
+on that side of 0, "refuted" when on the other, else "inconclusive". For a claim of a
+positive difference: shown above 0, refuted below. Where every seed's difference is the same non-zero number (SD 0: a tie of a
 discrete metric, e.g. a success rate over a few held-out episodes, on few seeds) the
 interval has width 0 by chance, not by evidence: no verdict ("inconclusive").
 `seeds_needed` is the smallest n whose t half-width at the measured SD is at most the
@@ -71,12 +73,23 @@ def bootstrap_interval(diffs: np.ndarray, confidence: float = 0.95,
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def claim_sign(gap: Optional[float] = None, claim: Optional[int] = None) -> int:
+    """The claimed sign of the difference: `claim` (+1 / -1) if given, else the paper's
+    gap's sign, else +1."""
+    if claim is not None:
+        if claim not in (1, -1):
+            raise ValueError(f"claim must be +1 or -1, got {claim!r}")
+        return claim
+    return -1 if gap is not None and gap < 0 else 1
+
+
 def compare(x: Sequence[float], y: Sequence[float], gap: Optional[float] = None,
-            confidence: float = 0.95) -> dict:
-    """The paired comparison of x [n] with y [n] (the same seeds, in the same order).
+            confidence: float = 0.95, claim: Optional[int] = None) -> dict:
+    """The paired comparison of x [n] with y [n] (the same seeds, in the same order);
+    the verdict on the side of claim_sign(gap, claim).
 
     Returns {n, mean, sd, t_interval (lo, hi), bootstrap_interval (lo, hi) or None
-    (n >= BOOTSTRAP_BELOW), verdict (VERDICTS), gap, seeds_needed}.
+    (n >= BOOTSTRAP_BELOW), verdict (VERDICTS), gap, claim, seeds_needed}.
     """
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     if x.shape != y.shape or x.ndim != 1:
@@ -91,13 +104,15 @@ def compare(x: Sequence[float], y: Sequence[float], gap: Optional[float] = None,
     sd = float(np.std(d, ddof=1))                          # s, the sample SD
     h = t_half_width(sd, n, confidence)                    # t_{1-a/2, n-1} s / sqrt(n)
     lo, hi = mean - h, mean + h
+    side = claim_sign(gap, claim)                          # the claimed sign of d_bar
+    near, far = sorted((side * lo, side * hi))             # the interval, claim side up
     verdict = ("inconclusive" if sd == 0 else          # a tie: no SD to build on
-               "shown" if lo > 0 else "refuted" if hi < 0 else "inconclusive")
+               "shown" if near > 0 else "refuted" if far < 0 else "inconclusive")
     return {
         "n": n, "mean": mean, "sd": sd, "t_interval": (lo, hi),
         "bootstrap_interval": (bootstrap_interval(d, confidence)
                                if n < BOOTSTRAP_BELOW else None),
-        "verdict": verdict, "gap": gap,
+        "verdict": verdict, "gap": gap, "claim": side,
         "seeds_needed": None if gap is None or sd == 0 else seeds_needed(sd, gap, confidence),
     }
 
@@ -117,11 +132,13 @@ def describe(c: dict, digits: int = 4) -> str:
 
 class Comparison(NamedTuple):
     """A pre-registered comparison: `method` minus `baseline` on the table's metric;
-    `gap`, the paper's difference (None where the paper gives none)."""
+    `gap`, the paper's difference (None where the paper gives none); `claim`, the sign
+    the paper claims where it gives no gap (None: the gap's sign, else +1)."""
 
     method: str
     baseline: str
     gap: Optional[float] = None
+    claim: Optional[int] = None
 
 
 COLUMNS = ("comparison", "paper gap", "mean difference", "95 % t interval",
@@ -140,11 +157,12 @@ def comparison_rows(values: Mapping[str, Mapping[int, float]],
         common = [s for s in (x or {}) if s in (y or {})]
         if len(common) < 2:
             continue
-        r = compare([x[s] for s in common], [y[s] for s in common], c.gap)
+        r = compare([x[s] for s in common], [y[s] for s in common], c.gap, claim=c.claim)
         boot = r["bootstrap_interval"]
         rows.append({
             "comparison": f"{c.method} - {c.baseline}",
-            "paper gap": "-" if c.gap is None else f(c.gap),
+            "paper gap": f(c.gap) if c.gap is not None else
+            "- (claim < 0)" if r["claim"] < 0 else "-",
             "mean difference": f(r["mean"]),
             "95 % t interval": f"[{f(r['t_interval'][0])}, {f(r['t_interval'][1])}]",
             "bootstrap interval": "-" if boot is None else f"[{f(boot[0])}, {f(boot[1])}]",
