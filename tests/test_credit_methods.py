@@ -304,5 +304,5 @@ def test_asct_factor_spreads_agentucts_credit_over_each_actions_tokens_at_its_bu
     np.testing.assert_allclose(mean_f, mean_a, atol=1e-5)
     assert float(f.metrics["factor/eta"]) == pytest.approx(0.7)
     assert float(f.metrics["factor/conservation_err_max"]) < 1e-5
-    assert float(f.metrics["factor/multi_token_share"]) > 0     # a label and its EOS
+    assert float(f.metrics["factor/multi_token_share"]) > 0   # rag_workflow: several tokens
     assert float(f.metrics["factor/weight_spread"]) > 0

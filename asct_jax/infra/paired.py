@@ -12,9 +12,10 @@ difference per seed, d_i = x_i - y_i (x: the method, y: the one it is compared w
 Verdict, on the side of the claim (the sign the paper's gap has, or a sign given where
 the paper states a direction without a number, else +): "shown" when the t interval lies
 on that side of 0, "refuted" when on the other, else "inconclusive". For a claim of a
-positive difference: shown above 0, refuted below. Where every seed's difference is the same non-zero number (SD 0: a tie of a
-discrete metric, e.g. a success rate over a few held-out episodes, on few seeds) the
-interval has width 0 by chance, not by evidence: no verdict ("inconclusive").
+positive difference: shown above 0, refuted below. Where every seed's difference is the
+same number (SD 0: a tie of a discrete metric, e.g. a success rate over a few held-out
+episodes, on few seeds, or identical runs) the interval has width 0 by chance, not by
+evidence: no verdict ("inconclusive").
 `seeds_needed` is the smallest n whose t half-width at the measured SD is at most the
 paper's gap |g|: t_{1 - alpha / 2, n - 1} s / sqrt(n) <= |g| (None without a
 gap, and where the SD is 0: the seeds did not vary, so their count cannot be planned from
