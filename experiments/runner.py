@@ -206,8 +206,9 @@ def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key
     held-out metric): per comparison the mean paired difference over the seeds both
     methods ran, its 95 % t interval (and the bootstrap one where n < 10), n, the verdict
     and the seeds the paper's gap would need at the measured SD (asct_jax.infra.paired);
-    the paper's gap is paper[method] - paper[baseline] where it gives both. Then each method against its own
-    start (the "initial/..." value of the same run): whether training moved the actor.
+    the paper's gap is paper[method] - paper[baseline] where it gives both. Then each
+    method against its own start (the "initial/..." value of the same run): whether
+    training moved the actor.
     results: run_grid's, {method: [summary per seed]}. log: compare log(value) (a cost
     ratio: the difference of logs is the log of the ratio; `paper` then holds the
     paper's values, their log ratio is its gap)."""

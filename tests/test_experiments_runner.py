@@ -189,7 +189,8 @@ def test_restore_run_state_reads_a_runs_checkpoint_with_the_learners_frozen_para
     state, step = restore_run_state(learner, ckdir)
     assert step == 2
     for name in ("params", "method_state", "opt_state"):
-        for x, y in zip(jax.tree.leaves(getattr(final, name)), jax.tree.leaves(getattr(state, name))):
+        for x, y in zip(jax.tree.leaves(getattr(final, name)),
+                        jax.tree.leaves(getattr(state, name))):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     frozen = jax.tree.leaves(learner.init_state.frozen)
     assert frozen and all(x is y for x, y in zip(frozen, jax.tree.leaves(state.frozen)))
