@@ -239,6 +239,22 @@ def test_a_response_too_short_for_the_canonical_one_is_a_one_line_config_error(g
     assert "\n" not in str(e.value) and "warm_start.hindsight" in str(e.value)
 
 
+def test_generated_episodes_with_a_candidates_actor_are_a_one_line_config_error(generated):
+    from asct_jax.rl.build import build_policy
+    from asct_jax.rl.run_config import run_config
+
+    source, _, _, data, _ = generated
+    c = _config(hindsight="feedback", hindsight_steps=1, batch=4)
+    c.actor.chooser = "candidates"
+    rc = run_config(c)
+    policy, params = build_policy(rc, source.vocab_size, source.shape, source.prompt)
+    with pytest.raises(ConfigError, match=r"^warm_start\.hindsight: 'feedback' with a "
+                       r"Policy on generated episodes") as e:
+        hw.hindsight_phase(rc, policy, params, data, source.env, source.env_params,
+                           jax.random.key(0))
+    assert "\n" not in str(e.value)
+
+
 def test_the_generating_table_reads_the_feedback_and_candidate_names_stay():
     """factor_generate's warm start has the phase (its name is not the SFT one's); a
     candidate-mode config's name is the one it had without the fields."""
