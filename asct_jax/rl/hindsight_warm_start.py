@@ -27,11 +27,19 @@ stepped from the stored state, made progress, else away from c.
 Progress (`step_progress`, asct_jax.rl.step_progress) comes from the environment, not the
 text: the step is as good as the scripted expert's own.
 
+The generating actor (actor.chooser "generate", asct_jax.rl.hindsight_generate): the same
+rows on its own prompt p_t (the teacher's prefix is FACTOR's teacher's in generate mode);
+the targets are the candidates' canonical responses "<think> </think> <action> c
+</action> EOS" (what its SFT teaches), toward c their token log-likelihood, away from c
+-log(1 - pi(c)) on c's action tokens, the student row the full-vocabulary KL to the SFT
+actor along the taken turn's canonical response.
+
 One jitted update (`make_hindsight_update`), compiled once: warm_start.hindsight_steps
 Adam steps on warm_start.batch turns drawn from the live turns with a legal target.
 
 Shapes: B episodes, T turns, M = B T flat turns, N sampled turns, O / F / A / K the
-observation, feedback, action and candidate lengths.
+observation, feedback, action and candidate lengths (for a generating actor O is its
+prompt's P and A the canonical response's R').
 """
 from __future__ import annotations
 
@@ -44,6 +52,8 @@ import optax
 
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl import hindsight_counterfactual as cf
+from asct_jax.rl import hindsight_generate as gen
+from asct_jax.rl.generation import canonical_response
 from asct_jax.rl.run_config import HINDSIGHT  # noqa: F401  (re-export)
 from asct_jax.rl.step_progress import (  # noqa: F401  (re-export)
     _fresh_turns, expert_finish, failure_feedback, scripted, step_progress)
@@ -62,6 +72,9 @@ class HindsightTurns:
     cands [M, K, A], legal [M, K]; taken [M] i32 (y_t's index), expert [M] i32 (a*_t's),
     progress [M] bool (step_progress), live [M] bool (the turn happened and a*_t is legal),
     student_logp [M, K]: the SFT actor's log pi(a_k | x_t) (0 until `with_student`).
+    A generating actor's: obs [M, P] its prompts, cands [M, K, R'] the canonical
+    responses, student_logp [M, R', V] the SFT actor's next-token log-probs along the
+    taken one (hindsight_generate).
     Counterfactual ("counterfactual"; C = 0 otherwise): cf_index [M, C] i32, cf_valid
     [M, C], cf_feedback [M, C, F], cf_progress [M, C] (hindsight_counterfactual).
     """
@@ -83,10 +96,18 @@ class HindsightTurns:
 
 
 def hindsight_turns(env, env_params, data: Rollout, key, teacher: str = "expert",
-                    counterfactual: int = 0) -> HindsightTurns:
-    """The phase's data from the noisy-expert episodes `data` [B, T] (candidates actor),
-    with `counterfactual` (C) candidates stepped per turn (0: none). Jittable (env,
-    teacher, counterfactual static)."""
+                    counterfactual: int = 0, spec=None, pad_id: int = 0) -> HindsightTurns:
+    """The phase's data from the noisy-expert episodes `data` [B, T], with
+    `counterfactual` (C) candidates stepped per turn (0: none). A generating actor's
+    episodes (data.prompts; spec its GenerationSpec, pad_id its PAD): the environment
+    steps the taken candidate's tokens, the candidates become their canonical responses.
+    Jittable (env, teacher, counterfactual, spec, pad_id static)."""
+    if data.prompts is not None:
+        turns = hindsight_turns(env, env_params, data.replace(
+            obs=data.prompts, prompts=None,
+            responses=gen.env_responses(data.cand_tokens, data.action_index)),
+            key, teacher, counterfactual)
+        return turns.replace(cands=canonical_response(turns.cands, spec, pad_id))
     flat = lambda x: merge_batch_turns(x)  # noqa: E731
     states = jax.tree.map(flat, data.states)
     m = data.turn_mask.size
@@ -118,7 +139,12 @@ def hindsight_turns(env, env_params, data: Rollout, key, teacher: str = "expert"
 
 def with_student(policy, params, turns: HindsightTurns) -> HindsightTurns:
     """turns with student_logp [M, K] = the actor's (params') log pi(a_k | x_t) over the
-    legal candidates (-inf elsewhere). Jittable (policy static)."""
+    legal candidates (-inf elsewhere); a generating actor's [M, R', V] along the taken
+    canonical response (hindsight_generate.student_distributions). Jittable (policy
+    static)."""
+    if getattr(policy, "spec", None) is not None:
+        return turns.replace(student_logp=gen.student_distributions(
+            policy, params, turns.obs, gen.taken_responses(turns.cands, turns.taken)))
     cand_logp, _, _ = policy.candidate_log_probs(params, turns.obs, turns.cands, turns.legal)
     return turns.replace(student_logp=jnp.where(turns.legal, cand_logp, -jnp.inf))
 
@@ -143,7 +169,8 @@ def sample(key, turns: HindsightTurns, batch: int) -> Dict[str, chex.Array]:
     idx = jax.random.choice(key, w.shape[0], (batch,), p=w / jnp.maximum(jnp.sum(w), 1e-9))
     cands = turns.cands[idx]
     out = dict(obs=turns.obs[idx], feedback=turns.feedback[idx], failure=turns.failure[idx],
-               cands=cands, legal=turns.legal[idx], student_logp=turns.student_logp[idx])
+               cands=cands, legal=turns.legal[idx], student_logp=turns.student_logp[idx],
+               taken=turns.taken[idx])
     for row, (i, away) in targets(turns).items():
         out[f"{row}_action"] = jnp.take_along_axis(cands, i[idx][:, None, None], axis=1)[:, 0]
         out[f"{row}_away"] = away[idx]
@@ -178,9 +205,18 @@ def hindsight_loss(policy, params, mb: Dict[str, chex.Array]
                    ) -> Tuple[chex.Array, Dict[str, chex.Array]]:
     """The rows' losses summed (module docstring); (loss, parts). The teacher's rows
     score through policy.token_log_probs (the teacher's pass); the student's is
-    KL(pi_SFT || pi) over the candidates (policy.candidate_log_probs, the actor's)."""
+    KL(pi_SFT || pi) over the candidates (policy.candidate_log_probs, the actor's). A
+    generating actor's: hindsight_generate's response_loss and student_kl."""
     rows = prompts(policy, mb)
     parts = {}
+    if getattr(policy, "spec", None) is not None:
+        for row in [r for r in ("real", "failure", "counterfactual") if r in rows]:
+            parts[row] = gen.response_loss(policy, params, rows[row], mb[f"{row}_action"],
+                                           mb[f"{row}_away"])
+        parts["student"] = gen.student_kl(policy, params, rows["student"],
+                                          gen.taken_responses(mb["cands"], mb["taken"]),
+                                          mb["student_logp"])
+        return sum(parts.values()), parts
     for row in [r for r in ("real", "failure", "counterfactual") if r in rows]:
         action = mb[f"{row}_action"]
         logp = policy.token_log_probs(params, rows[row], action, mb["cands"], mb["legal"])
@@ -215,14 +251,18 @@ def hindsight_phase(run, policy, params, data: Rollout, env, env_params, key,
     ws = run.warm_start
     if ws.hindsight == "none":
         return params, {}
-    if data.prompts is not None:
-        raise ConfigError("warm_start.hindsight", f"{ws.hindsight!r} with actor.chooser "
-                          f"{run.actor.chooser!r}", "'none' for a generating actor "
-                          "(the phase is written for the candidates actor)")
+    spec = getattr(policy, "spec", None)
+    if (data.prompts is not None) != (spec is not None):
+        written = "generated" if spec is None else "candidate"
+        raise ConfigError("warm_start.hindsight", f"{ws.hindsight!r} with a "
+                          f"{type(policy).__name__} on {written} episodes",
+                          "the episodes of the actor's own chooser, or 'none'")
+    if spec is not None:
+        gen.check_response_len(spec, env.action_len, ws.hindsight)
     num = cf.CANDIDATES if ws.hindsight == "counterfactual" else 0
-    turns = jax.jit(hindsight_turns, static_argnums=(0, 4, 5))(env, env_params, data,
-                                                               jax.random.fold_in(key, 0),
-                                                               ws.teacher, num)
+    turns = jax.jit(hindsight_turns, static_argnums=(0, 4, 5, 6, 7))(
+        env, env_params, data, jax.random.fold_in(key, 0), ws.teacher, num, spec,
+        policy.pad_id)
     turns = jax.jit(with_student, static_argnums=0)(policy, join_params(params, frozen),
                                                     turns)
     adam = optax.adam(ws.lr)

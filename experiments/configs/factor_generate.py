@@ -35,9 +35,9 @@ def get_config(arg: str = "quick_warm"):
     # tuned yet, the same 10x of their candidate-mode steps.
     c.warm_start.sft_steps = dict(c.warm_start.sft_steps,
                                   household=750, shop=1000, science=300)
-    # The hindsight phase is written for the candidates actor (its generating actor's
-    # version is open, issue 38): this table's warm start is the SFT one.
-    c.warm_start.hindsight = "none"
+    # The teacher prompt reads the feedback (factor_table's "feedback", the generating
+    # actor's rows: asct_jax/rl/hindsight_generate.py; docs/results/regime.md).
+    c.warm_start.hindsight = "feedback"
     return c
 
 
