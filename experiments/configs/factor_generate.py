@@ -11,8 +11,8 @@ Only the warm scales are meaningful: from scratch the tiny actor writes no valid
 """
 from experiments.configs import factor_table
 
-METHODS = ("grpo", "serl", "grpo_extended", "factor", "factor_no_hta", "factor_no_apm",
-           "gigpo")
+METHODS = ("grpo", "serl", "grpo_extended", "factor", "factor_no_tac", "factor_no_hta",
+           "factor_no_apm", "gigpo")   # the FACTOR table's, all three ablations (issue 39)
 
 
 def get_config(arg: str = "quick_warm"):
