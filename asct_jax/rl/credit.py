@@ -211,7 +211,8 @@ def state_policy_fn(ctx: CreditContext, params):
 def generates_continuations(ctx: CreditContext) -> bool:
     """The policy writes its turns at restored states too (a generating actor with
     actor.continuations = "chooser")."""
-    spec = getattr(ctx.policy, "spec", None)
+    from asct_jax.rl.generation import generation_spec
+    spec = generation_spec(ctx.policy)
     return spec is not None and spec.continuations == "chooser"
 
 

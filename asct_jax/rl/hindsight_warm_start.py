@@ -53,7 +53,7 @@ import optax
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl import hindsight_counterfactual as cf
 from asct_jax.rl import hindsight_generate as gen
-from asct_jax.rl.generation import canonical_response
+from asct_jax.rl.generation import canonical_response, generation_spec
 from asct_jax.rl.run_config import HINDSIGHT  # noqa: F401  (re-export)
 from asct_jax.rl.step_progress import (  # noqa: F401  (re-export)
     _fresh_turns, expert_finish, failure_feedback, scripted, step_progress)
@@ -142,7 +142,7 @@ def with_student(policy, params, turns: HindsightTurns) -> HindsightTurns:
     legal candidates (-inf elsewhere); a generating actor's [M, R', V] along the taken
     canonical response (hindsight_generate.student_distributions). Jittable (policy
     static)."""
-    if getattr(policy, "spec", None) is not None:
+    if generation_spec(policy) is not None:
         return turns.replace(student_logp=gen.student_distributions(
             policy, params, turns.obs, gen.taken_responses(turns.cands, turns.taken)))
     cand_logp, _, _ = policy.candidate_log_probs(params, turns.obs, turns.cands, turns.legal)
@@ -209,7 +209,7 @@ def hindsight_loss(policy, params, mb: Dict[str, chex.Array]
     generating actor's: hindsight_generate's response_loss and student_kl."""
     rows = prompts(policy, mb)
     parts = {}
-    if getattr(policy, "spec", None) is not None:
+    if generation_spec(policy) is not None:
         for row in [r for r in ("real", "failure", "counterfactual") if r in rows]:
             parts[row] = gen.response_loss(policy, params, rows[row], mb[f"{row}_action"],
                                            mb[f"{row}_away"])
@@ -251,7 +251,7 @@ def hindsight_phase(run, policy, params, data: Rollout, env, env_params, key,
     ws = run.warm_start
     if ws.hindsight == "none":
         return params, {}
-    spec = getattr(policy, "spec", None)
+    spec = generation_spec(policy)
     if (data.prompts is not None) != (spec is not None):
         written = "generated" if spec is None else "candidate"
         raise ConfigError("warm_start.hindsight", f"{ws.hindsight!r} with a "

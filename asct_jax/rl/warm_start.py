@@ -44,7 +44,8 @@ from asct_jax.envs.play import Choice, play, take_candidates, uniform_index
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl.advantages import returns_to_go
 from asct_jax.rl.losses import value_loss
-from asct_jax.rl.generation import GenerationChooser, GenerationSpec, scripted_writer
+from asct_jax.rl.generation import (GenerationChooser, GenerationSpec, generation_spec,
+                                    scripted_writer)
 from asct_jax.rl.rollout import episodes_to_rollout, rollout
 from asct_jax.rl.train_step import join_params, split_params
 from asct_jax.rl.build import build_policy
@@ -173,7 +174,7 @@ def sft_objective(run: RunConfig, policy) -> Callable:
     s = run.warm_start.label_smoothing
     if s == 0.0:
         return sft_loss
-    if getattr(policy, "spec", None) is not None:
+    if generation_spec(policy) is not None:
         raise ConfigError("warm_start.label_smoothing", f"{s} with a generating actor "
                           "(actor.chooser); it smooths a candidate actor's labels", "0.0")
     return functools.partial(smoothed_sft_loss, smoothing=float(s))
@@ -262,7 +263,7 @@ def warm_start(run: RunConfig, source) -> Tuple[Any, Dict[str, float]]:
 
     data = jax.jit(expert_episodes, static_argnums=(0, 3, 5, 6, 7))(
         source.env, source.env_params, k_data, int(ws.episodes), float(ws.epsilon),
-        policy.pad_id, ws.teacher, getattr(policy, "spec", None))
+        policy.pad_id, ws.teacher, generation_spec(policy))
     adam = optax.adam(ws.lr)
     sft = make_update(policy, sft_objective(run, policy), adam)
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,
