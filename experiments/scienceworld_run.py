@@ -12,7 +12,8 @@ checkpoints, experiments.runner.run_grid):
   2. warm_start/: SFT on the winning paths, then the value head
      (asct_jax.rl.host_warm_start), with the warm actor's held-out success;
   3. <method>_s<seed>/: the runs (asct_jax.rl.host_games.HostGames);
-  4. table.{md,json} and timing.json (seconds of each part).
+  4. table.{md,json}, comparisons.{md,json} (config.table.comparisons paired over seeds,
+     experiments.runner.write_comparisons) and timing.json (seconds of each part).
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ import time
 
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json
-from experiments.runner import liveness_table, run_grid, train_run, write_table
+from experiments.runner import (liveness_table, run_grid, train_run, write_comparisons,
+                                write_table)
 
 METRICS = {
     "initial/env/success": "success (initial)", "final/env/success": "success (final)",
@@ -176,6 +178,10 @@ def main(config):
           f"per dev variation\n")
     print(table)
     print("\n" + live)
+    from experiments.factor_table import PAPER_SUCCESS   # the paper's ScienceWorld row
+    print("\n" + write_comparisons(results, config.table.get("comparisons", ()),
+                                   "final/env/success", PAPER_SUCCESS["science"],
+                                   os.path.join(out_dir, "comparisons")))
 
 
 if __name__ == "__main__":

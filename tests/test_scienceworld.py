@@ -149,6 +149,9 @@ def test_smoke_run_trains_each_method_and_warm_start_forces_gold(tmp_path):
     assert set(table) == {"grpo", "serl", "factor"}
     calls = {m: table[m]["env calls"][0] for m in table}
     assert calls["factor"] > calls["grpo"]      # TAC's continuations are counted
+    comparisons = json.loads((out / "comparisons.json").read_text())
+    assert comparisons["rows"] == []            # one seed: no paired comparison yet
+    assert set(comparisons["seeds"]) == {"grpo", "serl", "factor"}
     timing = json.loads((out / "timing.json").read_text())
     assert set(timing) >= {"gold_paths_s", "warm_start_s", "runs_s"}
     assert np.isfinite(list(timing["runs_s"].values())).all()
