@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Sequence
 import numpy as np
 
 from asct_jax.infra.paired import t_half_width
+from experiments.dotted import flatten
 
 PHASES = (("start", "early"), ("end", "late"))
 # (label, dotted path in the factor_fig5 JSON with {p} = early / late)
@@ -40,21 +41,19 @@ MEASURES = (
 SPLIT = "split: Delta progress - no-progress, with the feedback"
 
 
-def _get(d: Mapping, dotted: str, path: str) -> float:
-    node = d
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            raise KeyError(f"{path}: no field {dotted!r} (a factor_fig5 JSON with the "
-                           "feedback control, warm_start.hindsight = 'feedback')")
-        node = node[part]
-    return float(node)
+def _get(flat: Mapping, dotted: str, path: str) -> float:
+    if dotted not in flat:
+        raise KeyError(f"{path}: no field {dotted!r} (a factor_fig5 JSON with the "
+                       "feedback control, warm_start.hindsight = 'feedback')")
+    return float(flat[dotted])
 
 
 def sample_values(docs: Sequence[Mapping], paths: Sequence[str]) -> Dict[str, Dict[str, List[float]]]:
     """{label: {"start" | "end": [value per sample]}}, SPLIT derived per sample."""
+    flats = [flatten(d) for d in docs]
     out: Dict[str, Dict[str, List[float]]] = {}
     for label, dotted in MEASURES:
-        out[label] = {phase: [_get(d, dotted.format(p=p), path) for d, path in zip(docs, paths)]
+        out[label] = {phase: [_get(f, dotted.format(p=p), path) for f, path in zip(flats, paths)]
                       for phase, p in PHASES}
     prog = out["mean Delta, progress actions, with the feedback"]
     none = out["mean Delta, no-progress actions, with the feedback"]

@@ -24,6 +24,7 @@ import time
 
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json
+from experiments.factor_table import PAPER_SUCCESS   # the paper's ScienceWorld row: "science"
 from experiments.runner import (liveness_table, run_grid, train_run, write_comparisons,
                                 write_table)
 
@@ -178,8 +179,7 @@ def main(config):
           f"per dev variation\n")
     print(table)
     print("\n" + live)
-    from experiments.factor_table import PAPER_SUCCESS   # the paper's ScienceWorld row
-    print("\n" + write_comparisons(results, config.table.get("comparisons", ()),
+    print("\n" + write_comparisons(results, config.table.comparisons,
                                    "final/env/success", PAPER_SUCCESS["science"],
                                    os.path.join(out_dir, "comparisons")))
 
