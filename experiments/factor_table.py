@@ -39,6 +39,13 @@ LIVENESS = {
     "train/loss_nonact": "L_nonact",
     "train/teacher_kl": "teacher KL",
 }
+# Beside a searched row (asct_agentuct, asct_factor): the search's coverage and whether
+# HTA + APM move any token's weight (mean |omega - 1| over actions of >= 2 tokens).
+SEARCH_LIVENESS = {
+    "credit/asct/root_visit_max_frac": "max root visit share",
+    "credit/asct/fallback_frac": "fallback turns",
+    "credit/factor/weight_spread": "mean |omega - 1|",
+}
 
 
 # The paper's Table 1 (success, mean of 3 seeds) on the benchmark each analogue stands for
@@ -64,6 +71,8 @@ def main(config):
     order = [m for m in ("grpo", "factor") if m in methods] + \
             [m for m in methods if m not in ("grpo", "factor")]
     metrics = dict(METRICS, **(GEN_METRICS if config.actor.chooser == "generate" else {}))
+    searched = any(m.startswith("asct_") for m in methods)
+    live_cols = dict(LIVENESS, **(SEARCH_LIVENESS if searched else {}))
     ratios = []
     for env in config.table.envs:
         results = {}
@@ -83,7 +92,7 @@ def main(config):
                                 os.path.join(out_dir, f"{env}_comparisons")))
         print(write_table({m: results[m] for m in methods}, metrics,
                           os.path.join(out_dir, env)))
-        live = liveness_table(out_dir, [f"{env}_{m}" for m in methods], seeds, LIVENESS)
+        live = liveness_table(out_dir, [f"{env}_{m}" for m in methods], seeds, live_cols)
         atomic_write_text(os.path.join(out_dir, f"{env}_liveness.md"), live)
         print(live)
         if {"grpo", "factor"} <= set(results):

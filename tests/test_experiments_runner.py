@@ -196,3 +196,20 @@ def test_restore_run_state_reads_a_runs_checkpoint_with_the_learners_frozen_para
     assert frozen and all(x is y for x, y in zip(frozen, jax.tree.leaves(state.frozen)))
     _, first = restore_run_state(learner, ckdir, step=1)
     assert first == 1
+
+
+def test_the_searched_generate_table_reuses_the_generate_tables_grpo_and_factor_runs():
+    """factor_generate.py:asct_<scale> differs from <scale> only in bookkeeping for the
+    methods both tables run (so a finished GRPO / FACTOR run is reused), and compares only
+    methods it runs."""
+    from experiments.configs import factor_generate
+    for scale in ("smoke_warm", "quick_warm"):
+        plain = factor_generate.get_config(scale)
+        searched = factor_generate.get_config("asct_" + scale)
+        assert searched.train.experiment != plain.train.experiment
+        for m in ("grpo", "factor"):
+            run = {"method": m, "env.name": "shop"}
+            stored = config_to_dict(apply_overrides(plain, run))
+            assert config_differences(stored, apply_overrides(searched, run)) == []
+        assert {m for c in searched.table.comparisons for m in c[:2]} <= \
+            set(searched.table.methods)

@@ -5,6 +5,12 @@ driver; its own experiment folders and the methods of the paper's comparison.
 
     python -m experiments.factor_table --config experiments/configs/factor_generate.py:quick_warm
     python -m experiments.factor_table --config experiments/configs/factor_generate.py:smoke_warm
+    python -m experiments.factor_table --config experiments/configs/factor_generate.py:asct_quick_warm
+
+"asct_<scale>": ASCT+FACTOR beside ASCT-AgentUCT where "where" has several tokens to choose
+among (issue 39; on ragspace every action is one token, so the two are one run): the same
+table, its own experiment folder, GRPO and FACTOR on the same seeds (a finished run of the
+same config is reused, e.g. copied from the generate table's folder).
 
 Only the warm scales are meaningful: from scratch the tiny actor writes no valid action
 (invalid rate 1.0 at random init), so every reward is the penalty.
@@ -13,10 +19,16 @@ from experiments.configs import factor_table
 
 METHODS = ("grpo", "serl", "grpo_extended", "factor", "factor_no_tac", "factor_no_hta",
            "factor_no_apm", "gigpo")   # the FACTOR table's, all three ablations (issue 39)
+ASCT_METHODS = ("grpo", "factor", "asct_agentuct", "asct_factor")
+# Pre-registered (docs/results/asct_decision.md): "where" on top of the searched credit,
+# then each searched row against the same learner's non-searched counterpart.
+ASCT_COMPARISONS = (("asct_factor", "asct_agentuct"), ("asct_agentuct", "grpo"),
+                    ("asct_factor", "factor"))
 
 
 def get_config(arg: str = "quick_warm"):
-    c = factor_table.get_config(arg)
+    asct = arg.startswith("asct_")
+    c = factor_table.get_config(arg[len("asct_"):] if asct else arg)
     c.actor.chooser = "generate"
     c.train.experiment = c.train.experiment.replace("factor_table", "factor_generate")
     c.table.methods = METHODS
@@ -38,6 +50,11 @@ def get_config(arg: str = "quick_warm"):
     # The teacher prompt reads the feedback (factor_table's "feedback", the generating
     # actor's rows: asct_jax/rl/hindsight_generate.py; docs/results/regime.md).
     c.warm_start.hindsight = "feedback"
+    if asct:
+        c.train.experiment = c.train.experiment.replace("factor_generate", "factor_generate_asct")
+        c.table.methods = ASCT_METHODS
+        c.table.comparisons = ASCT_COMPARISONS
+        c.table.headline = ()      # every method on the table's seeds (5 at quick)
     return c
 
 
