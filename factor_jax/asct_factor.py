@@ -9,8 +9,9 @@ import dataclasses
 import jax.numpy as jnp
 
 import factor_jax as fj
+from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import CreditContext, Method, installs_credit_state, value_targets_mc
-from asct_jax.rl.types import Credit, Rollout, action_tokens
+from asct_jax.rl.types import Credit, Rollout, action_tokens, nonaction_tokens
 from asct_jax.rl.protocol import ASCT
 from asct_jax.search.cache import init_cache, new_iteration
 from asct_jax.search.methods import ASCTConfig, asct_config, ledger_chat, searched_advantages
@@ -32,9 +33,10 @@ def asct_factor_config(config) -> AsctFactorConfig:
 
 def _asct_factor(cfg: AsctFactorConfig, ctx: CreditContext):
     """ASCT-AgentUCT's A_t as the action credit, HTA + APM (factor_jax.hta_scores,
-    apm_weights with FACTOR's eta schedule) as the token allocation; mean_j C_{t,j} = A_t
-    per action. The search keeps asct_agentuct's execution cache and token ledger (its
-    state), so the two rows spend the same budget."""
+    apm_weights with FACTOR's eta schedule) as the token allocation among the action's
+    tokens, mean_j C_{t,j} = A_t per action; a written turn's other tokens keep A_t. The
+    search keeps asct_agentuct's execution cache and token ledger (its state), so the two
+    rows spend the same budget."""
     fc, use_cache = cfg.factor, cfg.asct.cache
     sched = Schedule.of(fc, critic=False)   # no critic to warm up
     chat = ledger_chat(cfg.asct.actor_token_unit, ctx)
@@ -49,7 +51,11 @@ def _asct_factor(cfg: AsctFactorConfig, ctx: CreditContext):
         mask = action_tokens(batch)
         scores = fj.hta_scores(delta, a, mask, fc.clip_d)
         weights = fj.apm_weights(scores, mask, eta, tau=fc.tau)
-        coef = fj.token_coefficients(a, weights, mask)
+        # The rest of a written turn (the reasoning outside the action tags) keeps A_t, as
+        # AgentUCT's broadcast gives it, so the two rows differ only in "where" among the
+        # action's tokens (and ASCT's standardisation sees a_t = A_t per decision).
+        rest = adv.broadcast_to_tokens(a, nonaction_tokens(batch))
+        coef = fj.token_coefficients(a, weights, mask) + rest
         return Credit(coef=coef, value_targets=value_targets_mc(batch),
                       metrics={**metrics, **allocation_metrics(weights, mask, eta)},
                       state=cache if use_cache else mstate)

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import state_policy_fn
 from asct_jax.search.methods import live_state_values
 from asct_jax.search.rollout_value import mc_return
@@ -306,3 +307,34 @@ def test_asct_factor_spreads_agentucts_credit_over_each_actions_tokens_at_its_bu
     assert float(f.metrics["factor/conservation_err_max"]) < 1e-5
     assert float(f.metrics["factor/multi_token_share"]) > 0   # rag_workflow: several tokens
     assert float(f.metrics["factor/weight_spread"]) > 0
+
+
+@pytest.mark.slow
+def test_asct_factor_leaves_a_written_turns_reasoning_tokens_agentuct_credit(setup):
+    """With tokens outside the action tags (a generating actor's reasoning; here the first
+    token of every turn marked so), those tokens keep AgentUCT's A_t and the action tokens
+    average to it, so a decision's mean credit is A_t under ASCT's standardisation too."""
+    c, ctx, params, batch = setup
+    tm = np.asarray(batch.token_mask)
+    reasoning = np.zeros_like(tm)
+    reasoning[..., 0] = tm[..., 0] & (tm.sum(-1) >= 3)      # keeps >= 2 action tokens
+    assert reasoning.any()
+    batch = batch.replace(action_mask=jnp.asarray(~reasoning))
+    out = {}
+    for name in ("asct_agentuct", "asct_factor"):
+        m = registry.get(name)
+        cfg = m.make_config(c)
+        mstate = m.init_state(cfg, ctx, params, jax.random.key(3))
+        out[name] = np.asarray(jax.jit(m.make_credit(cfg, ctx))(
+            params, batch, jax.random.key(2), jnp.int32(0), mstate).coef)
+    a, f = out["asct_agentuct"], out["asct_factor"]
+    np.testing.assert_allclose(f[reasoning], a[reasoning], atol=1e-6)
+    act = tm & ~reasoning
+    n = np.maximum(act.sum(-1), 1)
+    np.testing.assert_allclose(np.where(act, f, 0).sum(-1) / n,
+                               np.where(act, a, 0).sum(-1) / n, atol=1e-5)
+    assert np.any(f[reasoning] != 0)
+    standardised = [np.asarray(adv.standardise_coefficients(
+        jnp.asarray(x), batch.turn_mask, batch.token_mask)) for x in (a, f)]
+    np.testing.assert_allclose(standardised[1][reasoning], standardised[0][reasoning],
+                               atol=1e-5)
