@@ -389,7 +389,7 @@ def _factor_policy_loss(fc: FactorConfig, ctx: CreditContext):
                                       nonaction_tokens(mb), ppo.clip_eps)
         m = {k: v for k, v in terms.items() if k not in ("act", "nonact")}
         m.update(loss_act=terms["act"], loss_nonact=terms["nonact"])
-        return terms["act"] + terms["nonact"], m
+        return {"act": terms["act"], "nonact": terms["nonact"]}, m   # summed, logged apart
     return loss
 
 

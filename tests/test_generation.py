@@ -176,7 +176,8 @@ def test_factor_loss_splits_action_and_nonaction_tokens_by_hand(credit_setup):
     out = type("Out", (), {"logp": batch.logp_old})
     ppo = type("PPO", (), {"clip_eps": 0.2})
     loss_fn = registry.get("factor").make_policy_loss(fc, ctx)
-    loss, m = loss_fn(out, batch, credit, ppo)
+    parts, m = loss_fn(out, batch, credit, ppo)
+    loss = parts["act"] + parts["nonact"]
 
     tm, am = np.asarray(batch.token_mask), np.asarray(batch.action_mask)
     act_means, non = [], []

@@ -485,3 +485,20 @@ def test_the_protocol_sets_the_optimiser_updates_of_a_step(tmp_path, method, fie
     turns = round(m["rollout/episode_len"] * learner.batch_size)
     assert m["train/updates"] == expect(turns)
     assert 0.0 <= m["train/clip_frac"] <= 1.0
+
+
+def test_term_grad_norms_log_factors_two_policy_parts_apart(tmp_path):
+    """ppo.term_grad_norms with FACTOR: the policy term's norm and its parts' (L_act,
+    L_nonact); a candidate-scoring actor writes no non-action token, so L_nonact's gradient
+    is 0 and L_act's is the policy term's."""
+    c = small_config(tmp_path)
+    c.method = "factor"
+    c.ppo.epochs = c.ppo.minibatches = None
+    c.ppo.term_grad_norms = True
+    learner, step = build(c)
+    _, m = step(learner.init_state, 0)
+    g = {k.rpartition("/")[2]: float(v) for k, v in m.items()
+         if k.startswith("train/grad_norm/")}
+    assert {"policy", "policy_act", "policy_nonact", "aux"} <= set(g)
+    assert g["policy_nonact"] == 0.0 < g["policy_act"]
+    assert g["policy_act"] == pytest.approx(g["policy"], rel=1e-5)

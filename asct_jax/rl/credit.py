@@ -116,8 +116,10 @@ class Method:
       validated at the experiment edge: a bad value is a ConfigError naming the field.
     make_credit: (cfg, ctx) -> credit_fn(params, batch, key, step, mstate) -> Credit.
     make_policy_loss: (cfg, ctx) -> None (the clipped surrogate on credit.coef, aggregated
-      by ppo.aggregation) or pg_loss(out, mb, credit_mb, ppo) -> (loss, metrics) in its place
-      (FACTOR's L_act + L_nonact). `out` is the current parameters' TokenOutputs.
+      by ppo.aggregation) or pg_loss(out, mb, credit_mb, ppo) -> (loss, metrics) in its place;
+      the loss may be given as parts {part: loss}, summed (FACTOR's L_act + L_nonact;
+      ppo.term_grad_norms logs each part's norm). `out` is the current parameters'
+      TokenOutputs.
     make_aux_loss: (cfg, ctx) -> None or aux_loss(out, mb, credit_mb) -> (loss, metrics),
       added to the PPO loss of every minibatch (reads credit_mb.loss_inputs).
     make_dist_reduce: (cfg, ctx) -> None or a DistReduce the update's pass applies to its

@@ -186,7 +186,9 @@ def _learn_fn(learner: Learner) -> Callable:
                             if x.ndim >= 1 else x, tree)
 
     def loss_terms(params, frozen, ref, mb: Rollout, credit: Credit):
-        """({term: weighted loss}, metrics); the loss is the sum of the terms."""
+        """({term: weighted loss}, metrics, {policy part: loss}); the loss is the sum of
+        the terms. A policy-loss plug-in that returns its loss as parts ({part: loss},
+        FACTOR's act / nonact) has them summed into the policy term."""
         b, t = mb.turn_mask.shape
         reduce = (None if dist_reduce is None else
                   (dist_reduce.fn, jax.tree.map(_flat, dist_reduce.inputs(credit))))
@@ -199,6 +201,9 @@ def _learn_fn(learner: Learner) -> Callable:
                                        ppo.clip_eps, ppo.aggregation, ppo.dual_clip)
         else:
             pl, m = policy_loss_fn(out, mb, credit, ppo)
+        parts = pl if isinstance(pl, dict) else {}
+        if parts:
+            pl = sum(parts.values())
         vl = losses.value_loss(out.value, credit.value_targets, mb.turn_mask)
         entropy = losses.entropy_bonus(out.entropy, mb.token_mask, ppo.aggregation)
         terms = {"policy": pl, "value": ppo.vf_coef * vl, "entropy": -ppo.ent_coef * entropy}
@@ -216,16 +221,20 @@ def _learn_fn(learner: Learner) -> Callable:
             aux, aux_m = aux_loss_fn(out, mb, credit)
             terms["aux"] = aux
             m.update(aux_m)
-        return terms, m
+        return terms, m, parts
 
     def loss_fn(params, frozen, ref, mb, credit):
-        terms, m = loss_terms(params, frozen, ref, mb, credit)
+        terms, m, _ = loss_terms(params, frozen, ref, mb, credit)
         total = sum(terms.values())
         return total, dict(m, loss=total)
 
     def term_grad_norms(params, frozen, ref, mb, credit):
-        """{grad_norm/<term>: ||d term / d params||}: one backward pass per term."""
-        grads = jax.jacrev(lambda p: loss_terms(p, frozen, ref, mb, credit)[0])(params)
+        """{grad_norm/<term>: ||d term / d params||}: one backward pass per term, and per
+        part of a policy loss given in parts (grad_norm/policy_<part>)."""
+        def each(p):
+            terms, _, parts = loss_terms(p, frozen, ref, mb, credit)
+            return dict(terms, **{f"policy_{k}": v for k, v in parts.items()})
+        grads = jax.jacrev(each)(params)
         return {f"grad_norm/{k}": optax.tree.norm(g) for k, g in grads.items()}
 
     def update(params, opt_state, frozen, ref, data, credit, key):
