@@ -77,6 +77,18 @@ def test_seeds_needed_is_the_first_n_whose_half_width_reaches_the_gap():
     assert "about 18 seeds" in describe(compare([1.0, 2.0, 3.0], [0.0] * 3, gap=0.5))
 
 
+
+def test_without_a_paper_gap_an_inconclusive_row_gives_the_seeds_for_its_own_size():
+    """d = (-0.5, 0.5, 1.5): mean 0.5, SD 1, inconclusive at n = 3; a half-width of 0.5
+    needs 18 seeds (the case above). Identical runs give no count."""
+    rows = comparison_rows({"a": {1: -0.5, 2: 0.5, 3: 1.5}, "b": {1: 0.0, 2: 0.0, 3: 0.0}},
+                           [Comparison("a", "b")])
+    assert rows[0]["verdict"] == "inconclusive"
+    assert rows[0]["seeds for the paper's gap"] == "18 (no paper gap: for its own size)"
+    same = comparison_rows({"a": {1: 0.5, 2: 0.5}, "b": {1: 0.5, 2: 0.5}}, [Comparison("a", "b")])
+    assert same[0]["seeds for the paper's gap"] == "-"
+
+
 @pytest.mark.parametrize("x, y, match", [
     ([0.5], [0.4], "at least 2 seeds"), ([0.5, 0.6], [0.4], "one length")])
 def test_bad_input_gets_a_one_line_error(x, y, match):

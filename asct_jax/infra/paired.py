@@ -19,7 +19,8 @@ evidence: no verdict ("inconclusive").
 `seeds_needed` is the smallest n whose t half-width at the measured SD is at most the
 paper's gap |g|: t_{1 - alpha / 2, n - 1} s / sqrt(n) <= |g| (None without a
 gap, and where the SD is 0: the seeds did not vary, so their count cannot be planned from
-them).
+them). Without a paper gap, an inconclusive row of `comparison_rows` gives instead the n
+whose half-width is its own measured |d_bar| (marked so).
 
     compare([0.61, 0.62, 0.60], [0.59, 0.60, 0.60], gap=0.025)
 
@@ -146,6 +147,11 @@ COLUMNS = ("comparison", "paper gap", "mean difference", "95 % t interval",
            "bootstrap interval", "n", "verdict", "seeds for the paper's gap")
 
 
+def _own_size(r: dict) -> str:
+    """Without a paper gap: the seeds a half-width of the measured mean would need."""
+    return f"{seeds_needed(r['sd'], r['mean'])} (no paper gap: for its own size)"
+
+
 def comparison_rows(values: Mapping[str, Mapping[int, float]],
                     comparisons: Sequence[Comparison], digits: int = 4) -> list:
     """One row (a dict of COLUMNS) per comparison, paired over the seeds both methods
@@ -169,6 +175,7 @@ def comparison_rows(values: Mapping[str, Mapping[int, float]],
             "bootstrap interval": "-" if boot is None else f"[{f(boot[0])}, {f(boot[1])}]",
             "n": r["n"], "verdict": r["verdict"],
             "seeds for the paper's gap": str(r["seeds_needed"]) if r["seeds_needed"]
-            else "- (SD 0)" if c.gap is not None and r["sd"] == 0 else "-",
+            else "- (SD 0)" if r["sd"] == 0 and (c.gap is not None or r["mean"] != 0)
+            else _own_size(r) if r["verdict"] == "inconclusive" and r["mean"] != 0 else "-",
         })
     return rows
