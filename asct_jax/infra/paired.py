@@ -147,9 +147,17 @@ COLUMNS = ("comparison", "paper gap", "mean difference", "95 % t interval",
            "bootstrap interval", "n", "verdict", "seeds for the paper's gap")
 
 
-def _own_size(r: dict) -> str:
-    """Without a paper gap: the seeds a half-width of the measured mean would need."""
-    return f"{seeds_needed(r['sd'], r['mean'])} (no paper gap: for its own size)"
+def _seeds_cell(r: dict) -> str:
+    """The seeds column of a compare() result: the seeds for the paper's gap; "- (SD 0)"
+    where a non-zero gap or difference cannot be planned from seeds that did not vary;
+    without a gap, an inconclusive non-zero difference's seeds for its own size; else "-"."""
+    if r["seeds_needed"]:
+        return str(r["seeds_needed"])
+    if r["sd"] == 0 and (r["gap"] is not None or r["mean"] != 0):
+        return "- (SD 0)"
+    if r["verdict"] == "inconclusive" and r["mean"] != 0:
+        return f"{seeds_needed(r['sd'], r['mean'])} (no paper gap: for its own size)"
+    return "-"
 
 
 def comparison_rows(values: Mapping[str, Mapping[int, float]],
@@ -174,8 +182,6 @@ def comparison_rows(values: Mapping[str, Mapping[int, float]],
             "95 % t interval": f"[{f(r['t_interval'][0])}, {f(r['t_interval'][1])}]",
             "bootstrap interval": "-" if boot is None else f"[{f(boot[0])}, {f(boot[1])}]",
             "n": r["n"], "verdict": r["verdict"],
-            "seeds for the paper's gap": str(r["seeds_needed"]) if r["seeds_needed"]
-            else "- (SD 0)" if r["sd"] == 0 and (c.gap is not None or r["mean"] != 0)
-            else _own_size(r) if r["verdict"] == "inconclusive" and r["mean"] != 0 else "-",
+            "seeds for the paper's gap": _seeds_cell(r),
         })
     return rows
