@@ -251,22 +251,147 @@ def write_comparisons(results: Dict[str, List[Dict[str, Any]]], comparisons, key
     return table
 
 
+# The loss terms whose gradient norms ppo.term_grad_norms logs apart (metrics.jsonl's
+# train/grad_norm/<term>, asct_jax.rl.train_step `loss_terms`): aux is FACTOR's / SERL's
+# teacher KL, kl_ref the KL to the initial policy.
+LOSS_TERMS = ("policy", "kl_ref", "aux", "entropy", "value")
+NORM_STEPS = (1, 5, 10)          # the steps whose policy-gradient norm is shown, then the last
+POLICY_STEP_COLUMNS = ("effective policy step", "policy steps without KL",
+                       "policy grad norm (mean)", "policy grad norm @1 / 5 / 10 / last",
+                       "dominant term (share of steps)")
+
+
+def train_records(path: str) -> List[Dict[str, Any]]:
+    """A metrics.jsonl's training records (those with train/grad_norm), one per step in
+    step order: of a step logged twice (a resumed run logs the steps after its checkpoint
+    again) the last, the one that trained the run's parameters."""
+    from asct_jax.infra.run_logger import read_jsonl
+
+    by_step = {r.get("step"): r for r in read_jsonl(path) if "train/grad_norm" in r}
+    return [by_step[k] for k in sorted(by_step, key=lambda k: (k is None, k or 0))]
+
+
+def update_lrs(lr: float, warmup: int, n: int):
+    """[n] the learning rate of a run's optimiser updates 0 .. n-1 (the optimiser's count):
+    optax.linear_schedule(lr / w, lr, w), w = max(warmup, 1) (train_step.make_optimizer):
+        lr(u) = lr / w + (lr - lr / w) * min(u, w) / w."""
+    import numpy as np
+
+    w = max(int(warmup), 1)
+    u = np.arange(n, dtype=np.float64)
+    return lr / w + (lr - lr / w) * np.minimum(u, w) / w
+
+
+def run_policy_steps(run_dir: str) -> Optional[Dict[str, Any]]:
+    """The policy-step liveness of one run (its metrics.jsonl and config.json; None
+    without training records or config.json).
+
+    g_t: the policy-gradient norm at step t (train/grad_norm/policy where the run logged
+    each loss term's norm, ppo.term_grad_norms; else train/grad_norm, every term's).
+    n_t: the optimiser updates step t made (train/updates, 1 if not logged), U_t the
+    updates before it, counted from the run's first (a warm start's optimiser is fresh).
+    lr(u): the method's rate at update u, lr_m = ppo.lr x ppo.lr_scale with the linear
+    warm-up of ppo.warmup_steps updates (`update_lrs`). Then
+
+        effective policy step   S = sum_t g_t / rms(g) * sum_{u = U_t}^{U_t + n_t - 1} lr(u),
+        rms(g) = sqrt(mean_t g_t^2)   (over the run's steps),
+
+    and "policy steps without KL" S_pol, the same sum over the steps where the policy term
+    has the largest gradient norm among the logged terms (LOSS_TERMS; None if the run did
+    not log them; a step where every term's norm is 0 is dominated by none). Adam divides
+    a gradient by its running RMS, so an update moves the parameters by about
+    lr(u) x g / rms(g): S is the run's summed step length in units of the lr, with
+    g / rms(g) = 1 at a constant norm (S = lr_m x the run's updates).
+    Approximation: each of step t's n_t updates is given the step's logged norm g_t (the
+    mean over its updates, before the clip at ppo.max_grad_norm), and rms(g) is the run's,
+    not Adam's running second moment (b2 = 0.999: over a short run, about the mean so far;
+    and Adam's is the whole gradient's, so where a KL term dominates, S computed on the
+    policy term's norm overstates the policy's share of the step).
+
+    Returns {"policy_step": S, "policy_step_no_kl": S_pol or None, "steps": [T] step
+    indices, "g": [T] g_t, "dominant": {term: share of steps where its norm is largest}
+    or None}."""
+    import numpy as np
+
+    recs = train_records(os.path.join(run_dir, "metrics.jsonl"))
+    cfg_path = os.path.join(run_dir, "config.json")
+    if not recs or not os.path.exists(cfg_path):
+        return None
+    with open(cfg_path) as f:
+        ppo = json.load(f).get("ppo", {})
+    lr = float(ppo["lr"]) * float(ppo.get("lr_scale", 1.0))
+    key = ("train/grad_norm/policy" if all("train/grad_norm/policy" in r for r in recs)
+           else "train/grad_norm")
+    g = np.array([r[key] for r in recs], dtype=np.float64)                       # [T]
+    n = np.array([int(round(r.get("train/updates", 1.0))) for r in recs])        # [T]
+    rates = update_lrs(lr, int(ppo.get("warmup_steps", 0)), int(n.sum()))        # [sum n]
+    start = np.concatenate([[0], np.cumsum(n)[:-1]])                              # U_t
+    lr_t = np.array([rates[a:a + k].sum() for a, k in zip(start, n)])   # sum_u lr(u), [T]
+    rms = float(np.sqrt(np.mean(g ** 2)))
+    per_step = lr_t * g / rms if rms > 0 else np.zeros_like(g)          # S's terms, [T]
+    terms = [t for t in LOSS_TERMS if all(f"train/grad_norm/{t}" in r for r in recs)]
+    dominant = no_kl = None
+    if terms:
+        norms = np.array([[r[f"train/grad_norm/{t}"] for t in terms] for r in recs])
+        # ties go to the earlier term of LOSS_TERMS; a step whose every norm is 0 (no
+        # gradient at all) is dominated by none (-1)
+        top = np.where(norms.max(axis=1) > 0, np.argmax(norms, axis=1), -1)
+        dominant = {t: float(np.mean(top == i)) for i, t in enumerate(terms)}
+        no_kl = (float(per_step[top == terms.index("policy")].sum())
+                 if "policy" in terms else 0.0)
+    return {"policy_step": float(per_step.sum()), "policy_step_no_kl": no_kl,
+            "steps": [r.get("step") for r in recs], "g": g.tolist(), "dominant": dominant}
+
+
+def policy_step_cells(runs: Sequence[Mapping[str, Any]]) -> List[str]:
+    """The POLICY_STEP_COLUMNS cells of a method, means over its runs (run_policy_steps'
+    dicts, one per seed): S, S_pol ("-" unless every run logged each term's norm), the
+    mean g_t over the steps, g_t at NORM_STEPS and each run's last step ("-" where no
+    run reached it), and each term's share of the steps where its norm is the largest
+    (terms with a share above 0; "-" without per-term norms)."""
+    import numpy as np
+
+    def fmt(v):
+        return "-" if v is None else f"{v:.3g}"
+
+    no_kl = [r["policy_step_no_kl"] for r in runs]
+    at = [[gv for r in runs for s, gv in zip(r["steps"], r["g"]) if s == k]
+          for k in NORM_STEPS] + [[r["g"][-1] for r in runs]]
+    dom = [r["dominant"] for r in runs]
+    if all(d is not None for d in dom):
+        terms = [t for t in LOSS_TERMS if any(t in d for d in dom)]
+        shares = {t: np.mean([d.get(t, 0.0) for d in dom]) for t in terms}
+        dom_cell = " / ".join(f"{t} {v:.2f}" for t, v in shares.items() if v > 0)
+    else:
+        dom_cell = "-"
+    return [fmt(np.mean([r["policy_step"] for r in runs])),
+            fmt(None if None in no_kl else float(np.mean(no_kl))),
+            f"{np.mean([np.mean(r['g']) for r in runs]):.3f}",
+            " / ".join(f"{np.mean(v):.3f}" if v else "-" for v in at),
+            dom_cell]
+
+
 def liveness_table(out_dir: str, names: Sequence[str], seeds: Sequence[int],
                    metrics: Mapping[str, str]) -> str:
     """Markdown: that a comparison is live. Per run name (results/<out_dir>/<name>_s<seed>/
     metrics.jsonl): the policy-gradient norm at the first batch (mean over seeds), the
     protocol's optimiser updates per step and share of clipped tokens, then each of
-    `metrics` (key -> column) averaged over the steps and seeds ("-" if absent)."""
+    `metrics` (key -> column) averaged over the steps and seeds ("-" if absent), then the
+    policy-step columns (POLICY_STEP_COLUMNS, `run_policy_steps`, `policy_step_cells`:
+    the effective policy step, with and without the steps a KL term dominates, the
+    policy-gradient norm per step and each loss term's share of the steps it dominates;
+    "-" where a run has no config.json)."""
     import numpy as np
 
     from asct_jax.infra.run_logger import read_jsonl
 
     metrics = {"train/updates": "updates / step", "train/clip_frac": "clip share",
                **metrics}
-    head = ["method", "grad norm @1"] + list(metrics.values())
+    head = ["method", "grad norm @1"] + list(metrics.values()) + list(POLICY_STEP_COLUMNS)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in names:
-        paths = [os.path.join(out_dir, f"{m}_s{s}", "metrics.jsonl") for s in seeds]
+        dirs = [os.path.join(out_dir, f"{m}_s{s}") for s in seeds]
+        paths = [os.path.join(d, "metrics.jsonl") for d in dirs]
         runs = [[r for r in read_jsonl(p) if "train/grad_norm" in r]
                 for p in paths if os.path.exists(p)]
         runs = [r for r in runs if r]
@@ -278,5 +403,8 @@ def liveness_table(out_dir: str, names: Sequence[str], seeds: Sequence[int],
         for k in metrics:
             v = [r[k] for r in recs if k in r]
             cells.append(f"{np.mean(v):.3f}" if v else "-")
+        steps = [run_policy_steps(d) for d in dirs if os.path.exists(d)]
+        steps = [s for s in steps if s is not None]
+        cells += policy_step_cells(steps) if steps else ["-"] * len(POLICY_STEP_COLUMNS)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -128,3 +128,28 @@ def test_comparison_rows_pair_the_common_seeds_and_skip_missing_methods():
     r = rows[0]                      # seed 2 is a's alone: not paired
     assert r["comparison"] == "a - b" and r["verdict"] == "shown" and r["n"] == 3
     assert r["mean difference"] == "+0.1100" and r["paper gap"] == "+0.0500"
+
+
+def test_p_value_is_below_alpha_exactly_where_the_t_interval_excludes_zero():
+    from asct_jax.infra.paired import compare
+
+    for x, y in (([0.61, 0.62, 0.60, 0.63], [0.59, 0.60, 0.60, 0.58]),
+                 ([0.7, 0.72, 0.71], [0.6, 0.61, 0.6]), ([0.5, 0.5], [0.5, 0.5])):
+        r = compare(x, y)
+        lo, hi = r["t_interval"]
+        assert (r["p"] < 0.05) == (r["sd"] > 0 and (lo > 0 or hi < 0))
+    assert compare([0.5, 0.5], [0.5, 0.5])["p"] == 1.0     # SD 0: no evidence
+
+
+def test_holm_steps_down_and_stops_at_the_first_kept_hypothesis():
+    from asct_jax.infra.paired import holm, holm_verdicts
+
+    # sorted: 0.005 <= 0.05/4, 0.01 <= 0.05/3, 0.03 > 0.05/2: stop (0.04 kept too)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
+    assert holm([0.2, 0.01]) == [False, True]            # 0.01 <= 0.025, 0.2 > 0.05
+    assert holm([0.03, 0.03]) == [False, False]           # 0.03 > 0.025: none
+    assert holm([]) == []
+    rows = [{"p": 0.01, "verdict": "refuted"}, {"p": 0.03, "verdict": "shown"},
+            {"p": 0.5, "verdict": "inconclusive"}]
+    # 0.01 <= 0.05/3 kept; 0.03 > 0.05/2: shown becomes inconclusive
+    assert holm_verdicts(rows) == ["refuted", "inconclusive", "inconclusive"]

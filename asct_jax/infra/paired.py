@@ -111,12 +111,43 @@ def compare(x: Sequence[float], y: Sequence[float], gap: Optional[float] = None,
     verdict = ("inconclusive" if sd == 0 else          # a tie: no SD to build on
                "shown" if near > 0 else "refuted" if far < 0 else "inconclusive")
     return {
-        "n": n, "mean": mean, "sd": sd, "t_interval": (lo, hi),
+        "n": n, "mean": mean, "sd": sd, "t_interval": (lo, hi), "p": p_value(mean, sd, n),
         "bootstrap_interval": (bootstrap_interval(d, confidence)
                                if n < BOOTSTRAP_BELOW else None),
         "verdict": verdict, "gap": gap, "claim": side,
         "seeds_needed": None if gap is None or sd == 0 else seeds_needed(sd, gap, confidence),
     }
+
+
+def p_value(mean: float, sd: float, n: int) -> float:
+    """The two-sided paired t test's p = 2 P(T_{n-1} > |d_bar| / (s / sqrt(n))): below
+    1 - confidence exactly where the t interval excludes 0. 1 where s = 0 (no verdict)."""
+    if sd == 0:
+        return 1.0
+    return float(2.0 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+
+
+def holm(pvalues: Sequence[float], alpha: float = 0.05) -> list:
+    """Holm's step-down correction over a page's m comparisons: with p sorted ascending,
+    p_(1) <= ... <= p_(m), reject H_(i) while p_(i) <= alpha / (m - i + 1) (i = 1..m),
+    stop at the first that is not. Returns, in the input order, whether each is rejected
+    (its verdict kept; otherwise it becomes inconclusive). Controls the family-wise error
+    rate at alpha."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    rejected = [False] * m
+    for rank, i in enumerate(order):
+        if pvalues[i] > alpha / (m - rank):                # alpha / (m - i + 1), 1-indexed i
+            break
+        rejected[i] = True
+    return rejected
+
+
+def holm_verdicts(results: Sequence[dict], alpha: float = 0.05) -> list:
+    """The page's verdicts corrected by `holm` over every compare() result given: a
+    shown / refuted verdict stays where its p is rejected, else "inconclusive"."""
+    keep = holm([r["p"] for r in results], alpha)
+    return [r["verdict"] if k else "inconclusive" for r, k in zip(results, keep)]
 
 
 def describe(c: dict, digits: int = 4) -> str:
