@@ -6,9 +6,11 @@ Two units, as the authors do it:
 * steps: verl-agent's step samples. Each real turn is one sample: every [B, T, ...] leaf
   becomes [B * T, 1, ...] (a one-turn "episode" per turn row), a [B, ...] leaf is repeated
   per turn, then the rows are permuted with the real turns first (in random order) and
-  cut into M = ceil(B * T / size) minibatches of `size` rows (rows past B * T are padding,
-  masked out); a minibatch with no real turn is empty and its update is skipped
-  (`has_real_turns`), so the step makes ceil(real turns / size) updates, as verl-agent.
+  cut into M = ceil(B * T / size) minibatches of min(size, B * T) rows (rows past B * T
+  are padding, masked out: a batch smaller than `size` is one minibatch of its own B * T
+  rows, never padded up to `size`); a minibatch with no real turn is empty and its update
+  is skipped (`has_real_turns`), so the step makes ceil(real turns / size) updates, as
+  verl-agent.
 
 Scalars (ndim 0) are the same in every minibatch: broadcast to [M].
 """
@@ -50,12 +52,16 @@ def to_turn_rows(tree: Any, batch: int, turns: int) -> Any:
 
 
 def split_turn_rows(tree: Any, key, turn_mask, size: int) -> Any:
-    """A tree of turn rows (`to_turn_rows`) -> [M, size, ...] minibatches, real turns first.
+    """A tree of turn rows (`to_turn_rows`) -> [M, S, ...] minibatches, real turns first:
+    S = min(size, B * T), M = ceil(B * T / size) (Protocol.minibatch_count).
 
     turn_mask: [B, T] bool, the real turns (row r = (b, t) in row-major order).
     """
     real = turn_mask.reshape(-1)
     rows = real.shape[0]
+    # A minibatch never needs more rows than the batch has: padding rows would each cost
+    # a decoder pass (and its saved activations) for nothing; M is unchanged.
+    size = min(size, rows)
     count = -(-rows // size)
     u = jax.random.uniform(key, (rows,))
     order = jnp.argsort(jnp.where(real, u, 1.0 + u))           # real rows first, shuffled
