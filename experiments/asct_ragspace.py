@@ -31,6 +31,7 @@ from asct_jax.infra.tables import scatter_with_errorbars
 from experiments.runner import (from_warm_start, liveness_table, method_seeds, run_grid,
                                 write_comparisons, write_table)
 from experiments.configs.asct_ragspace import GROUPED
+from experiments.tuning import tuned_overrides
 
 BETA = 1e-4
 DEPLOY_USES = (100_000, 500_000, 1_000_000)
@@ -253,7 +254,8 @@ def main(config):
     atomic_write_json(os.path.join(out_dir, "base.json"), base)
     results = {}
     for m in config.table.methods:   # the headline methods on more seeds (method_seeds)
-        variant = (m, from_warm_start(config, method_overrides(config, m)))
+        variant = (m, from_warm_start(config, {**method_overrides(config, m),
+                                               **tuned_overrides(config.table, "ragspace", m)}))
         results.update(run_grid(config, [variant], method_seeds(config.table, m),
                                 config.train.experiment, after_run=after_run))
     seeds = max((method_seeds(config.table, m) for m in results), key=len)

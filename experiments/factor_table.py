@@ -16,6 +16,7 @@ from asct_jax.infra import config_cli
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table
+from experiments.tuning import tuned_overrides
 from experiments.runner import (from_warm_start, liveness_table, method_seeds, run_grid,
                                 write_comparisons, write_table)
 
@@ -77,7 +78,8 @@ def main(config):
     for env in config.table.envs:
         results = {}
         for m in order:
-            overrides = from_warm_start(config, {"method": m, "env.name": env})
+            overrides = from_warm_start(config, {"method": m, "env.name": env,
+                                                 **tuned_overrides(config.table, env, m)})
             if m == "grpo_extended":
                 scale = _mean(results["factor"], "total/env_calls") / \
                     _mean(results["grpo"], "total/env_calls")

@@ -32,7 +32,8 @@ from experiments.configs.base import ADDED_DEFAULTS, WARM_START_FIELDS
 from experiments.dotted import flatten, under
 
 KEYS = ("env/success", "env/score", "return", "episode_len")
-GEN_KEYS = ("gen/invalid", "gen/multi_token_action")   # a generating actor's (actor.chooser)
+GEN_KEYS = ("gen/invalid", "gen/multi_token_action",   # a generating actor's (actor.chooser)
+            "gen/think_tokens", "gen/action_tokens")
 
 
 def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilons,
@@ -129,7 +130,8 @@ KEY_NEUTRAL = {k: ADDED_DEFAULTS[k] for k in ("actor.think", "actor.logits_chunk
                                                "model.value_detached",
                                                "warm_start.label_smoothing",
                                                "warm_start.hindsight",
-                                               "warm_start.hindsight_steps")}
+                                               "warm_start.hindsight_steps",
+                                               "warm_start.reasoning")}
 
 
 def depends_on(flat: dict) -> dict:

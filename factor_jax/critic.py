@@ -7,6 +7,8 @@ state (checkpointed, resumed, stacked per seed with the train state).
     loss     = mean over <= `sample` pooled targets of (V_phi(h) - y)^2    (one Adam step)
     phi_bar <- decay * phi_bar + (1 - decay) * phi                        (Polyak target)
 (one such step per training step, the authors'; `critic_steps` makes several).
+`prefit` fits the head on a filled replay before training (factor.critic_start "prefit",
+this project's option) and measures it on a held-out share.
 
 Credit reads the target head phi_bar. Shapes: H features, D = hidden width of the head,
 W replay steps, N targets stored per step.
@@ -141,6 +143,47 @@ def critic_steps(state: CriticState, key, lr: float, sample: int, polyak: float,
     state, metrics = jax.lax.scan(lambda s, k: critic_step(s, k, lr, sample, polyak),
                                   state, jax.random.split(key, steps))
     return state, jax.tree.map(lambda m: m[-1], metrics)
+
+
+def fit_stats(values: chex.Array, targets: chex.Array, mask: chex.Array
+              ) -> Dict[str, chex.Array]:
+    """How well V(h) fits the targets over the `mask`ed entries ([...] arrays):
+      mse = mean (V - y)^2,   var = mean (y - mean y)^2 (the MSE of predicting the mean),
+      r   = cov(V, y) / (std V std y)   (Pearson; 0 where either is constant),
+    and n, the entries counted. -> {"mse", "var", "r", "n"}, each [] float32."""
+    chex.assert_equal_shape([values, targets, mask])
+    w = mask.astype(jnp.float32)
+    n = jnp.sum(w)
+    mean = lambda x: jnp.sum(w * x) / jnp.maximum(n, 1.0)  # noqa: E731
+    dv, dy = values - mean(values), targets - mean(targets)
+    cov, vv, yy = mean(dv * dy), mean(dv * dv), mean(dy * dy)
+    prod = vv * yy
+    r = jnp.where(prod > 0, cov / jnp.sqrt(jnp.where(prod > 0, prod, 1.0)), 0.0)
+    return {"mse": mean((values - targets) ** 2), "var": yy, "r": r, "n": n}
+
+
+def prefit(state: CriticState, key, lr: float, sample: int, steps: int,
+           holdout: float = 0.25) -> Tuple[CriticState, Dict[str, chex.Array]]:
+    """Fits the online head to a filled replay before training: each valid target is
+    held out with probability `holdout`, `steps` critic_step calls (Adam on <= `sample`
+    drawn targets) run on the rest at Polyak decay 0 (the target head ends as the fitted
+    head), and the held-out targets go back into the replay.
+
+    Returns (state, metrics): critic_loss_before / critic_loss_after, the online head's
+    MSE over the fitted targets; heldout_mse, heldout_r (Pearson r of V(h) with the
+    target) and heldout_var (the targets' variance, the MSE of their mean) over the
+    held-out ones after the fit; targets, heldout: their counts."""
+    k_hold, k_fit = jax.random.split(key)
+    held = state.valid & (jax.random.uniform(k_hold, state.valid.shape) < holdout)
+    fit = state.replace(valid=state.valid & ~held)
+    before = fit_stats(head_value(fit.online, fit.features), fit.targets, fit.valid)
+    fit, _ = critic_steps(fit, k_fit, lr, sample, 0.0, steps)
+    values = head_value(fit.online, fit.features)                     # [W, N]
+    after, out = fit_stats(values, fit.targets, fit.valid), fit_stats(values, fit.targets, held)
+    metrics = {"critic_loss_before": before["mse"], "critic_loss_after": after["mse"],
+               "heldout_mse": out["mse"], "heldout_r": out["r"], "heldout_var": out["var"],
+               "targets": after["n"], "heldout": out["n"]}
+    return fit.replace(valid=state.valid), metrics
 
 
 def spread_ratio(target_values: chex.Array, online_values: chex.Array,

@@ -18,6 +18,9 @@ FACTOR at step k (1-indexed; the train step's counter is k - 1):
              eta_k active for k in [start, end];
   loss       L_act (action-mean surrogate on C = A* omega) + L_nonact (token-mean on A_seq)
              + lambda_k * token-mean forward KL(teacher || policy) on action tokens.
+factor.critic_start "prefit" (this project's option, not the authors'): no warm-up; the
+critic is fitted before step 1 on rollouts of the initial policy (fit_critic_first),
+TAC's credit and the teacher act from k = 1 (Schedule.from_step_one).
 The step constants (warm-up 10, eta 11..49 / 50, lambda 50, Polyak 0.995)
 are given for 150-step runs and scale with train.steps (factor.scale_schedules), but for
 the warm-up: its 10 critic steps are kept whatever train.steps is, and eta's window moves
@@ -41,7 +44,7 @@ import jax
 import jax.numpy as jnp
 
 import factor_jax as fj
-from asct_jax.infra.checks import Range
+from asct_jax.infra.checks import ConfigError, Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import (CreditContext, Method, installs_credit_state, state_actor,
@@ -57,6 +60,9 @@ from factor_jax.teacher import TEACHER_DIST, TEACHER_PROMPTS, kl_reduce, teacher
 REWARD_RULES = ("auto",) + fj.REWARD_RULES  # factor.reward_rule; auto: the env's own
 OUTCOMES = ("auto", "success", "score", "return")  # factor.outcome: what G is
 WARMUP_SCALINGS = ("keep", "scale")  # factor.warmup_scaling: the critic's warm-up count
+# factor.critic_start: "warmup" (the authors') warms TAC's critic up in the run's first
+# warmup_steps steps; "prefit" (this project's) fits it before step 1 (fit_critic_first).
+CRITIC_STARTS = ("warmup", "prefit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +103,15 @@ class FactorConfig:
                                  "scale it with the run (the earlier)", default="keep")
     critic_steps: int = option(Range(1, None, integer=True), "critic steps (Adam, then "
                                "Polyak) per training step; 1: the authors'", default=1)
+    critic_start: str = option(CRITIC_STARTS, "how TAC's critic starts: warmup (the "
+                               "authors': critic-only warm-up steps, credit A_seq / T) or "
+                               "prefit (ours: fitted before step 1, TAC's credit from step "
+                               "1)", default="warmup")
+    prefit_batches: int = option(Range(1, None, integer=True), "under prefit: rollout "
+                                 "batches of the initial policy whose targets fill the "
+                                 "replay", default=4)
+    prefit_critic_steps: int = option(Range(1, None, integer=True), "under prefit: "
+                                      "critic-only Adam steps on them", default=100)
 
 
 def factor_config(config) -> FactorConfig:
@@ -124,32 +139,50 @@ class Schedule:
         """critic: whether the run warms TAC's critic up. False (asct_factor): no critic
         to wait for, so no warm-up; the teacher is on from step 1 and eta decays to 0
         over the authors' span of teacher steps after the warm-up (eta_end - warmup: 39
-        of 150) scaled, at least 1 step: eta_k = eta0 max(1 - (k - 1) / D, 0), k <= D."""
+        of 150) scaled, at least 1 step: eta_k = eta0 max(1 - (k - 1) / D, 0), k <= D.
+        factor.critic_start "prefit" (the critic fitted before step 1): the same schedule
+        from step 1, with the critic's Polyak decay (scaled under scale_schedules)."""
+        if critic and fc.critic_start == "prefit":
+            return Schedule.from_step_one(fc, Schedule.polyak_of(fc))
         if not fc.scale_schedules:
             return Schedule(fc.warmup_steps, fc.eta_start, fc.eta_end, fc.eta_decay,
                             fc.kl_decay, fc.critic_polyak)
         n = fc.train_steps
         scaled = fj.scale_steps(fc.warmup_steps, n) if fc.warmup_steps else 0
         if not critic:
-            span = fj.scale_steps(max(fc.eta_end - fc.warmup_steps, 1), n)
-            return Schedule(warmup=0, eta_start=1, eta_end=span, eta_decay=span,
-                            kl_decay=fj.scale_steps(fc.kl_decay, n),
-                            polyak=fc.critic_polyak, eta_origin=1)
+            return Schedule.from_step_one(fc, fc.critic_polyak)
         # "keep": the critic gets the authors' count of steps before its credit is used
         # (a count of Adam steps on the head, not a share of the run); eta's window,
         # which starts after the warm-up, moves by as much.
         keep = critic and fc.warmup_scaling == "keep"
         warmup = fc.warmup_steps if keep else scaled
         origin = warmup - scaled
-        # The Polyak time constant 1 / (1 - decay) is in steps too.
-        polyak = 1.0 - (1.0 - fc.critic_polyak) * fj.schedules.REFERENCE_STEPS / n
         return Schedule(warmup=warmup,
                         eta_start=max(fj.scale_steps(fc.eta_start, n), scaled + 1) + origin,
                         eta_end=fj.scale_steps(fc.eta_end, n) + origin,
                         eta_decay=fj.scale_steps(fc.eta_decay, n),
                         kl_decay=fj.scale_steps(fc.kl_decay, n),
-                        polyak=float(min(max(polyak, 0.0), fc.critic_polyak)),
-                        eta_origin=origin)
+                        polyak=Schedule.polyak_of(fc), eta_origin=origin)
+
+    @staticmethod
+    def polyak_of(fc: FactorConfig) -> float:
+        """The target head's Polyak decay: as given, or under scale_schedules with its
+        time constant 1 / (1 - decay) in steps scaled to the run, in [0, the given]."""
+        if not fc.scale_schedules:
+            return fc.critic_polyak
+        polyak = 1.0 - (1.0 - fc.critic_polyak) * fj.schedules.REFERENCE_STEPS / fc.train_steps
+        return float(min(max(polyak, 0.0), fc.critic_polyak))
+
+    @staticmethod
+    def from_step_one(fc: FactorConfig, polyak: float) -> "Schedule":
+        """No warm-up: the teacher on from step 1, eta_k = eta0 max(1 - (k - 1) / D, 0)
+        for k <= D, D the authors' teacher steps after their warm-up (eta_end - warmup,
+        at least 1; scaled under scale_schedules), lambda_k from step 1 as given."""
+        scale = ((lambda x: fj.scale_steps(x, fc.train_steps)) if fc.scale_schedules
+                 else (lambda x: x))
+        span = scale(max(fc.eta_end - fc.warmup_steps, 1))
+        return Schedule(warmup=0, eta_start=1, eta_end=span, eta_decay=span,
+                        kl_decay=scale(fc.kl_decay), polyak=polyak, eta_origin=1)
 
     def eta(self, k, eta0: float) -> chex.Array:
         """[] float32 eta_k at the 1-indexed step k (int or traced scalar)."""
@@ -287,6 +320,23 @@ def continuations(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
                              key, fc.continuations, fc.horizon, outcome)
 
 
+def replay_targets(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, k_cont,
+                   k_push, g, critic_state):
+    """A batch's critic targets pushed into the replay: continuations from its
+    checkpoints -> Monte-Carlo targets [B, S] at the boundary features of those turns.
+
+    g: [B] the outcome G. Returns (cont, feats [B, T, H] of every x_t, targets [B, S],
+    the critic state with them in its replay)."""
+    rule, outcome = run_outcome_rule(fc, ctx.env)
+    cont = continuations(fc, ctx, params, batch, k_cont, outcome)
+    feats = batch_features(ctx, params, batch)                         # [B, T, H]
+    targets = checkpoint_targets(cont, g, ctx.group_size, rule)        # [B, S]
+    at = jnp.take_along_axis(feats, cont.idx[..., None], axis=1)       # [B, S, H]
+    critic_state = tac_critic.push(critic_state, k_push, at.reshape(-1, at.shape[-1]),
+                                   targets.reshape(-1), cont.valid.reshape(-1))
+    return cont, feats, targets, critic_state
+
+
 def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, key, step,
                   critic_state, action_credit: ActionCredit = tac_action_credit,
                   token_weights: TokenWeights = mixture_token_weights) -> FactorPieces:
@@ -302,12 +352,8 @@ def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, 
     g = episode_outcomes(batch, outcome)
     terminal, a_seq, baseline = fj.reward_construction(g, ctx.group_size, rule)
     # Critic: this step's targets into the replay, one step, Polyak (before the credit).
-    cont = continuations(fc, ctx, params, batch, k_cont, outcome)
-    feats = batch_features(ctx, params, batch)                         # [B, T, H]
-    targets = checkpoint_targets(cont, g, ctx.group_size, rule)        # [B, S]
-    at = jnp.take_along_axis(feats, cont.idx[..., None], axis=1)       # [B, S, H]
-    critic_state = tac_critic.push(critic_state, k_push, at.reshape(-1, at.shape[-1]),
-                                   targets.reshape(-1), cont.valid.reshape(-1))
+    cont, feats, targets, critic_state = replay_targets(fc, ctx, params, batch, k_cont,
+                                                        k_push, g, critic_state)
     critic_state, cm = tac_critic.critic_steps(critic_state, k_step, fc.critic_lr,
                                                fc.critic_sample, sched.polyak,
                                                fc.critic_steps)
@@ -410,12 +456,50 @@ def _factor_dist_reduce(fc: FactorConfig, ctx: CreditContext):
     return kl_reduce if fc.kl_coef > 0 else None
 
 
+def fit_critic_first(fc: FactorConfig, ctx: CreditContext):
+    """Method.make_prefit of FACTOR: None under factor.critic_start "warmup" (the
+    authors'); under "prefit" (ours) the critic fitted before step 1:
+
+      prefit_batches x (rollout of pi_0 -> continuations -> MC targets into the replay)
+      -> prefit_critic_steps critic-only Adam steps on 3/4 of them (the target head = the
+      fitted head; the held-out quarter measures it, then joins the replay).
+
+    prefit(params, critic_state, key, collect) -> (critic_state, metrics): the env calls
+    and aux tokens of the rollouts and continuations, and tac_critic.prefit's fit."""
+    if fc.critic_start != "prefit":
+        return None
+    if ctx.env is None:
+        raise ConfigError("factor.critic_start", "'prefit' plays its rollouts in-step on "
+                          "a JAX-native environment; host games have none", "warmup")
+
+    def prefit(params, critic_state, key, collect):
+        _, outcome = run_outcome_rule(fc, ctx.env)
+
+        def one_batch(state, key):
+            k_roll, k_cont, k_push = jax.random.split(key, 3)
+            batch = collect(params, k_roll)
+            g = episode_outcomes(batch, outcome)
+            cont, _, _, state = replay_targets(fc, ctx, params, batch, k_cont, k_push, g,
+                                               state)
+            calls = batch.env_calls.astype(jnp.float32) + cont.env_calls
+            return state, (calls, cont.aux_tokens)
+
+        k_batches, k_fit = jax.random.split(key)
+        critic_state, (calls, tokens) = jax.lax.scan(
+            one_batch, critic_state, jax.random.split(k_batches, fc.prefit_batches))
+        critic_state, m = tac_critic.prefit(critic_state, k_fit, fc.critic_lr,
+                                            fc.critic_sample, fc.prefit_critic_steps)
+        return critic_state, {"env_calls": jnp.sum(calls), "aux_tokens": jnp.sum(tokens),
+                              **m}
+    return prefit
+
+
 def _factor_method(name: str, factory) -> Method:
     return Method(name, factory, make_config=factor_config, protocol=FACTOR_PROTOCOL,
                   make_policy_loss=_factor_policy_loss, make_aux_loss=_factor_kl_loss,
                   make_dist_reduce=_factor_dist_reduce,
                   init_state=init_critic_state, update_state=installs_credit_state,
-                  host_prepare=continue_on_host)
+                  host_prepare=continue_on_host, make_prefit=fit_critic_first)
 
 
 FACTOR = _factor_method("factor", _factor_factory())

@@ -92,7 +92,12 @@ def test_added_defaults_come_from_the_typed_defaults():
         "actor.think": "required", "actor.logits_chunk": 2 ** 24,
         "model.attention_block": 0, "model.value_detached": False,
         "policy.prompt_widths": 3, "warm_start.label_smoothing": 0.0,
-        "warm_start.hindsight": "none", "warm_start.hindsight_steps": 100}
+        "warm_start.hindsight": "none", "warm_start.hindsight_steps": 100,
+        "warm_start.reasoning": "empty",
+        "train.eval_split": "test", "train.validation_seed": 20270611,
+        # FACTOR's (experiments/configs/base.py ADDED_FACTOR_FIELDS): the authors' warm-up
+        "factor.critic_start": "warmup", "factor.prefit_batches": 4,
+        "factor.prefit_critic_steps": 100}
     assert all(base.ADDED_DEFAULTS[k] == default_of(k) for k in base.ADDED_FIELDS)
     # asct.actor_token_unit changes the summaries' T_aux: a run stored without it is not
     # reused as if it had it

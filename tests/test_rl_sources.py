@@ -16,7 +16,8 @@ def test_the_source_is_the_env_sections_environment():
                                      env.num_actions, len(env.tokenizer))
     assert source.vocab_size == len(env.tokenizer) and source.prompt.generation is None
     assert held_out_env(c, source) == (source.env, source.env_params)
-    assert source.summary_extra() == {"env": "shop"}
+    assert source.summary_extra() == {"env": "shop", "eval_split": "test",
+                                      "eval_key_seed": c.train.eval_seed}
 
 
 def test_the_held_out_environment_takes_the_eval_options():

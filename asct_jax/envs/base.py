@@ -78,7 +78,8 @@ class Environment:
       legal_actions(state, params) -> ([K, A], [K])
 
     and may override `on_timeout` (terminal reward / feedback when the turn limit ends the
-    episode) and `absorbing_feedback` (feedback of a step taken after done).
+    episode), `absorbing_feedback` (feedback of a step taken after done) and, setting
+    `rationale_len`, `expert_rationale` (the scripted expert's sub-goal in words).
 
     `step` does: split the state's key (the second half goes to step_env), advance the turn
     counter, end the episode at `max_turns` (calling on_timeout), make done absorbing
@@ -94,6 +95,9 @@ class Environment:
     # The categories of action_cost_parts (e.g. ragspace's generator input / output, query
     # embedding, reranker input); one category "env" unless an environment splits them.
     cost_parts: Tuple[str, ...] = ("env",)
+    # L: tokens of expert_rationale (0: the environment has none; warm_start.reasoning
+    # "subgoal" needs it).
+    rationale_len: int = 0
 
     def default_params(self) -> Any:
         raise NotImplementedError
@@ -180,6 +184,14 @@ class Environment:
     def action_cost_parts(self, state: Any, params: Any) -> chex.Array:
         """[K, C] float32: action_costs by category (C = len(cost_parts); rows sum to it)."""
         return self.action_costs(state, params)[:, None]
+
+    def expert_rationale(self, state: Any, params: Any) -> chex.Array:
+        """[rationale_len] int32, PAD-padded: the scripted expert's current sub-goal in the
+        environment's own words (a few words; a deterministic function of the state the
+        expert reads), what the warm start writes inside the think tags with
+        warm_start.reasoning = "subgoal" (asct_jax.rl.warm_start). Only environments with
+        rationale_len > 0 have one."""
+        raise NotImplementedError(f"{self.name} has no expert_rationale")
 
     def restorable(self, state: Any, params: Any) -> chex.Array:
         """[K] bool: False for actions with side effects that cannot be searched from."""

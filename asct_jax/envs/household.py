@@ -175,7 +175,11 @@ class Household(C.TextEnvironment):
         self.t_rec = C.encode_table(recs, 1)[:, 0]
         self.t_obj = C.encode_table(objs, 1)[:, 0]
         self.t_status = C.encode_table(STATUS, 1)[:, 0]
-        self.w = {w: int(C.encode(w, 1)[0]) for w in ("task", ":", "at", "hold", "seen")}
+        self.w = {w: int(C.encode(w, 1)[0]) for w in ("task", ":", "at", "hold", "seen",
+                                                      "put", "then", "take", "from", "in",
+                                                      "with")}
+        self.t_verb = C.encode_table(("clean", "heat", "cool"), 1)[:, 0]   # by Appliance
+        self.t_appliance = C.encode_table(APPLIANCES, 1)[:, 0]
         F = self.feedback_len
         self.f_arrive = C.encode("you arrive at", F)
         self.f_see = C.encode("you see", F)
@@ -281,6 +285,33 @@ class Household(C.TextEnvironment):
 
     def info(self, s: HouseholdState, params):
         return C.info_dict(success=s.success, score=s.success)
+
+    rationale_len = 8
+
+    def expert_rationale(self, s: HouseholdState, params) -> jax.Array:
+        """[8] int32: the expert's sub-goal (expert_policy's branches): the object and the
+        receptacle it is heading for, in its words:
+          a wrong object held      "put {held} then take {target}"
+          fetch the target         "take {target} from {where it is}"
+          make its status          "{clean|heat|cool} {target} with {appliance}"
+          deliver it               "put [{clean|hot|cold}] {target} in {destination}"."""
+        w, t_obj = self.w, jnp.asarray(self.t_obj)
+        r = lambda *words: C.render([jnp.stack([jnp.asarray(x, jnp.int32) for x in words])],
+                                    self.rationale_len)  # noqa: E731
+        obj = t_obj[s.target]
+        need = s.task > Task.PLACE
+        req = required(s.task)
+        holding_t = s.held == s.target
+        have_status = jnp.where(need, s.status[s.target, req], True)
+        drop = r(w["put"], t_obj[jnp.maximum(s.held, 0)], w["then"], w["take"], obj)
+        fetch = r(w["take"], obj, w["from"],
+                  jnp.asarray(self.t_rec)[jnp.maximum(s.obj_loc[s.target], 0)])
+        make = r(jnp.asarray(self.t_verb)[req], obj, w["with"],
+                 jnp.asarray(self.t_appliance)[req])
+        deliver = r(w["put"], jnp.where(need, jnp.asarray(self.t_status)[req], PAD_ID), obj,
+                    w["in"], jnp.asarray(self.t_rec)[s.dest])
+        return jnp.where((s.held >= 0) & ~holding_t, drop, jnp.where(
+            ~holding_t, fetch, jnp.where(~have_status, make, deliver))).astype(jnp.int32)
 
 
 def slot_kind(idx, R: int, N: int) -> jax.Array:

@@ -331,6 +331,22 @@ class Science(C.TextEnvironment):
     def info(self, s: ScienceState, params):
         return C.info_dict(success=s.bits[FINAL] & ~s.ruined, score=s.score)
 
+    rationale_len = 4
+
+    def expert_rationale(self, s: ScienceState, params) -> jax.Array:
+        """[4] int32: the expert's sub-goal, the milestone its next plan step
+        (expert_policy) reaches, as the feedback announces it: "result : {phrase}" (e.g.
+        "result : pot filled"), the phrase's words that depend on the hidden bit dropped
+        (observing the bulb: "result : bulb", not its unseen "on" / "off")."""
+        T = self._tables()
+        steps = T["plan"][s.variant, s.hidden]                              # [PLAN_LEN]
+        sets = T["set"][s.variant, jnp.maximum(steps, 0)]                   # [PLAN_LEN, NB]
+        todo = (steps >= 0) & ~jnp.any(sets & s.bits, axis=-1)
+        bit = jnp.argmax(sets[jnp.argmax(todo)])
+        both = T["t_phrase"][s.variant, :, bit]                              # [2, 2]
+        phrase = jnp.where(both[0] == both[1], both[0], PAD_ID)
+        return C.render([[self.w["result"], self.w[":"]], phrase], self.rationale_len)
+
 
 def expert_policy(s: ScienceState, params: ScienceParams, key=None) -> jax.Array:
     """Privileged scripted expert: the first step of the variant's plan (given the hidden

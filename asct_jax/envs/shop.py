@@ -201,7 +201,7 @@ class Shop(C.TextEnvironment):
         self.w = {w: wid(w) for w in ("find", "a", "in", "size", "under", "dollars", "page",
                                       "search", "results", ":", "item", "price", "colors",
                                       "sizes", "chosen", "for", "you", "open", "color", "set",
-                                      "to", "next", "of", "back", "bought")}
+                                      "to", "next", "of", "back", "bought", "buy")}
         self._freeze_tables()
 
     # ------------------------------------------------------------------ protocol
@@ -360,6 +360,33 @@ class Shop(C.TextEnvironment):
 
     def info(self, s: ShopState, params):
         return C.info_dict(success=s.score >= 0.999, score=s.score)
+
+    rationale_len = 8
+
+    def expert_rationale(self, s: ShopState, params) -> jax.Array:
+        """[8] int32: the expert's sub-goal (expert_policy's branches), in its words:
+          search page            "find {feature} {category} under {cap} dollars"
+          results page           "item {target} under {cap} dollars"  (the item it looks for)
+          item page, wrong item  "back to results for {target}"
+          colour / size to set   "item {target} color {c}" / "item {target} size {z}"
+          all set                "buy {target} under {cap} dollars"."""
+        w, g = self.w, s.goal
+        pid = jnp.asarray(self.w_pid)[s.target]
+        cap = [w["under"], jnp.asarray(self.w_price)[g[Goal.CAP]], w["dollars"]]
+        r = lambda *words: C.render([jnp.stack([jnp.asarray(x, jnp.int32) for x in words])],
+                                    self.rationale_len)  # noqa: E731
+        find = r(w["find"], jnp.asarray(self.w_feat)[g[Goal.FEATURE]],
+                 jnp.asarray(self.w_cat)[g[Goal.CATEGORY]], *cap)
+        look = r(w["item"], pid, *cap)
+        back = r(w["back"], w["to"], w["results"], w["for"], pid)
+        color = r(w["item"], pid, w["color"], jnp.asarray(self.w_color)[g[Goal.COLOR]])
+        size = r(w["item"], pid, w["size"], jnp.asarray(self.w_size)[g[Goal.SIZE]])
+        buy = r(w["buy"], pid, *cap)
+        size_todo = (s.size != g[Goal.SIZE]) if self.NS else jnp.asarray(False)
+        on_item = jnp.where(s.cur != s.target, back, jnp.where(
+            s.color != g[Goal.COLOR], color, jnp.where(size_todo, size, buy)))
+        return jnp.where(s.page == Page.SEARCH, find,
+                         jnp.where(s.page == Page.RESULTS, look, on_item)).astype(jnp.int32)
 
 
 def step_kind(page, idx, NC: int, NS: int) -> jax.Array:

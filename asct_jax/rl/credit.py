@@ -13,6 +13,8 @@ an auxiliary loss and keep state across steps:
                                                       #   the update's pass reduces (out.reduced)
     mstate   = method.init_state(cfg, ctx, params, key)                       # or None
     mstate, m = method.update_state(cfg, ctx, mstate, StateInputs(...))       # after the update
+    prefit   = method.make_prefit(cfg, ctx)           # None, or (params, mstate, key, collect)
+                                                      #   -> (mstate, m): before step 1
 
 `params` are the behaviour parameters (pi_old, frozen for the update), `step` the train
 step (a traced int32, for schedules), `mstate` the method's state (None for stateless
@@ -44,6 +46,9 @@ CreditFn = Callable[..., Credit]
 AuxLossFn = Callable[[Any, Rollout, Credit], Tuple[Any, Dict[str, Any]]]
 # (out, mb, credit_mb, ppo: asct_jax.rl.protocol.Protocol) -> (policy loss to minimise, metrics)
 PolicyLossFn = Callable[[Any, Rollout, Credit, Any], Tuple[Any, Dict[str, Any]]]
+# (params, method_state, key, collect: (params, key) -> Rollout of one training batch)
+#  -> (method_state, metrics with at least "env_calls" and "aux_tokens")
+PrefitFn = Callable[..., Tuple[Any, Dict[str, Any]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +111,10 @@ def _no_dist_reduce(cfg: Any, ctx: CreditContext) -> Optional[DistReduce]:
     return None
 
 
+def _no_prefit(cfg: Any, ctx: CreditContext) -> Optional[PrefitFn]:
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
     """A registered credit method: the whole contract between it and the substrate.
@@ -138,6 +147,13 @@ class Method:
       place of the restores the credit makes in-step on JAX environments:
       (cfg, play_from, batch, host_states, key, chunk) -> Rollout.extras or None
       (FACTOR's continuations: factor_jax.host_continuations.continue_on_host).
+    make_prefit: (cfg, ctx) -> None or prefit(params, mstate, key, collect) -> (mstate,
+      metrics): a fit of a stateful method's state before step 1 of a fresh run (a
+      resumed run's checkpoint holds it), on batches it draws with collect(params, key)
+      (the training rollout of the initial policy); the policy, its optimiser and the
+      step counter are untouched. Its metrics are logged at step 0 as "prefit/<name>",
+      and its "env_calls" / "aux_tokens" count in the run's totals. Jitted once (vmapped
+      over a seed batch); JAX-native environments only.
     """
 
     name: str
@@ -151,6 +167,7 @@ class Method:
     protocol: Protocol = SUBSTRATE
     restores_states_in_step: bool = False
     host_prepare: Optional[Callable[..., Any]] = None
+    make_prefit: Callable[[Any, CreditContext], Optional[PrefitFn]] = _no_prefit
 
     def __post_init__(self):
         if (self.init_state is None) != (self.update_state is None):

@@ -20,7 +20,10 @@ model's full-vocabulary log-softmax at temperature 1 (what the update's ratio co
 `asct_jax.envs.projection.project_tokens` maps the response to a legal candidate or to an
 invalid step (all-PAD action: "Nothing happens."), and an invalid step's reward is reduced
 by `invalid_penalty` (0.1). Token classes: action tokens (strictly inside the action tags)
-and non-action response tokens (think, tags, EOS); the prompt gets no loss.
+and non-action response tokens (think, tags, EOS); the prompt gets no loss. Per turn the
+chooser reports (Choice.extra, averaged over real turns in the rollout's metrics)
+gen/invalid, gen/action_tokens, gen/think_tokens (the reasoning, strictly inside the think
+tags: `think_mask`), gen/nonaction_tokens and gen/multi_token_action.
 
 `GenerationPolicy` reads the prompt where `Policy` reads the observation and a response
 where it reads an action: its log-probs, entropies and distributions are over the full
@@ -46,8 +49,8 @@ import jax.numpy as jnp
 
 from asct_jax.envs.base import EOS_ID
 from asct_jax.envs.play import Choice
-from asct_jax.envs.projection import (ProjectedAction, Tags, project_text_tokens,
-                                       project_tokens)
+from asct_jax.envs.projection import (ProjectedAction, Tags, find_first,
+                                       project_text_tokens, project_tokens)
 from asct_jax.envs.prompt import GenerationPieces
 from asct_jax.models import cache as cache_lib
 from asct_jax.models import widths
@@ -123,6 +126,20 @@ def _strip_template(obs: chex.Array, pieces: GenerationPieces, pad_id: int) -> c
     n_real = jnp.sum(obs != pad_id, -1, keepdims=True)
     keep = (pos >= pieces.strip_head) & (pos < n_real - pieces.strip_tail)
     return jnp.where(keep, obs, pad_id)
+
+
+def think_mask(response: chex.Array, mask: chex.Array, tags: Tags) -> chex.Array:
+    """[N, R] bool: the reasoning tokens, strictly between the first think_open tag and the
+    first think_close tag (tags excluded; none if a tag is missing or the close comes
+    first), as projection's action_mask is for the action tags. On token ids: a pretrained
+    tokenizer's tag merged with its neighbours is not found (then 0 tokens)."""
+    r = response.shape[-1]
+    open_at, close_at = find_first(response, tags.think_open, mask), find_first(
+        response, tags.think_close, mask)
+    pos = jnp.arange(r)
+    return ((open_at < r) & (close_at < r))[..., None] & (
+        pos >= (open_at + len(tags.think_open))[..., None]) & (
+        pos < close_at[..., None]) & mask
 
 
 def wrap_action(action: chex.Array, live: chex.Array, spec: GenerationSpec,
@@ -415,9 +432,13 @@ class GenerationChooser:
         penalty = jnp.where(proj.valid, 0.0, self.spec.invalid_penalty)
         n_act = jnp.sum(proj.action_mask, -1)
         think = jnp.sum(mask, -1) - n_act
+        # per turn: action tokens (inside the action tags), reasoning tokens (inside the
+        # think tags), non-action tokens (the rest: reasoning, tags, EOS)
         extra = {"prompts": prompt, "action_mask": proj.action_mask & mask,
                  "gen/invalid": (~proj.valid).astype(jnp.float32),
                  "gen/action_tokens": n_act.astype(jnp.float32),
+                 "gen/think_tokens": jnp.sum(think_mask(response, mask, self.spec.tags),
+                                             -1).astype(jnp.float32),
                  "gen/nonaction_tokens": think.astype(jnp.float32),
                  "gen/multi_token_action": (n_act >= 2).astype(jnp.float32), **written}
         shift = lambda h, x: jnp.concatenate([h[:, 1:], x[:, None]], axis=1)  # noqa: E731

@@ -34,7 +34,7 @@ import numpy as np
 from asct_jax.envs.external import BatchedHostEnv, HostEnv, ParallelHostEnv
 from asct_jax.envs.prompt import PromptTokens
 from asct_jax.envs.tokenizer import word_teacher_prompt
-from asct_jax.infra.checks import Range
+from asct_jax.infra.checks import ConfigError, Range
 from asct_jax.infra.typed_config import option
 from asct_jax.models.loading import load_tokenizer, resolve_model_path
 from asct_jax.rl.credit import Method
@@ -152,6 +152,9 @@ class HostGames:
     def __init__(self, run: RunConfig, games: GameSet):
         self.run = run = run_config(run)
         self.games = games
+        if run.train.eval_split != "test":   # the game sets hold no validation games yet
+            raise ConfigError("train.eval_split", f"{run.train.eval_split!r} is not "
+                              f"available for the host games of {games.name}", "'test'")
         tw, rc = games.settings, run.rollout
         if rc.num_groups > games.num_train:
             raise ValueError(f"rollout.num_groups = {rc.num_groups} > the {games.num_train} "
@@ -228,7 +231,7 @@ class HostGames:
     def make_eval(self, learner: Learner) -> EvalFn:
         """Held-out games, eval_episodes episodes each, fixed key (sampled or greedy)."""
         tw, tc = self.games.settings, self.run.train
-        key = jax.random.key(tc.eval_seed)
+        key = jax.random.key(tc.held_out_seed)   # eval_seed: eval_split is "test" here
 
         def evaluate(params):
             games, n = list(range(self.games.num_eval)), self.eval_chunk
@@ -247,7 +250,9 @@ class HostGames:
         return evaluate
 
     def summary_extra(self):
-        return {"env": self.games.name, "train_games": self.games.num_train,
+        return {"env": self.games.name, "eval_split": self.run.train.eval_split,
+                "eval_key_seed": self.run.train.held_out_seed,
+                "train_games": self.games.num_train,
                 "eval_games": self.games.num_eval,
                 "candidates_dropped": dict(self.encoder.stats),
                 "env_stats": {"train": self.train_env.stats, "eval": self.eval_env.stats}}

@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any, Mapping, Optional, Tuple, Type
 
 from asct_jax.envs import SIZES
-from asct_jax.infra.checks import Range, check
+from asct_jax.infra.checks import ConfigError, Range, check
 from asct_jax.infra.distributed import DistributedConfig, distributed_config
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.models.config import LORA_TARGETS, PRESETS
@@ -28,6 +28,13 @@ from asct_jax.rl.protocol import SUBSTRATE, Protocol, resolve, resolved_section
 _AT_LEAST_0 = Range(0, None, integer=True)
 _AT_LEAST_1 = Range(1, None, integer=True)
 DTYPES = ("float32", "bfloat16")
+# train.eval_split: "test", the held-out episodes the tables report (key train.eval_seed,
+# env.eval_options as given: every run stored before the field); "validation", episodes no
+# reported number uses, for tuning (key train.validation_seed, and an environment with a
+# question split plays its VALIDATION_QUESTIONS split: asct_jax.rl.sources.build_env).
+EVAL_SPLITS = ("test", "validation")
+VALIDATION_QUESTIONS = "val"
+VALIDATION_SEED = 20270611   # a fixed key, distinct from experiments/configs/base.py's eval_seed
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -144,6 +151,11 @@ class TrainConfig:
     eval_every: int = option(_AT_LEAST_1, "held-out evaluation every this many steps")
     eval_episodes: int = option(None, "held-out episodes")
     eval_seed: int = option(None, "key of the held-out episodes (same for every run)")
+    eval_split: str = option(EVAL_SPLITS, "which held-out episodes: test (what the tables "
+                             "report) or validation (for tuning: key validation_seed, a "
+                             "question split's 'val')", "test")
+    validation_seed: int = option(None, "key of the validation episodes (eval_split "
+                                  "validation; never eval_seed)", VALIDATION_SEED)
     eval_greedy: bool = option(None, "held-out episodes take the argmax")
     checkpoint_every: int = option(_AT_LEAST_1, "checkpoint every this many steps (and "
                                    "the last)")
@@ -161,6 +173,17 @@ class TrainConfig:
     distributed: DistributedConfig = option(None, "several processes, one program",
                                             DistributedConfig())
 
+    def __post_init__(self):
+        if self.eval_split == "validation" and self.validation_seed == self.eval_seed:
+            raise ConfigError("train.validation_seed", f"{self.validation_seed} is "
+                              "train.eval_seed: validation episodes would be the test ones",
+                              "any other int")
+
+    @property
+    def held_out_seed(self) -> int:
+        """The key of the held-out episodes: eval_seed (test) or validation_seed."""
+        return self.validation_seed if self.eval_split == "validation" else self.eval_seed
+
 
 SFT_STEPS = Range(0, None, integer=True)   # each entry of warm_start.sft_steps
 # warm_start.hindsight: "none", or "feedback": the teacher prompt taught to read the
@@ -168,6 +191,10 @@ SFT_STEPS = Range(0, None, integer=True)   # each entry of warm_start.sft_steps
 # rows where each stepped candidate's own feedback decides its target
 # (asct_jax.rl.hindsight_counterfactual).
 HINDSIGHT = ("none", "feedback", "counterfactual")
+# warm_start.reasoning: what a generating actor's SFT target holds inside its think tags:
+# "empty" (every warm start before issue 49), "subgoal" the scripted expert's current
+# sub-goal in the environment's words (Environment.expert_rationale; asct_jax.rl.warm_start).
+REASONING = ("empty", "subgoal")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -190,6 +217,8 @@ class WarmStartConfig:
     hindsight: str = option(HINDSIGHT, "after SFT, teach the teacher prompt to read the "
                             "feedback ('none': off)", "none")
     hindsight_steps: int = option(_AT_LEAST_0, "updates of the hindsight phase", 100)
+    reasoning: str = option(REASONING, "a generating actor's SFT think part: empty, or "
+                            "the expert's sub-goal in words", "empty")
 
     def __post_init__(self):
         for env, steps in self.sft_steps.items():

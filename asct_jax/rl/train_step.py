@@ -14,7 +14,9 @@
   the initial policy (its copy in the state); a method may replace the surrogate
   (Method.make_policy_loss), add an auxiliary loss (Method.make_aux_loss) and have the
   pass reduce its next-token distributions for them (Method.make_dist_reduce);
-* method state: a stateful method's update_state, after the PPO update (asct_jax.rl.credit).
+* method state: a stateful method's update_state, after the PPO update (asct_jax.rl.credit);
+  a method with a prefit (Method.make_prefit) fits its state once before step 1
+  (make_prefit_step; the trainer calls it on a run that starts at step 0).
 
 Every factory takes the learner bundle (asct_jax.rl.learner.Learner).
 
@@ -55,6 +57,9 @@ from asct_jax.rl.types import merge_batch_turns as _flat
 DATA_AXIS = "data"
 FSDP_AXIS = "fsdp"   # parameters sharded over it (train.fsdp > 1); the batch too
 SEED_AXIS = "seed"   # the vmapped axis of make_seeds_train_step (CreditContext.seed_axis)
+# Folded into the run's key for the prefit (the steps fold in 0, 1, ...; the method
+# state's initialisation 2**31 - 1, asct_jax.rl.build).
+PREFIT_KEY = 2**31 - 2
 
 
 @chex.dataclass
@@ -378,6 +383,44 @@ def make_seeds_train_step(learner: Learner, env, env_params,
                           out_axes=(SEED_STATE_AXES, 0), axis_name=SEED_AXIS)
     return jax.jit(seeds_step, in_shardings=(state_sharding, replicated),
                    out_shardings=(state_sharding, replicated), donate_argnums=(0,))
+
+
+def prefit_fn(learner: Learner, env, env_params) -> Optional[Callable]:
+    """The pure prefit(state, key) -> (state, {"prefit/<name>": []}) of a method with one
+    (Method.make_prefit), else None: its state fitted on training batches of the state's
+    policy (the rollout of the train step, fresh questions); the params, optimiser state
+    and step are untouched. key: the run's key (fold_in PREFIT_KEY)."""
+    fit = learner.method.make_prefit(learner.method_config, learner.ctx)
+    if fit is None:
+        return None
+    policy, num_groups, group_size = learner.policy, learner.num_groups, learner.group_size
+
+    def collect(params, key):
+        return rollout(policy, params, env, env_params, key, num_groups, group_size)
+
+    def prefit(state: TrainState, key: chex.PRNGKey):
+        mstate, m = fit(policy_params(state), state.method_state,
+                        jax.random.fold_in(key, PREFIT_KEY), collect)
+        return state.replace(method_state=mstate), {f"prefit/{k}": v for k, v in m.items()}
+    return prefit
+
+
+def make_prefit_step(learner: Learner, env, env_params, seeds: bool = False,
+                     state_sharding: Any = None) -> Optional[Callable]:
+    """Jitted prefit(state, key) (prefit_fn), None for a method without one; seeds: over a
+    seed batch's stacked state and keys (vmapped as make_seeds_train_step, metrics [S]).
+    state_sharding: the state's shardings (None: the learner's, else replicated)."""
+    fn = prefit_fn(learner, env, env_params)
+    if fn is None:
+        return None
+    if seeds:
+        fn = jax.vmap(fn, in_axes=(SEED_STATE_AXES, 0), out_axes=(SEED_STATE_AXES, 0),
+                      axis_name=SEED_AXIS)
+    replicated = NamedSharding(learner.mesh, P())
+    sharding = state_sharding if state_sharding is not None else learner.state_sharding
+    sharding = replicated if sharding is None else sharding
+    return jax.jit(fn, in_shardings=(sharding, replicated),
+                   out_shardings=(sharding, replicated), donate_argnums=(0,))
 
 
 def make_eval(policy, env, env_params, num_episodes: int, mesh: Mesh,

@@ -31,10 +31,10 @@ from asct_jax.rl.build import build_learner
 from asct_jax.rl.credit import Method
 from asct_jax.rl.learner import Learner
 from asct_jax.rl.run_config import RunConfig, run_config
-from asct_jax.rl.sources import JaxEnvSource, RolloutSource, held_out_env
+from asct_jax.rl.sources import JaxEnvSource, RolloutSource
 from asct_jax.rl.train_step import (SEED_AXIS, fsdp_shardings, make_eval,
-                                    make_seeds_train_step, policy_params, split_params,
-                                    to_host_seeds)
+                                    make_prefit_step, make_seeds_train_step, policy_params,
+                                    split_params, to_host, to_host_seeds)
 
 PLOT_KEYS = ("rollout/return", "eval/env/score", "eval/env/success", "train/loss",
              "credit/aux_tokens", "train/approx_kl")
@@ -121,13 +121,17 @@ def train(run: RunConfig, method: Method, source: Optional[RolloutSource] = None
         step_fn, evaluate = source.make_step(learner), source.make_eval(learner)
         files = _RunFiles.open(run)
         state, start = files.restore(learner.init_state)
+        state, initial, prefit_s = _prefit(learner, source.env, source.env_params, state,
+                                           start)
 
         def step_one(state, step):
             state, m = step_fn(state, step)
             return state, [m]
-        state, wall = _loop([files], state, start, step_one, lambda p: [evaluate(p)],
+        state, wall = _loop([files], state, start, step_one,
+                            _with_initial(lambda p: [evaluate(p)], initial),
                             lambda state, i: state)
-        summary = files.finish({**source.summary_extra(), **_cache_use(cache_before)}, wall)
+        summary = files.finish({**source.summary_extra(), **_cache_use(cache_before)},
+                               wall + prefit_s)
     finally:
         source.close()
     if return_state:
@@ -158,14 +162,17 @@ def train_seeds(runs: Sequence[RunConfig], method: Method, return_params: bool =
         raise ValueError(f"train.resume: the seeds stopped at different steps {sorted(starts)}; "
                          "resume them as separate runs")
     state, sharding, keys = seed_batch(learners, [st for st, _ in restored])
+    start = starts.pop()
+    state, initial, prefit_s = _prefit(first, source.env, source.env_params, state, start,
+                                       keys, sharding, len(runs))
     seeds_step = distributed.aligned(
         make_seeds_train_step(first, source.env, source.env_params, sharding), "train_step")
     tc = run.train
-    eval_env, eval_params = held_out_env(run, source)
+    eval_env, eval_params = source.held_out
     eval_fn = distributed.aligned(make_eval(
         first.policy, eval_env, eval_params, tc.eval_episodes, first.mesh,
         greedy=tc.eval_greedy, seeds=True, state_sharding=sharding), "evaluate")
-    eval_key = distributed.device_put(jax.random.key(tc.eval_seed), first.replicated)
+    eval_key = distributed.device_put(jax.random.key(tc.held_out_seed), first.replicated)
     n = len(runs)
 
     def step_fn(state, step):
@@ -181,15 +188,47 @@ def train_seeds(runs: Sequence[RunConfig], method: Method, return_params: bool =
         return [{f"eval/{k}": v for k, v in m.items()}
                 for m in to_host_seeds(eval_fn(trainable, frozen, eval_key), n)]
 
-    state, wall = _loop(files, state, starts.pop(), step_fn, evaluate,
+    state, wall = _loop(files, state, start, step_fn, _with_initial(evaluate, initial),
                         lambda state, i: jax.tree.map(lambda x: x[i], state))
     extra = {**source.summary_extra(), **_cache_use(cache_before), "seed_batch": n}
-    summaries = [f.finish(extra, wall) for f in files]
+    summaries = [f.finish(extra, wall + prefit_s) for f in files]
     if return_params:
         return [(s, policy_params(state.replace(
                     params=jax.tree.map(lambda x: x[i], state.params))))
                 for i, s in enumerate(summaries)]
     return summaries
+
+
+def _prefit(learner: Learner, env, env_params, state, start: int, keys=None,
+            sharding=None, n: int = 1):
+    """The method's prefit (Method.make_prefit, make_prefit_step) on a run that starts at
+    step 0 (a resumed run's checkpoint holds its result) -> (state, [its step-0 metrics
+    per run] or None, seconds). keys, sharding, n: a seed batch's stacked keys, state
+    shardings and run count (None: one run, the learner's key)."""
+    fit = None if start > 0 else make_prefit_step(
+        learner, env, env_params, seeds=keys is not None, state_sharding=sharding)
+    if fit is None:
+        return state, None, 0.0
+    t0 = time.time()
+    state, m = distributed.aligned(fit, "prefit")(state, learner.key if keys is None else keys)
+    ms = [to_host(m)] if keys is None else to_host_seeds(m, n)
+    seconds = time.time() - t0
+    for m in ms:
+        m["time/prefit_s"] = seconds   # the compile included
+    return state, ms, seconds
+
+
+def _with_initial(evaluate, initial):
+    """evaluate(params) -> [metrics per run], its first call's (the step-0 record of a run
+    that starts at 0) joined with `initial` (_prefit's, one dict per run; None: evaluate)."""
+    if not initial:
+        return evaluate
+    pending = [initial]
+
+    def first_joined(params):
+        out = evaluate(params)
+        return [dict(m, **i) for m, i in zip(out, pending.pop())] if pending else out
+    return first_joined
 
 
 def seed_batch(learners: Sequence[Learner], states: Sequence[Any]):
@@ -251,8 +290,10 @@ def _summary(run: RunConfig, records, extra: Dict[str, Any], wall_clock_s: float
         "method": run.method, "seed": run.seed, "steps": run.train.steps, **extra,
         **{k.replace("eval/", "initial/"): v for k, v in first.items() if k.startswith("eval/")},
         **{k.replace("eval/", "final/"): v for k, v in last.items() if k.startswith("eval/")},
-        "total/aux_tokens": total("credit/aux_tokens"),
-        "total/env_calls": total("rollout/env_calls") + total("credit/env_calls"),
+        # A method's prefit (Method.make_prefit) is charged to its run: prefit/*, step 0.
+        "total/aux_tokens": total("credit/aux_tokens") + total("prefit/aux_tokens"),
+        "total/env_calls": (total("rollout/env_calls") + total("credit/env_calls")
+                            + total("prefit/env_calls")),
         "total/rollout_env_calls": total("rollout/env_calls"),
         # The ASCT paper's ledger: T_aux = T_env + T_actor (0 for methods without them),
         # and the mean J_search over the steps (Eq. 5).

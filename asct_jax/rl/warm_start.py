@@ -25,6 +25,13 @@ regressed on the return-to-go G_t (asct_jax.rl.advantages.returns_to_go, gamma =
 ppo.gamma: RunConfig.returns); only the value head trains in this phase (the other weights get a zero
 update), so the actor the value describes is the one SFT produced.
 
+Reasoning (`warm_start.reasoning`, a generating actor's): "empty" teaches the canonical
+turn "<think> </think> <action> c </action> EOS" (every warm start before issue 49);
+"subgoal" writes the scripted expert's current sub-goal r inside the think tags, "<think>
+r </think> <action> c </action> EOS" (`rationale_writer`; r = env.expert_rationale, a few
+of the environment's own words, e.g. shop's "item p2 color red"), so the SFT actor's turns
+carry reasoning tokens (FACTOR's non-action branch is no longer ~5 format tokens).
+
 Both phases sample `warm_start.batch` turns per step from a fixed batch of episodes
 (`sample_turns`) and take one Adam step (warm_start.lr) on one jitted update,
 compiled once per phase.
@@ -44,8 +51,9 @@ from asct_jax.envs.play import Choice, play, take_candidates, uniform_index
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl.advantages import returns_to_go
 from asct_jax.rl.losses import value_loss
-from asct_jax.rl.generation import (GenerationChooser, GenerationSpec, generation_spec,
-                                    scripted_writer)
+from asct_jax.rl.generation import (GenerationChooser, GenerationSpec, Writer,
+                                    generation_spec, scripted_writer)
+from asct_jax.rl.policy import pads_to_right
 from asct_jax.rl.rollout import episodes_to_rollout, rollout
 from asct_jax.rl.train_step import join_params, split_params
 from asct_jax.rl.build import build_policy
@@ -87,15 +95,70 @@ def noisy_expert_index(env, env_params, epsilon: float, teacher: str = "expert")
     return pick
 
 
+def check_reasoning(reasoning: str, env, spec: Optional[GenerationSpec],
+                    teacher: str = "expert") -> None:
+    """ConfigError (warm_start.reasoning) unless `reasoning` can be written: "subgoal" needs
+    a generating actor with a think part in the environment's words, the expert as teacher,
+    an environment with expert_rationale, and room for it in actor.response_len."""
+    if reasoning == "empty":
+        return
+    bad = lambda problem: ConfigError("warm_start.reasoning",  # noqa: E731
+                                      f"{reasoning!r} {problem}", "'empty'")
+    if spec is None:
+        raise bad("with a candidate-scoring actor (actor.chooser 'candidates'): it writes "
+                  "no think part")
+    if spec.think != "required":
+        raise bad(f"with actor.think {spec.think!r}: no think part to hold it")
+    if spec.pieces.tokenizer is not None:
+        raise bad("with a pretrained model's tokenizer: the sub-goal is in the "
+                  "environment's words")
+    if teacher != "expert":
+        raise bad(f"with warm_start.teacher {teacher!r}: the sub-goal is the expert's")
+    if getattr(env, "rationale_len", 0) <= 0:
+        raise bad(f"for {env.name}: it has no expert_rationale (shop, household, science)")
+    t = spec.tags
+    longest = (len(t.think_open + t.think_close + t.action_open + t.action_close) + 1
+               + env.action_len + env.rationale_len)
+    if longest > spec.response_len:
+        raise ConfigError("actor.response_len", f"{spec.response_len} < {longest}, the "
+                          f"longest sub-goal turn of {env.name} (warm_start.reasoning "
+                          f"{reasoning!r})", f">= {longest}")
+
+
+def rationale_writer(spec: GenerationSpec, writer: Writer, rationale: Callable,
+                     pad_id: int) -> Writer:
+    """`writer` (scripted_writer: "<think> </think> <action> c </action> EOS" [N, R]) with
+    rationale(states) [N, L] (PAD-padded words) inside the think tags of the expert's turns
+    (extra["expert"]; an epsilon turn, never trained on, keeps the empty think part):
+    "<think> r </think> <action> c </action> EOS", right-padded to R (check_reasoning:
+    it fits)."""
+    n_open = len(spec.tags.think_open)
+
+    def write(key, prompt, cands, legal, states):
+        resp, logp, _, value, extra = writer(key, prompt, cands, legal, states)
+        why = jnp.where(extra["expert"][:, None], rationale(states), pad_id)    # [N, L]
+        out = pads_to_right(jnp.concatenate([resp[:, :n_open], why, resp[:, n_open:]], 1),
+                            pad_id)[:, :resp.shape[1]]
+        return out, jnp.zeros(out.shape, jnp.float32), out != pad_id, value, extra
+    return write
+
+
 def noisy_expert_chooser(env, env_params, epsilon: float, teacher: str = "expert",
-                         spec: Optional[GenerationSpec] = None, pad_id: int = PAD_ID):
+                         spec: Optional[GenerationSpec] = None, pad_id: int = PAD_ID,
+                         reasoning: str = "empty"):
     """The epsilon-noisy expert's chooser; extra["expert"] [N]: the action is the expert's.
     spec: a generating actor's (asct_jax.rl.generation): the expert then writes its pick in
     the canonical form "<think> </think> <action> c </action> EOS" after the actor's prompt,
-    which is what SFT teaches (the format, and the action inside it)."""
+    which is what SFT teaches (the format, and the action inside it); with reasoning
+    "subgoal" its sub-goal inside the think tags (rationale_writer)."""
+    check_reasoning(reasoning, env, spec, teacher)
     pick = noisy_expert_index(env, env_params, epsilon, teacher)
     if spec is not None:
-        return GenerationChooser(spec, scripted_writer(spec, pick, pad_id), pad_id)
+        writer = scripted_writer(spec, pick, pad_id)
+        if reasoning == "subgoal":
+            writer = rationale_writer(spec, writer, jax.vmap(
+                lambda st: env.expert_rationale(st, env_params)), pad_id)
+        return GenerationChooser(spec, writer, pad_id)
 
     def choose(key, states, ts, cands, legal, costs) -> Choice:
         index, expert = pick(key, states, cands, legal)
@@ -106,17 +169,19 @@ def noisy_expert_chooser(env, env_params, epsilon: float, teacher: str = "expert
 
 def expert_episodes(env, env_params, key: chex.PRNGKey, num_episodes: int,
                     epsilon: float, pad_id: int = PAD_ID, teacher: str = "expert",
-                    spec: Optional[GenerationSpec] = None) -> ExpertBatch:
+                    spec: Optional[GenerationSpec] = None,
+                    reasoning: str = "empty") -> ExpertBatch:
     """B = num_episodes episodes of T = env.max_turns turns of the epsilon-noisy expert
-    (writing its turns in the generating actor's format if `spec` is given).
+    (writing its turns in the generating actor's format if `spec` is given, its think
+    part per `reasoning`: noisy_expert_chooser).
 
     The tasks are those `rollout(policy, params, env, env_params, key, B, 1)` plays (same
     reset keys), so the expert and the random policy (epsilon=1) can be evaluated on the
     held-out tasks of an eval key. Returns an ExpertBatch; jit it with num_episodes static.
     """
     eps = play(env, env_params,
-               noisy_expert_chooser(env, env_params, epsilon, teacher, spec, pad_id), key,
-               num_episodes, 1, pad_id)
+               noisy_expert_chooser(env, env_params, epsilon, teacher, spec, pad_id,
+                                    reasoning), key, num_episodes, 1, pad_id)
     data = episodes_to_rollout(eps)
     return ExpertBatch(rollout=data, expert=eps.extra["expert"] & data.turn_mask)
 
@@ -257,13 +322,14 @@ def warm_start(run: RunConfig, source) -> Tuple[Any, Dict[str, float]]:
     ws = run.warm_start
     steps = sft_steps(run)
     policy, params = build_policy(run, source.vocab_size, source.shape, source.prompt)
+    check_reasoning(ws.reasoning, source.env, generation_spec(policy), ws.teacher)
     params, frozen = split_params(params)
     key = jax.random.key(ws.seed)
     k_data, k_sft, k_roll, k_value = (jax.random.fold_in(key, i) for i in range(1, 5))
 
-    data = jax.jit(expert_episodes, static_argnums=(0, 3, 5, 6, 7))(
+    data = jax.jit(expert_episodes, static_argnums=(0, 3, 5, 6, 7, 8))(
         source.env, source.env_params, k_data, int(ws.episodes), float(ws.epsilon),
-        policy.pad_id, ws.teacher, generation_spec(policy))
+        policy.pad_id, ws.teacher, generation_spec(policy), ws.reasoning)
     adam = optax.adam(ws.lr)
     sft = make_update(policy, sft_objective(run, policy), adam)
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,

@@ -49,7 +49,17 @@ COMPARISONS = (("asct_uniform", "ppo_return"), ("asct_uct", "ppo_return"),
 COST_COMPARISONS = (("vineppo", "asct_agentuct"),)
 
 
+# The tuned protocol (issue 49; "<scale>_warm_tuned"): each method at the values its
+# validation sweep chose (experiments.sweep on asct_ragspace.py:quick_warm, seed 7,
+# ragspace's validation questions), {env: {method: {dotted field: value}}}, and the run
+# length in iterations; empty / 0 until the sweep has run (factor_table.py's TUNED explains).
+TUNED = {}
+TUNED_STEPS = 0
+TUNED_OPTIONS = {}
+
+
 def get_config(arg: str = "full"):
+    arg, tuned = base.split_protocol(arg)
     arg, warm = base.split_arg(arg, ("full", "quick", "smoke"), "asct_ragspace")
     c = base.get_config()
     c.method = "asct_agentuct"
@@ -124,7 +134,11 @@ def get_config(arg: str = "full"):
     c = base.use_warm_start(c, warm)
     if arg in ("quick", "smoke"):    # use_warm_start lowers it to the warm-start rate
         c.ppo.lr = SMOKE_LR if arg == "smoke" else QUICK_LR
-    return c
+    # The sweep's scale: iterations of the table's questions (160 at quick), up to 12 (one
+    # walk through the 2000 training questions), evaluated every 3 on the validation split.
+    c.sweep.metric = "env/utility"
+    c.sweep.steps, c.sweep.min_steps, c.sweep.eval_every = 12, 3, 3
+    return base.use_protocol(c, tuned, TUNED, TUNED_STEPS, TUNED_OPTIONS, eval_every=3)
 
 
 def get_constraints():

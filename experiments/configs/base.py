@@ -181,6 +181,15 @@ def get_config():
     # training step: 1, the authors'. The tiny model's head needs about 100 Adam steps at
     # lr 1e-4 to fit its replay (docs/results/regime.md): 10 fits it within the warm-up.
     c.factor.critic_steps = 1
+    # How TAC's critic starts: "warmup" (the authors') trains it in the first warmup_steps
+    # training steps, whose credit is A_seq / T; "prefit" (this project's option, not the
+    # authors') fits it before step 1: prefit_batches rollout batches of the initial policy
+    # fill the replay (their env calls charged to the run: prefit/* at step 0), then
+    # prefit_critic_steps critic-only Adam steps (about 100 at lr 1e-4 fit the tiny model's
+    # head: experiments/critic_fit.py); TAC's credit and the teacher act from step 1.
+    c.factor.critic_start = "warmup"
+    c.factor.prefit_batches = 4
+    c.factor.prefit_critic_steps = 100
     c.serl = ml_collections.ConfigDict()
     c.serl.lam0 = 0.5               # lam_k = 0.5 max(0, 1 - (k - 1) / 50)
     c.serl.decay_steps = 50
@@ -197,6 +206,12 @@ def get_config():
     c.train.eval_episodes = 256
     c.train.eval_seed = 20261129
     c.train.eval_greedy = False     # held-out episodes sample from the actor (True: argmax)
+    # Which held-out episodes: "test", what the tables report (key eval_seed, env.eval_options
+    # as given); "validation", episodes no reported number uses, for every tuning decision
+    # (key validation_seed; an env with a question split plays its "val" split; host games:
+    # a ConfigError).
+    c.train.eval_split = "test"
+    c.train.validation_seed = 20270611   # never eval_seed
     c.train.checkpoint_every = 20   # and the last step, always
     c.train.keep = 2
     c.train.resume = False
@@ -249,13 +264,31 @@ def get_config():
     # pretrained model's hindsight reading; "none": off (every warm start before issue 38).
     c.warm_start.hindsight = "none"
     c.warm_start.hindsight_steps = 100
+    # A generating actor's SFT target "<think> r </think> <action> c </action>": r empty
+    # ("empty", every warm start before issue 49), or "subgoal": the scripted expert's
+    # current sub-goal in the environment's words (Environment.expert_rationale: shop,
+    # household, science), so its turns carry reasoning tokens.
+    c.warm_start.reasoning = "empty"
+
+    # Tuning one method of a table on the tuning seed and validation episodes
+    # (experiments.sweep; the rules in experiments/tuning.py). Every table config has it.
+    c.sweep = ml_collections.ConfigDict()
+    c.sweep.methods = ()            # () = the table's methods (ablations take FACTOR's)
+    c.sweep.envs = ()               # () = the table's environments
+    c.sweep.lr_factors = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)   # x the table's ppo.lr
+    c.sweep.second_stage = True     # then the method's teacher weight (tuning.STAGE_TWO)
+    c.sweep.steps = 60              # each point's length: the run-length cap
+    c.sweep.min_steps = 20          # the shortest run length considered
+    c.sweep.eval_every = 5
+    c.sweep.metric = "env/success"  # eval/<metric>: the validation score
+    c.sweep.experiment = ""         # "": sweep_<the table's experiment>
     return c
 
 
 # What fields are to the experiment scripts, in one place (read by experiments.runner and
 # experiments.warm_start; dotted names, a section stands for every field below it):
 # - they do not change what a run computes (a stored run is reused across them);
-BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.results_dir",
+BOOKKEEPING_FIELDS = ("table", "sweep", "train.experiment", "train.resume", "train.results_dir",
                       "train.progress", "train.compilation_cache", "train.distributed",
                       "warm_start")
 # - added after runs were stored; a config.json without one meant its default
@@ -265,19 +298,34 @@ BOOKKEEPING_FIELDS = ("table", "train.experiment", "train.resume", "train.result
 #   at once, and the values only in float32 summation order; every run before
 #   model.value_detached shared the trunk; policy.prompt_widths only the summation order;
 #   every warm start before warm_start.label_smoothing imitated the expert's label alone,
-#   its 0, and had no hindsight phase, "none");
+#   its 0, and had no hindsight phase, "none", and wrote an empty think part, warm_start
+#   .reasoning "empty"; every run before train.eval_split was
+#   evaluated on the test episodes, "test", where train.validation_seed is not read);
 ADDED_FIELDS = ("train.init_from", "actor.chooser", "actor.response_len", "actor.history",
                 "actor.temperature", "actor.top_p", "actor.invalid_penalty",
                 "actor.continuations", "actor.think", "actor.logits_chunk",
                 "model.attention_block", "model.value_detached", "policy.prompt_widths",
                 "warm_start.label_smoothing", "warm_start.hindsight",
-                "warm_start.hindsight_steps")
+                "warm_start.hindsight_steps", "warm_start.reasoning", "train.eval_split",
+                "train.validation_seed")
+
+
+# - and FACTOR's (a method's section: the defaults are factor_jax.methods.FactorConfig's):
+#   factor.critic_start "warmup" is what every stored FACTOR run did, and the prefit's
+#   counts are not read under it.
+ADDED_FACTOR_FIELDS = ("factor.critic_start", "factor.prefit_batches",
+                       "factor.prefit_critic_steps")
 
 
 def _added_defaults() -> dict:
-    from asct_jax.rl.run_config import default_of
+    import dataclasses
 
-    return {name: default_of(name) for name in ADDED_FIELDS}
+    from asct_jax.rl.run_config import default_of
+    from factor_jax.methods import FactorConfig
+
+    factor = {f"factor.{f.name}": f.default for f in dataclasses.fields(FactorConfig)}
+    return {**{name: default_of(name) for name in ADDED_FIELDS},
+            **{name: factor[name] for name in ADDED_FACTOR_FIELDS}}
 
 
 # Not among them: asct.actor_token_unit (issue 38) changes what a run's summary reports
@@ -332,6 +380,51 @@ def split_arg(arg: str, scales, script: str):
         allowed = ", ".join(repr(a) for s in scales for a in (s, f"{s}_warm"))
         raise ValueError(f"{script} config arg must be one of {allowed}, got {arg!r}")
     return scale, warm
+
+
+def split_protocol(arg: str):
+    """A table config's arg with "_tuned" appended -> (the arg without it, True): the
+    table's tuned protocol (experiments/tuning.py); else (arg, False)."""
+    tuned = arg.endswith("_tuned")
+    return (arg[:-len("_tuned")] if tuned else arg), tuned
+
+
+def use_protocol(c, tuned: bool, chosen, steps: int, options, eval_every: int = 5):
+    """Sets the table's protocol. Tuned: every method at the values its validation sweep
+    chose (`chosen`: {env: {method: {dotted field: value}}}, experiments.sweep), the tuned
+    run length `steps` (0: not chosen yet), the tuned protocol's named `options` per
+    method family ({family: {dotted field: value}}), an evaluation every `eval_every`, the
+    experiment folder with "_tuned" appended. The authors' protocol (today's rows):
+    nothing changes but table.protocol."""
+    c.table.protocol = "tuned" if tuned else "authors"
+    set_tuned(c, chosen, steps, options)
+    if tuned:
+        c.train.experiment += "_tuned"
+        c.train.eval_every = c.train.checkpoint_every = eval_every
+    return c
+
+
+def set_tuned(c, chosen, steps: int, options):
+    """table.tuned / tuned_steps / tuned_options (use_protocol's values; a table built on
+    another table's config replaces them with its own)."""
+    c.table.tuned = ml_collections.ConfigDict(   # dotted fields nested: ConfigDict keys
+        {env: {m: _nest(v) for m, v in methods.items()} for env, methods in chosen.items()})
+    c.table.tuned_steps = int(steps)
+    c.table.tuned_options = ml_collections.ConfigDict(
+        {family: _nest(v) for family, v in options.items()})
+    return c
+
+
+def _nest(flat):
+    """{"ppo.lr": x} -> {"ppo": {"lr": x}} (experiments.dotted.flatten's inverse)."""
+    out = {}
+    for key, value in flat.items():
+        *path, last = key.split(".")
+        node = out
+        for p in path:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return out
 
 
 def use_warm_start(c, warm: bool):

@@ -15,7 +15,7 @@ same config is reused, e.g. copied from the generate table's folder).
 Only the warm scales are meaningful: from scratch the tiny actor writes no valid action
 (invalid rate 1.0 at random init), so every reward is the penalty.
 """
-from experiments.configs import factor_table
+from experiments.configs import base, factor_table
 
 METHODS = ("grpo", "serl", "grpo_extended", "factor", "factor_no_tac", "factor_no_hta",
            "factor_no_apm", "gigpo")   # the FACTOR table's, all three ablations (issue 39)
@@ -24,6 +24,13 @@ ASCT_METHODS = ("grpo", "factor", "asct_agentuct", "asct_factor")
 # then each searched row against the same learner's non-searched counterpart.
 ASCT_COMPARISONS = (("asct_factor", "asct_agentuct"), ("asct_agentuct", "grpo"),
                     ("asct_factor", "factor"))
+
+
+# The tuned protocol's values for this table (experiments.sweep on
+# factor_generate.py:quick_warm, seed 7, validation; factor_table.py's TUNED explains).
+TUNED = {}
+TUNED_STEPS = 0
+TUNED_OPTIONS = factor_table.TUNED_OPTIONS
 
 
 def get_config(arg: str = "quick_warm"):
@@ -50,6 +57,11 @@ def get_config(arg: str = "quick_warm"):
     # The teacher prompt reads the feedback (factor_table's "feedback", the generating
     # actor's rows: asct_jax/rl/hindsight_generate.py; docs/results/regime.md).
     c.warm_start.hindsight = "feedback"
+    base.set_tuned(c, TUNED, TUNED_STEPS, TUNED_OPTIONS)
+    if c.table.protocol == "tuned":
+        # Its warm start writes the scripted expert's sub-goal inside <think>, so every
+        # method trains on reasoning tokens (docs/results/tuned_protocol.md).
+        c.warm_start.reasoning = "subgoal"
     if asct:
         c.train.experiment = c.train.experiment.replace("factor_generate", "factor_generate_asct")
         c.table.methods = ASCT_METHODS

@@ -17,7 +17,7 @@ METHODS = ("grpo", "serl", "grpo_extended", "factor", "factor_no_tac", "factor_n
            "factor_no_apm", "gigpo")
 ENVS = ("household", "shop", "science")
 HEADLINE = ("grpo", "serl", "factor")     # the headline comparisons' methods
-TABLE_LR = 1e-2
+TABLE_LR = 1e-2    # the cold-start table's; "_warm" tables: base.WARM_START_LR (get_config)
 # The pre-registered comparisons (method, baseline[, claim]) on the held-out success,
 # paired over the table's seeds (experiments.runner.write_comparisons); a pair whose
 # methods the table does not run is left out. The ablations carry the paper's claim, each
@@ -27,15 +27,32 @@ COMPARISONS = (("factor", "serl"), ("serl", "grpo"), ("factor", "grpo"),
                ("factor_no_hta", "factor", -1), ("factor_no_apm", "factor", -1))
 
 
+# The tuned protocol (issue 49; "<scale>_warm_tuned", e.g. factor_table.py:quick_warm_tuned):
+# each method at the values its validation sweep chose (experiments.sweep on this table at
+# seed 7, validation episodes; results/sweep_factor_table_quick_warm/<env>_tuning.json),
+# {env: {method: {dotted field: value}}}; empty until the sweep has run. TUNED_STEPS: the
+# run length the sweep chose for the table (0: not chosen yet).
+TUNED = {}
+TUNED_STEPS = 0
+# The tuned protocol's named options, per method family (experiments.tuning._family):
+# FACTOR's critic fitted before RL, so TAC's credit acts from step 1 (the authors' 10
+# warm-up steps are "warmup"; docs/results/tuned_protocol.md).
+TUNED_OPTIONS = {"factor": {"factor.critic_start": "prefit"}}
+
+
 def get_config(arg: str = "full"):
+    arg, tuned = base.split_protocol(arg)
     arg, warm = base.split_arg(arg, ("full", "quick", "smoke"), "factor_table")
     c = base.get_config()
     c.method = "factor"
     # Each method updates under its authors' protocol (asct_jax.rl.protocol: verl-agent's
     # for GRPO / GiGPO / SERL, FACTOR's for FACTOR and its ablations); ppo.lr is the
-    # table's (FACTOR trains at half of it, its authors' 5e-7 vs 1e-6), chosen on seed 7
-    # for GRPO from {1e-3, 3e-3, 1e-2, 3e-2} (shop, quick scale: held-out success after 20
-    # steps 0.078, 0.141, 0.148, 0.102; experiments.protocol_check --lr_sweep).
+    # table's (FACTOR trains at half of it, its authors' 5e-7 vs 1e-6). TABLE_LR is the
+    # cold-start table's rate (runs from a fresh actor), chosen on seed 7 for GRPO from
+    # {1e-3, 3e-3, 1e-2, 3e-2} (shop, quick scale: held-out success after 20 steps 0.078,
+    # 0.141, 0.148, 0.102; experiments.protocol_check --lr_sweep). The warm tables
+    # ("_warm", the decision tables of docs/results/factor_decision.md) run at
+    # base.WARM_START_LR (1e-4; FACTOR 5e-5) instead: base.use_warm_start sets it below.
     c.ppo.lr = TABLE_LR
     c.train.experiment = "factor_table"
     c.train.steps = 60
@@ -80,7 +97,8 @@ def get_config(arg: str = "full"):
             c.table.envs = ("shop",)
             c.table.seeds = base.REPORTING_SEEDS[:2]
             c.table.headline_seeds = ()
-    return base.use_warm_start(c, warm)
+    base.use_warm_start(c, warm)
+    return base.use_protocol(c, tuned, TUNED, TUNED_STEPS, TUNED_OPTIONS)
 
 
 def get_constraints():

@@ -1,0 +1,48 @@
+"""experiments/sweep.py: a table's method tuned end to end on the tuning seed's
+validation episodes, its points reused when the sweep runs again."""
+import json
+import os
+
+import pytest
+
+from experiments import sweep
+from experiments.configs import base, factor_table
+from experiments.dotted import apply_overrides
+
+
+def _config(tmp_path):
+    c = base.use_test_model(factor_table.get_config("smoke"))
+    return apply_overrides(c, {
+        "train.results_dir": str(tmp_path), "train.progress": False,
+        "train.eval_episodes": 8, "rollout.num_groups": 2, "rollout.group_size": 2,
+        "sweep.methods": ("grpo",), "sweep.envs": ("shop",), "sweep.lr_factors": (1.0, 2.0),
+        "sweep.steps": 4, "sweep.min_steps": 3, "sweep.eval_every": 1})
+
+
+def test_sweep_config_evaluates_on_validation_at_the_tuning_seeds_scale(tmp_path):
+    c = sweep.sweep_config(_config(tmp_path))
+    assert c.train.eval_split == "validation" and c.train.steps == 4
+    assert c.train.eval_every == 1
+    with pytest.raises(Exception, match="sweep.methods"):
+        sweep._names(apply_overrides(c, {"sweep.methods": ("factor_no_tac",)}))
+
+
+@pytest.mark.slow
+def test_a_sweep_trains_each_point_writes_its_choice_and_reuses_finished_points(tmp_path):
+    c = _config(tmp_path)
+    sweep.main(c)
+    out = tmp_path / "sweep_factor_table_smoke"
+    result = json.loads((out / "shop_grpo_tuning.json").read_text())
+    assert set(result["points"]) == {"shop_grpo_lr0.01", "shop_grpo_lr0.02"}
+    assert result["split"] == "validation" and result["seed"] == base.TUNING_SEED
+    for name, p in result["points"].items():
+        assert p["steps"] == [0, 1, 2, 3, 4]
+        summary = json.loads((out / f"{name}_s7" / "summary.json").read_text())
+        assert summary["eval_split"] == "validation"
+    assert result["chosen"] in [p["overrides"] for p in result["points"].values()]
+    table = json.loads((out / "shop_tuning.json").read_text())
+    assert table["best_method"] == "grpo" and 3 <= table["run_length"] <= 4
+    assert os.path.exists(out / "shop_validation.png")
+    stamp = os.path.getmtime(out / "shop_grpo_lr0.01_s7" / "summary.json")
+    sweep.main(c)                                   # finished points are not trained again
+    assert os.path.getmtime(out / "shop_grpo_lr0.01_s7" / "summary.json") == stamp
