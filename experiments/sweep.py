@@ -49,8 +49,12 @@ def sweep_config(config):
 
 def _names(config) -> Tuple[List[str], List[str]]:
     sw, table = config.sweep, config.get("table", {})
-    methods = list(sw.methods) or list(table.get("methods", (config.method,)))
-    envs = list(sw.envs) or list(table.get("envs", (config.env.name,)))
+    split = lambda names: [n for name in names for n in name.split(",") if n]  # noqa: E731
+    methods = split(sw.methods) or list(table.get("methods", (config.method,)))
+    envs = split(sw.envs) or list(table.get("envs", (config.env.name,)))
+    from experiments import registry
+    for m in methods:
+        registry.get(m)                                     # a one-line error if unknown
     for m in methods:
         if m in tuning.TUNED_FROM:
             raise ConfigError("sweep.methods", f"{m} takes {tuning.TUNED_FROM[m]}'s tuned "

@@ -25,6 +25,12 @@ def test_sweep_config_evaluates_on_validation_at_the_tuning_seeds_scale(tmp_path
     assert c.train.eval_every == 1
     with pytest.raises(Exception, match="sweep.methods"):
         sweep._names(apply_overrides(c, {"sweep.methods": ("factor_no_tac",)}))
+    with pytest.raises(Exception, match="unknown credit method 'nope'"):
+        sweep._names(apply_overrides(c, {"sweep.methods": ("grpo,nope",)}))
+    # the command line's "grpo,factor" arrives as one string
+    assert sweep._names(apply_overrides(c, {"sweep.methods": ("grpo,factor",),
+                                            "sweep.envs": ("shop,science",)})) == \
+        (["grpo", "factor"], ["shop", "science"])
 
 
 @pytest.mark.slow
