@@ -89,12 +89,13 @@ def by_difficulty(info) -> dict:
 
 def difficulty_eval(config, params) -> dict:
     """Held-out utility of `params` per question difficulty: the greedy evaluation's own
-    episodes (its environment, eval_seed key, the first eval_episodes test questions once
-    each, group size 1, so the
-    count-weighted mean is final/env/utility), grouped by info["difficulty"]."""
+    episodes (its environment and key, train.held_out_seed: the first eval_episodes
+    questions of its held-out split once each, group size 1, so the count-weighted mean
+    is final/env/utility), grouped by info["difficulty"]."""
     from asct_jax.envs.questions import evaluation_question_ids
     from asct_jax.rl.rollout import rollout
     from asct_jax.rl.build import build_policy
+    from asct_jax.rl.run_config import run_config
     from asct_jax.rl.sources import JaxEnvSource, held_out_env
 
     tc = config.train
@@ -104,7 +105,7 @@ def difficulty_eval(config, params) -> dict:
     qids = evaluation_question_ids(env, env_params, tc.eval_episodes)   # as make_eval
     info = jax.jit(lambda p, k: rollout(policy, p, env, env_params, k, int(qids.shape[0]), 1,
                                         greedy=tc.eval_greedy, question_ids=qids).final_info)(
-        params, jax.random.key(tc.eval_seed))
+        params, jax.random.key(run_config(config).train.held_out_seed))
     return by_difficulty(jax.device_get(info))
 
 

@@ -37,6 +37,8 @@ LIVENESS = {
     "credit/env_calls": "credit env calls / step",
     "rollout/gen/invalid": "invalid (rollout)",
     "rollout/gen/multi_token_action": ">= 2 action tokens (rollout)",
+    "rollout/gen/think_tokens": "reasoning tokens / turn",
+    "rollout/gen/action_tokens": "action tokens / turn",
     "train/loss_nonact": "L_nonact",
     "train/teacher_kl": "teacher KL",
 }
