@@ -45,7 +45,7 @@ def get_config(arg: str = "full"):
     arg, warm = base.split_arg(arg, ("full", "quick", "smoke"), "factor_table")
     c = base.get_config()
     c.method = "factor"
-    # Each method updates under its authors' protocol (asct_jax.rl.protocol: verl-agent's
+    # Each method updates under its authors' protocol (Method.protocol: verl-agent's
     # for GRPO / GiGPO / SERL, FACTOR's for FACTOR and its ablations); ppo.lr is the
     # table's (FACTOR trains at half of it, its authors' 5e-7 vs 1e-6). TABLE_LR is the
     # cold-start table's rate (runs from a fresh actor), chosen on seed 7 for GRPO from
