@@ -72,7 +72,7 @@ def get_config(arg: str = "full"):
     c.table.comparisons = COMPARISONS
     c.table.warm_start = False       # set by the "_warm" args (see the docstring)
     # The shared warm start teaches the teacher prompt to read the feedback after SFT
-    # (asct_jax/rl/hindsight_warm_start.py; docs/results/regime.md): every method of the
+    # (factor_jax/hindsight/warm_start.py; docs/results/regime.md): every method of the
     # table (GRPO, SERL, FACTOR, GiGPO) starts from that actor.
     c.warm_start.hindsight = "feedback"
     if arg in ("quick", "smoke"):
