@@ -41,5 +41,11 @@ def check(config) -> Tuple[Method, RunConfig]:
     section typed and checked, the method's own config included (RunConfig.method_config):
     the experiment edge's validation of what the run will read. A bad value is a one-line
     ConfigError naming the field and the allowed values (exit 2 from a script)."""
+    from asct_jax.infra.checks import check as check_value
+    from factor_jax.hindsight.warm_start import HINDSIGHT
+
     method = get(config.method)
-    return method, run_config(config, method)
+    run = run_config(config, method)
+    # A substrate field whose values a method package owns (factor_jax.hindsight).
+    check_value("warm_start.hindsight", run.warm_start.hindsight, HINDSIGHT)
+    return method, run

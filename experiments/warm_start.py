@@ -1,5 +1,6 @@
 """Writes the warm start every method can train from: SFT on the epsilon-noisy scripted
-expert, then the value head (asct_jax/rl/warm_start.py).
+expert, then the value head (asct_jax/rl/warm_start.py), with the phases between them
+that the methods supply (`phases`: factor_jax's hindsight reading, warm_start.hindsight).
 
     python -m experiments.warm_start --config experiments/configs/base.py \
         --config.env.name=household
@@ -34,6 +35,15 @@ from experiments.dotted import flatten, under
 KEYS = ("env/success", "env/score", "return", "episode_len")
 GEN_KEYS = ("gen/invalid", "gen/multi_token_action",   # a generating actor's (actor.chooser)
             "gen/think_tokens", "gen/action_tokens")
+
+
+def phases():
+    """The warm-start phases between SFT and the value fit (asct_jax.rl.warm_start
+    .WarmStartPhase), in order: factor_jax's hindsight phase (warm_start.hindsight; off,
+    it returns the params unchanged)."""
+    from factor_jax.hindsight.warm_start import hindsight_phase
+
+    return (hindsight_phase,)
 
 
 def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilons,
@@ -75,7 +85,7 @@ def run(config, out_dir: str = None):
                               "another --config.train.experiment")
     source = JaxEnvSource(rc)
     t0 = time.time()
-    params, info = warm_start(rc, source)
+    params, info = warm_start(rc, source, phases())
     save_params(out_dir, params, extra={"env": rc.env.name, "seed": rc.warm_start.seed})
     atomic_write_json(os.path.join(out_dir, "config.json"), rc.record)
     wall = time.time() - t0

@@ -12,7 +12,7 @@ import factor_jax as fj
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import CreditContext, Method, installs_credit_state, value_targets_mc
 from asct_jax.rl.types import Credit, Rollout, action_tokens, nonaction_tokens
-from asct_jax.rl.protocol import ASCT
+from asct_jax.rl.methods import ASCT
 from asct_jax.search.cache import init_cache, new_iteration
 from asct_jax.search.methods import ASCTConfig, asct_config, ledger_chat, searched_advantages
 from factor_jax.methods import FactorConfig, Schedule, factor_config

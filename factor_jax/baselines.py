@@ -26,10 +26,13 @@ from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
 from asct_jax.rl import losses
 from asct_jax.rl.credit import CreditContext, Method, any_over_seeds, value_targets_mc
-from asct_jax.rl.methods import GRPO, PENALTY_PLACEMENTS, group_rewards
-from asct_jax.rl.protocol import SERL as SERL_PROTOCOL
+from asct_jax.rl.methods import GRPO, PENALTY_PLACEMENTS, VERL, group_rewards
 from asct_jax.rl.types import Credit, Rollout, action_tokens
 from factor_jax.teacher import TEACHER_PROMPTS, teacher_log_probs
+
+# SERL's recipe (OliverLeeXZ/SERL): verl-agent's update (asct_jax.rl.methods.VERL) without
+# the KL to the reference.
+SERL_PROTOCOL = dataclasses.replace(VERL, kl_coef=0.0, kl_clamp=0.0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ import numpy as np
 import factor_jax as fj
 from asct_jax.envs.base import UNK_ID
 from asct_jax.rl.credit import CreditContext, state_actor
-from asct_jax.rl.hindsight_warm_start import step_progress
+from factor_jax.hindsight.progress import step_progress
 from asct_jax.rl.rollout import rollout
 from factor_jax.methods import FactorConfig, Schedule, factor_pieces, run_outcome_rule
 from factor_jax.teacher import teacher_log_probs
@@ -101,7 +101,7 @@ class Diagnostics:
 
     def progress(self, batch, key):
         """[B, T] bool (numpy): the action made progress, judged by the environment
-        (asct_jax.rl.hindsight_warm_start.step_progress: as good as the scripted expert's
+        (factor_jax.hindsight.progress.step_progress: as good as the scripted expert's
         step), not by its feedback's text."""
         return np.asarray(self._progress(batch, key))
 

@@ -51,11 +51,23 @@ from asct_jax.rl.credit import (CreditContext, Method, installs_credit_state, st
                                 value_targets_mc)
 from asct_jax.rl.types import Credit, Rollout, action_tokens, nonaction_tokens, policy_inputs
 from asct_jax.rl.types import merge_batch_turns as _flat
-from asct_jax.rl.protocol import FACTOR as FACTOR_PROTOCOL
+from asct_jax.rl.protocol import Protocol
 from factor_jax import critic as tac_critic
 from factor_jax.continuations import Continuations, checkpoint_targets, run_continuations
 from factor_jax.host_continuations import continue_on_host
 from factor_jax.teacher import TEACHER_DIST, TEACHER_PROMPTS, kl_reduce, teacher_outputs
+
+# FACTOR's protocol (Super-MariOvO/FACTOR, factor/training/trainer.py and config.py): one
+# Adam step on the whole batch per training step (so the ratio is 1 and the clip never
+# acts), lr 5e-7 against its baselines' 1e-6 (lr_scale 0.5), grad clip 1.0, no entropy
+# bonus, no value loss into the backbone (TAC's head has its own Adam), no reference KL
+# (its own lambda_k teacher KL is the method's loss); L_act action-mean (the method's
+# policy loss). asct_jax.rl.protocol: the type and how a config's ppo section resolves it.
+FACTOR_PROTOCOL = Protocol(
+    epochs=1, minibatches=1, minibatch_size=0, minibatch_unit="episodes", clip_eps=0.2,
+    dual_clip=0.0, lr_scale=0.5, warmup_steps=0, max_grad_norm=1.0, weight_decay=0.0,
+    vf_coef=0.0, ent_coef=0.0, kl_coef=0.0, kl_clamp=0.0, aggregation="action_mean",
+    standardise="none", questions="sampled", term_grad_norms=False)
 
 REWARD_RULES = ("auto",) + fj.REWARD_RULES  # factor.reward_rule; auto: the env's own
 OUTCOMES = ("auto", "success", "score", "return")  # factor.outcome: what G is

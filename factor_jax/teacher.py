@@ -1,6 +1,7 @@
 """The hindsight teacher (docs/methods.md, FACTOR > HTA, Baselines > SERL): the policy's
 parameters reading SERL's teacher prompt (OliverLeeXZ/SERL, recipe/serl/
-privileged_context.py; asct_jax.envs.prompt), x_t and the feedback o_{t+1} in one message,
+privileged_context.py; factor_jax.hindsight.teacher_prompt), x_t and the feedback o_{t+1}
+in one message,
 
     [x_t (its message end stripped) | header | o_{t+1} | footer | action header | y_t],
 
@@ -8,8 +9,8 @@ header = "\\n\\nImmediate feedback from the current step:\\n", footer = "\\n\\nC
 the current task.\\n" (+ the message end), through the policy's generic passes
 (token_log_probs, distributions) over that prefix. FACTOR's code has no teacher prompt of
 its own, so both teachers read SERL's; `prompt="appended"` is the earlier prompt
-(PromptTokens.teacher_appended). The prefix is asct_jax.rl.teacher_prompt.teacher_prefix
-(re-exported here), the one the hindsight warm start teaches.
+(PromptTokens.appended_frame). The prefix is factor_jax.hindsight.teacher_prompt
+.teacher_prefix (re-exported here), the one the hindsight warm start teaches.
 FACTOR's teacher is pi_old (the step's parameters); SERL's, a copy of the policy re-synced
 every few steps. FACTOR's KL to the teacher is a reduction of the update's own pass
 (`kl_reduce`, an asct_jax.rl.credit.DistReduce).
@@ -20,11 +21,11 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from asct_jax.envs.prompt import TEACHER_PROMPTS  # noqa: F401  (re-export)
 from asct_jax.rl.credit import CreditContext, DistReduce
-from asct_jax.rl.teacher_prompt import teacher_prefix  # noqa: F401  (re-export)
 from asct_jax.rl.types import Rollout, policy_inputs
 from asct_jax.rl.types import merge_batch_turns as _flat
+from factor_jax.hindsight.teacher_prompt import (  # noqa: F401  (re-export)
+    TEACHER_PROMPTS, teacher_prefix)
 from factor_jax.losses import forward_kl
 
 TEACHER_DIST = "teacher_dist"   # the key of the teacher's distributions in loss_inputs

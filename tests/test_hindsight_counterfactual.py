@@ -1,4 +1,4 @@
-"""The counterfactual rows of the hindsight warm start (asct_jax/rl/hindsight_counterfactual.py):
+"""The counterfactual rows of the hindsight warm start (factor_jax/hindsight/counterfactual.py):
 each drawn candidate's row is the credit's teacher prompt with that candidate's own
 feedback, its target follows its progress, and the option leaves the other rows as they
 were."""
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from asct_jax.rl import hindsight_counterfactual as cf
-from asct_jax.rl import hindsight_warm_start as hw
+from factor_jax.hindsight import counterfactual as cf
+from factor_jax.hindsight import warm_start as hw
 from asct_jax.rl import warm_start as ws
 from tests.test_rl_train import small_config
 

@@ -1,4 +1,4 @@
-"""The hindsight phase for the generating actor (asct_jax/rl/hindsight_generate.py): its
+"""The hindsight phase for the generating actor (factor_jax/hindsight/generate.py): its
 targets are the canonical responses SFT teaches, its prompts FACTOR's generate-mode
 teacher's, the away loss is exact and lowers pi(c), the phase runs end to end, a bad
 combination is a one-line ConfigError."""
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 
 from asct_jax.infra.checks import ConfigError
-from asct_jax.rl import hindsight_generate as hg
-from asct_jax.rl import hindsight_warm_start as hw
+from factor_jax.hindsight import generate as hg
+from factor_jax.hindsight import warm_start as hw
 from asct_jax.rl import warm_start as ws
 from asct_jax.rl.generation import GenerationSpec, canonical_response
 from asct_jax.envs.projection import Tags

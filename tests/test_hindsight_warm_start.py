@@ -1,4 +1,4 @@
-"""The hindsight phase of the warm start (asct_jax/rl/hindsight_warm_start.py): its
+"""The hindsight phase of the warm start (factor_jax/hindsight/warm_start.py): its
 prompts are the credit's teacher prompt, its targets follow the step's progress, and the
 option off changes neither the warm start's parameters nor its name."""
 import types
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from asct_jax.rl import hindsight_warm_start as hw
+from factor_jax.hindsight import warm_start as hw
 from asct_jax.rl import warm_start as ws
 from tests.test_rl_train import small_config
 
@@ -160,14 +160,21 @@ def test_the_option_off_keeps_the_params_and_the_warm_starts_name(noisy):
     assert shared_ws.key(c) != name
 
 
-def test_a_bad_option_is_a_one_line_config_error():
+def test_a_bad_option_is_a_one_line_config_error(noisy):
+    """The values are factor_jax's: the experiment edge (registry.check) and the phase
+    itself reject another one, naming the field."""
     from asct_jax.infra.checks import ConfigError
     from asct_jax.rl.run_config import run_config
+    from experiments import registry
 
+    source, policy, params, data, _ = noisy
     c = small_config("/tmp")
     c.warm_start.hindsight = "yes"
-    with pytest.raises(ConfigError, match="warm_start.hindsight"):
-        run_config(c)
+    with pytest.raises(ConfigError, match=r"^warm_start\.hindsight: "):
+        registry.check(c)
+    with pytest.raises(ConfigError, match=r"^warm_start\.hindsight: "):
+        hw.hindsight_phase(run_config(c), policy, params, data.rollout, source.env,
+                           source.env_params, jax.random.key(0))
 
 
 def _taken_gap(policy, params, turns):

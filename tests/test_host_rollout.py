@@ -13,7 +13,7 @@ from flax import nnx
 
 from asct_jax.envs import make as make_env
 from asct_jax.envs.prompt import PromptTokens
-from asct_jax.envs.tokenizer import word_teacher_prompt
+from asct_jax.envs.tokenizer import word_feedback_frame
 from asct_jax.envs.base import EOS_ID, PAD_ID
 from asct_jax.envs.external import BatchedHostEnv, TextWorldEnv
 from asct_jax.models import Decoder, get_preset
@@ -47,7 +47,7 @@ def setup():
     graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)))
     # The teacher's prompt in the games' word vocabulary (as HostGames gives it).
     policy = Policy(graphdef, cfg.vocab_size, O, A, F,
-                    PromptTokens(teacher=word_teacher_prompt(tok)))
+                    PromptTokens(feedback_frame=word_feedback_frame(tok)))
     env = BatchedHostEnv([TextWorldEnv(games, max_turns=HOST_MAX_TURNS)
                           for _ in range(NUM_GAMES * G)])
     encoder = CommandEncoder(tok, A)

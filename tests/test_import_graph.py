@@ -7,9 +7,14 @@ asct_jax/envs/foo.py is an edge to asct_jax.envs, whose __init__ imports foo: a 
 Layers, transitively: asct_jax imports neither factor_jax nor experiments, factor_jax not
 experiments, asct_jax.envs neither asct_jax.rl nor asct_jax.search, asct_jax.rl not
 asct_jax.search (playing on from a state is asct_jax.envs.play's).
+
+Each method package owns its pieces: the substrate (asct_jax/) names no hindsight teacher,
+no SERL and no hindsight phase, but for the config fields stored runs hold in its
+warm_start section (SUBSTRATE_NAMES_ALLOWED).
 """
 import ast
 import pathlib
+import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("asct_jax", "factor_jax", "experiments")
@@ -167,3 +172,55 @@ def test_the_scan_sees_local_relative_and_submodule_imports():
     toy = {"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, "d": set(), "e": {"e2"}, "e2": {"e"}}
     assert _cycles(toy) == ["a -> b -> c -> a  (entangled: a, b, c)",
                               "e -> e2 -> e  (entangled: e, e2)"]
+
+
+# The only lines of asct_jax/ that may say "teacher", "hindsight" or "serl" (any case):
+# (file, line pattern, why). Stored configs (docs/results/data/) and the warm starts'
+# names (experiments/warm_start.key hashes the warm_start.* fields) keep these names.
+SUBSTRATE_NAMES_ALLOWED = (
+    ("asct_jax/rl/run_config.py", r"^\s*teacher: str = option\(None, \"the scripted policy",
+     "warm_start.teacher: the scripted policy imitated (not FACTOR's teacher)"),
+    ("asct_jax/rl/run_config.py", r"^\s*hindsight: str = option\(None, ",
+     "warm_start.hindsight: its values are factor_jax.hindsight.warm_start.HINDSIGHT"),
+    ("asct_jax/rl/run_config.py", r"^\s*hindsight_steps: int = option\(",
+     "warm_start.hindsight_steps"),
+    ("asct_jax/rl/warm_start.py", r"\bws\.teacher\b|warm_start\.teacher\b",
+     "the SFT phase reads warm_start.teacher"),
+    ("asct_jax/envs/_common.py", r"warm_start\.teacher:", "an error naming that field"),
+)
+_METHOD_WORDS = re.compile(r"teacher|hindsight|serl", re.IGNORECASE)
+
+
+def substrate_method_words():
+    """['path:line: text'] of every line under asct_jax/ that says teacher, hindsight or
+    serl (any case; `grep -rni "teacher\\|hindsight\\|serl" asct_jax/`) and is not in
+    SUBSTRATE_NAMES_ALLOWED."""
+    out = []
+    for path in sorted((ROOT / "asct_jax").rglob("*")):
+        if not path.is_file() or path.suffix not in (".py", ".md", ".txt", ".json", ""):
+            continue
+        rel = path.relative_to(ROOT).as_posix()
+        for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            allowed = any(rel == f and re.search(pat, line)
+                          for f, pat, _ in SUBSTRATE_NAMES_ALLOWED)
+            if _METHOD_WORDS.search(line) and not allowed:
+                out.append(f"{rel}:{i}: {line.strip()}")
+    return out
+
+
+def test_the_substrate_imports_no_method_package():
+    graph = import_graph()
+    bad = sorted(f"{m} -> {t}" for m in graph if _inside(m, "asct_jax")
+                 for t in graph[m] if _inside(t, "factor_jax") or _inside(t, "experiments"))
+    assert not bad, "asct_jax imports a method package:\n  " + "\n  ".join(bad)
+
+
+def test_the_substrate_names_no_hindsight_teacher():
+    """FACTOR's and SERL's hindsight teacher and its warm-start phase live in
+    factor_jax.hindsight; environments expose only the neutral feedback frame."""
+    found = substrate_method_words()
+    assert not found, ("asct_jax/ names a method's teacher outside the allow-list:\n  "
+                       + "\n  ".join(found))
+    for f, pat, _ in SUBSTRATE_NAMES_ALLOWED:   # every allowed line still exists
+        lines = (ROOT / f).read_text().splitlines()
+        assert any(re.search(pat, line) for line in lines), (f, pat)

@@ -80,7 +80,7 @@ def test_step_minibatch_has_at_most_the_batch_rows_and_the_same_real_rows(b, t, 
     """A minibatch holds min(size, B * T) rows (never padded past the batch), there are
     ceil(B * T / size) of them (Protocol.minibatch_count), and every minibatch holds the
     same real rows in the same order as the padded split did."""
-    from asct_jax.rl.protocol import VERL
+    from asct_jax.rl.methods import VERL
 
     rng = np.random.default_rng(seed)
     mask = rng.random((b, t)) < 0.6

@@ -1,21 +1,24 @@
-"""The learner protocols (asct_jax.rl.protocol): each method's authors' update, resolved
-from the config's ppo section."""
+"""The learner protocols (asct_jax.rl.protocol; each constant beside its method record):
+each method's authors' update, resolved from the config's ppo section."""
 import dataclasses
 
 import pytest
 
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl import protocol as P
+from asct_jax.rl.methods import ASCT, VERL
+from factor_jax.baselines import SERL_PROTOCOL as SERL
+from factor_jax.methods import FACTOR_PROTOCOL as FACTOR
 from experiments import registry
 from experiments.configs import base
 
 
 def test_each_method_owns_its_authors_protocol():
-    expect = {"grpo": P.VERL, "gigpo": P.VERL, "grpo_extended": P.VERL, "serl": P.SERL,
-              "factor": P.FACTOR, "factor_no_tac": P.FACTOR, "factor_no_hta": P.FACTOR,
-              "factor_no_apm": P.FACTOR, "ppo_return": P.ASCT, "vineppo": P.ASCT,
-              "asct_uniform": P.ASCT, "asct_uct": P.ASCT, "asct_agentuct": P.ASCT,
-              "asct_actor_rollout": P.ASCT, "asct_factor": P.ASCT, "ppo_gae": P.SUBSTRATE}
+    expect = {"grpo": VERL, "gigpo": VERL, "grpo_extended": VERL, "serl": SERL,
+              "factor": FACTOR, "factor_no_tac": FACTOR, "factor_no_hta": FACTOR,
+              "factor_no_apm": FACTOR, "ppo_return": ASCT, "vineppo": ASCT,
+              "asct_uniform": ASCT, "asct_uct": ASCT, "asct_agentuct": ASCT,
+              "asct_actor_rollout": ASCT, "asct_factor": ASCT, "ppo_gae": P.SUBSTRATE}
     assert set(expect) == set(registry.names())
     for name, proto in expect.items():
         assert registry.get(name).protocol == proto, name
@@ -23,17 +26,17 @@ def test_each_method_owns_its_authors_protocol():
 
 def test_the_authors_settings():
     # verl-agent: 1 epoch, 256 step samples, dual clip 3, entropy 0.001, KL 0.01 clamped 10.
-    v = P.VERL
+    v = VERL
     assert (v.epochs, v.minibatch_size, v.minibatch_unit, v.dual_clip, v.ent_coef,
             v.kl_coef, v.kl_clamp, v.weight_decay, v.vf_coef) == (
                 1, 256, "steps", 3.0, 0.001, 0.01, 10.0, 0.01, 0.0)
-    assert P.SERL.kl_coef == 0.0 and P.SERL.dual_clip == 3.0
+    assert SERL.kl_coef == 0.0 and SERL.dual_clip == 3.0
     # FACTOR: one Adam step on the whole batch, no entropy / value loss, lr 5e-7 vs 1e-6.
-    f = P.FACTOR
+    f = FACTOR
     assert (f.epochs, f.minibatch_count(64, 15), f.ent_coef, f.vf_coef, f.weight_decay,
             f.lr_scale) == (1, 1, 0.0, 0.0, 0.0, 0.5)
     # ASCT: 2 epochs of minibatch 8 over the iteration, standardised, no critic / entropy.
-    a = P.ASCT
+    a = ASCT
     assert (a.epochs, a.minibatch_size, a.minibatch_unit, a.standardise, a.vf_coef,
             a.ent_coef, a.kl_coef, a.questions) == (2, 8, "episodes", "batch", 0.0, 0.0,
                                                      0.0, "walk")
@@ -41,9 +44,9 @@ def test_the_authors_settings():
 
 def test_minibatch_count_by_unit():
     # 64 episodes of at most 15 turns: 960 step rows -> ceil(960 / 256) = 4 minibatches.
-    assert P.VERL.minibatch_count(64, 15) == 4
-    assert P.ASCT.minibatch_count(16, 9) == 2          # 16 episodes / 8
-    assert P.ASCT.minibatch_count(4, 9) == 1           # fewer than 8: one minibatch
+    assert VERL.minibatch_count(64, 15) == 4
+    assert ASCT.minibatch_count(16, 9) == 2          # 16 episodes / 8
+    assert ASCT.minibatch_count(4, 9) == 1           # fewer than 8: one minibatch
     assert P.SUBSTRATE.minibatch_count(16, 9) == 4     # the count itself
 
 
@@ -58,7 +61,7 @@ def _ppo(method="grpo", **fields):
 def test_resolve_takes_the_methods_value_where_the_config_leaves_none():
     c = _ppo("factor")
     proto = P.resolve(c.ppo, registry.get("factor").protocol)
-    assert proto == dataclasses.replace(P.FACTOR, lr=c.ppo.lr)
+    assert proto == dataclasses.replace(FACTOR, lr=c.ppo.lr)
     assert proto.method_lr == pytest.approx(0.5 * c.ppo.lr)
 
 

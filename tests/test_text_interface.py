@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from asct_jax.envs import make
-from asct_jax.envs.prompt import serl_teacher_text
+from asct_jax.envs.prompt import render_feedback
 from asct_jax.envs.text_interface import LLMView, render_text
 from asct_jax.models import gguf_io, loading
 from factor_jax.teacher import teacher_prefix
@@ -113,7 +113,7 @@ def test_chat_pieces_reproduce_the_template(tokenizer):
     # SERL's teacher prompt: ONE user message (OliverLeeXZ/SERL privileged_context.py).
     serl = {"role": "user", "content": user["content"] + "\n\nImmediate feedback from the "
             "current step:\nyou see a mug\n\nCorrectly solve the current task.\n"}
-    assert serl["content"] == serl_teacher_text(user["content"], fb_text)
+    assert serl["content"] == render_feedback(user["content"], fb_text)
     text = tokenizer.apply_chat_template([system, serl], tokenize=False,
                                          add_generation_prompt=True)
     assert tokenizer.encode(text, add_special_tokens=False) == teacher_ids("serl")

@@ -45,7 +45,7 @@ class TimeStep:
       observation: [O] int32, tokens of x_t: the task and the current rendering of the
         history (what the policy reads before choosing its next action).
       feedback: [F] int32, tokens of the feedback o_{t+1} of the last action (PAD-padded;
-        all PAD after reset). The hindsight teacher reads these.
+        all PAD after reset). Credit methods that read the feedback read these.
       reward: [] float32, r_t of the last action.
       done: [] bool.
       info: dict of [] float32 scalars with the same keys for every step of an

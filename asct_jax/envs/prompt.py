@@ -3,16 +3,16 @@
 The defaults are the environments' own word vocabulary; `asct_jax.envs.text_interface`
 gives a pretrained model's chat-template pieces. Used by `asct_jax.rl.policy`.
 
-The hindsight teacher's prompt (SERL's and FACTOR's teacher, factor_jax.teacher) is SERL's
-(OliverLeeXZ/SERL, recipe/serl/privileged_context.py: privileged_context_template around
-its "immediate_feedback" section), one user message:
+The environments' neutral hook for a step's feedback text around a prompt (a
+`FeedbackFrame`; the methods that read it, and which frame they name, are a method
+package's, e.g. factor_jax's). The feedback frame is one user message:
 
     {prompt}\\n\\nImmediate feedback from the current step:\\n{feedback}
     \\n\\nCorrectly solve the current task.\\n                     (one string: no break)
 
-`serl_teacher_text` writes it; "appended" (TEACHER_PROMPTS) is this project's earlier one,
-the feedback after the student's prompt (a chat view: a second user message "The result
-of your next action will be:\\n{feedback}"; the word vocabulary: SEP feedback).
+`render_feedback` writes it; the appended frame is the feedback after the prompt (a chat
+view: a second user message "The result of your next action will be:\\n{feedback}"; the
+word vocabulary: SEP feedback).
 """
 from __future__ import annotations
 
@@ -24,31 +24,30 @@ from asct_jax.envs.base import PAD_ID, SEP_ID
 from asct_jax.envs.projection import Tags
 
 
-SERL_FEEDBACK_TITLE = "\n\nImmediate feedback from the current step:\n"
-SERL_INSTRUCTION = "\n\nCorrectly solve the current task.\n"
-TEACHER_PROMPTS = ("serl", "appended")
+FEEDBACK_TITLE = "\n\nImmediate feedback from the current step:\n"
+FEEDBACK_INSTRUCTION = "\n\nCorrectly solve the current task.\n"
 
 
-def serl_teacher_text(prompt: str, feedback: str) -> str:
-    """SERL's teacher prompt (the module docstring) as text."""
-    return prompt + SERL_FEEDBACK_TITLE + feedback + SERL_INSTRUCTION
+def render_feedback(prompt: str, feedback: str) -> str:
+    """The feedback frame (the module docstring) around `feedback` after `prompt`, as text."""
+    return prompt + FEEDBACK_TITLE + feedback + FEEDBACK_INSTRUCTION
 
 
-def teacher_words() -> Tuple[str, ...]:
-    """The words of SERL's teacher text in a lower-cased word vocabulary (\\w+ runs and
-    punctuation runs, as the Whitespace pre-tokenizer splits them), in order of use."""
-    words = re.findall(r"\w+|[^\w\s]+", (SERL_FEEDBACK_TITLE + SERL_INSTRUCTION).lower())
+def feedback_words() -> Tuple[str, ...]:
+    """The words of the feedback frame's text in a lower-cased word vocabulary (\\w+ runs
+    and punctuation runs, as the Whitespace pre-tokenizer splits them), in order of use."""
+    words = re.findall(r"\w+|[^\w\s]+", (FEEDBACK_TITLE + FEEDBACK_INSTRUCTION).lower())
     return tuple(dict.fromkeys(words))
 
 
 @dataclasses.dataclass(frozen=True)
-class TeacherPrompt:
-    """The hindsight teacher's prompt around the student's, as static ids:
+class FeedbackFrame:
+    """A step's feedback o_{t+1} framed after a prompt, as static ids:
 
         [prompt without its last `strip` real tokens | header | o_{t+1} | footer]
 
     (a chat view strips the user message's end and puts it back at the end of footer, so
-    that the teacher reads one user message).
+    that the framed prompt is one user message).
     """
 
     header: Tuple[int, ...] = ()
@@ -63,29 +62,23 @@ class PromptTokens:
     pad_id: the padding id of observations, feedback and actions (never a real token).
     action_header: ids between the observation and the action (a chat template's
       assistant header).
-    teacher: the hindsight teacher's prompt in SERL's wording (TeacherPrompt; None: the
-      shared environment vocabulary's, `asct_jax.envs.tokenizer.word_teacher_prompt`).
-    teacher_appended: the earlier teacher prompt (TEACHER_PROMPTS "appended").
+    feedback_frame: the feedback frame (FeedbackFrame, the module docstring's wording;
+      None: the shared environment vocabulary's, `asct_jax.envs.tokenizer.
+      word_feedback_frame`).
+    appended_frame: the feedback appended after the prompt (a FeedbackFrame).
     generation: a generating actor's prompt layout (GenerationPieces) for this text, None
       for the defaults.
-    The defaults are the environments' own word vocabulary: [obs | action], the teacher's
+    The defaults are the environments' own word vocabulary: [obs | action], the framed
     [obs | SEP SEP immediate feedback from the current step : SEP feedback SEP SEP
     correctly solve the current task . SEP | action] (every newline a SEP, lower case),
-    the earlier one [obs | SEP feedback | action].
+    the appended one [obs | SEP feedback | action].
     """
 
     pad_id: int = PAD_ID
     action_header: Tuple[int, ...] = ()
-    teacher: Optional[TeacherPrompt] = None
-    teacher_appended: TeacherPrompt = TeacherPrompt(header=(SEP_ID,))
+    feedback_frame: Optional[FeedbackFrame] = None
+    appended_frame: FeedbackFrame = FeedbackFrame(header=(SEP_ID,))
     generation: Optional["GenerationPieces"] = None
-
-    def teacher_prompt(self, name: str) -> Optional[TeacherPrompt]:
-        """The teacher prompt `name` (TEACHER_PROMPTS) in these ids (None: SERL's in the
-        shared environment vocabulary, asct_jax.envs.tokenizer.word_teacher_prompt)."""
-        if name not in TEACHER_PROMPTS:
-            raise ValueError(f"teacher prompt must be one of {TEACHER_PROMPTS}, got {name!r}")
-        return self.teacher_appended if name == "appended" else self.teacher
 
 
 @dataclasses.dataclass(frozen=True)

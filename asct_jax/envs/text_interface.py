@@ -15,11 +15,10 @@ every observation, feedback and candidate action as text and gives the model the
   The observation is the user message of the model's chat template after a system prompt
   with the task (`system_prompt`); an action is the assistant's reply, ending with the
   template's end-of-turn token; the policy adds the assistant header between the two
-  (`prompt_tokens`, asct_jax.envs.prompt.PromptTokens), and the hindsight teacher reads
-  SERL's prompt, one user message: the observation's text, "\\n\\nImmediate feedback from
-  the current step:\\n", the feedback, "\\n\\nCorrectly solve the current task.\\n"
-  (asct_jax.envs.prompt; the earlier "appended" prompt: the feedback as a second user
-  message after FEEDBACK_INTRO).
+  (`prompt_tokens`, asct_jax.envs.prompt.PromptTokens), and the feedback frame is one user
+  message: the observation's text, "\\n\\nImmediate feedback from the current step:\\n",
+  the feedback, "\\n\\nCorrectly solve the current task.\\n" (asct_jax.envs.prompt; the
+  appended frame: the feedback as a second user message after FEEDBACK_INTRO).
 * Ids in jit. A static table, built once with the tokenizer, holds each environment
   word's ids with and without a leading space; a rendering gathers the rows of its words
   and compacts them (an exclusive cumsum of their lengths and one scatter). Byte-level
@@ -52,8 +51,8 @@ from asct_jax.envs.base import EOS_ID, PAD_ID, SEP_ID, Environment, TimeStep, ma
 from asct_jax.envs.play import play_keys, uniform_chooser
 from asct_jax.envs.projection import (ACTION_CLOSE, ACTION_OPEN, THINK_CLOSE, THINK_OPEN,
                                        Tags)
-from asct_jax.envs.prompt import (SERL_FEEDBACK_TITLE, SERL_INSTRUCTION, GenerationPieces,
-                                  PromptTokens, TeacherPrompt)
+from asct_jax.envs.prompt import (FEEDBACK_INSTRUCTION, FEEDBACK_TITLE, FeedbackFrame,
+                                  GenerationPieces, PromptTokens)
 
 SYSTEM_PROMPTS = {
     "rag_workflow": "You answer a multi-hop question by calling tools. Retrieve the evidence "
@@ -66,7 +65,7 @@ SYSTEM_PROMPTS = {
 }
 DEFAULT_SYSTEM_PROMPT = ("You are an agent in a text environment. Read the observation and "
                          "reply with the next action.")
-FEEDBACK_INTRO = "The result of your next action will be:\n"   # the earlier teacher prompt
+FEEDBACK_INTRO = "The result of your next action will be:\n"   # the appended frame
 # A generating actor's prompt (verl-agent's, in this project's words): the last k steps,
 # the current observation, the admissible actions, then the format instruction.
 GENERATION_TEXT = {
@@ -122,18 +121,20 @@ class ChatPieces:
         two = chat(system + [{"role": "user", "content": _MARK},
                              {"role": "user", "content": FEEDBACK_INTRO + _MARK}])
         fb_head, fb_tail = two[len(user):].split(_MARK)
-        # SERL's teacher prompt: the user message's end moves after the instruction.
-        self.teacher = TeacherPrompt(header=tuple(enc(SERL_FEEDBACK_TITLE)),
-                                     footer=tuple(enc(SERL_INSTRUCTION) + self.obs_tail),
-                                     strip=len(self.obs_tail))
-        self.teacher_appended = TeacherPrompt(header=tuple(enc(fb_head)),
-                                              footer=tuple(enc(fb_tail)))
+        # The feedback frame: the user message's end moves after the instruction.
+        self.feedback_frame = FeedbackFrame(header=tuple(enc(FEEDBACK_TITLE)),
+                                            footer=tuple(enc(FEEDBACK_INSTRUCTION)
+                                                         + self.obs_tail),
+                                            strip=len(self.obs_tail))
+        self.appended_frame = FeedbackFrame(header=tuple(enc(fb_head)),
+                                            footer=tuple(enc(fb_tail)))
         self.user_text = (head, tail)
 
     def prompt_tokens(self, pad_id: int):
         """The policy's static pieces (asct_jax.envs.prompt.PromptTokens)."""
         return PromptTokens(pad_id=pad_id, action_header=tuple(self.action_header),
-                            teacher=self.teacher, teacher_appended=self.teacher_appended)
+                            feedback_frame=self.feedback_frame,
+                            appended_frame=self.appended_frame)
 
     def generation_pieces(self, tokenizer):
         """A generating actor's prompt in this template (asct_jax.envs.prompt
@@ -151,9 +152,9 @@ class ChatPieces:
             stop_id=self.end_of_turn, tokenizer=tokenizer)
 
     def ids(self):
-        teacher = (self.teacher.header + self.teacher.footer + self.teacher_appended.header
-                   + self.teacher_appended.footer)
-        return set(self.obs_head + self.obs_tail + self.action_header + list(teacher)
+        frames = (self.feedback_frame.header + self.feedback_frame.footer
+                  + self.appended_frame.header + self.appended_frame.footer)
+        return set(self.obs_head + self.obs_tail + self.action_header + list(frames)
                    + [self.end_of_turn])
 
 

@@ -5,9 +5,9 @@ punctuation runs) from the union of every environment's word list, sorted, after
 special tokens of `asct_jax.envs.base.SPECIAL_TOKENS` (ids 0..4 in that order), and wrapped
 in transformers' PreTrainedTokenizerFast. The vocabulary is deterministic. The words come
 from the registry (asct_jax.envs installs them with `set_word_source` on import): this
-module imports no environment. The words of the hindsight teacher's instruction (SERL's,
-asct_jax.envs.prompt) that no environment uses come after them (so every environment
-word keeps its id); `word_teacher_prompt` gives the teacher's pieces in a word vocabulary.
+module imports no environment. The words of the feedback frame (asct_jax.envs.prompt)
+that no environment uses come after them (so every environment word keeps its id);
+`word_feedback_frame` gives the frame's pieces in a word vocabulary.
 
     tok = get_tokenizer()              # cached
     ids = encode_fixed("go to the fridge", 8)   # np.int32[8], PAD-padded
@@ -21,8 +21,8 @@ from typing import Callable, Iterable, List, Optional
 import numpy as np
 
 from asct_jax.envs.base import BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID
-from asct_jax.envs.prompt import (SERL_FEEDBACK_TITLE, SERL_INSTRUCTION, TeacherPrompt,
-                                  teacher_words)
+from asct_jax.envs.prompt import (FEEDBACK_INSTRUCTION, FEEDBACK_TITLE, FeedbackFrame,
+                                  feedback_words)
 
 MAX_VOCAB = 1024
 
@@ -39,12 +39,12 @@ def set_word_source(words: Callable[[], Iterable[str]]) -> None:
 
 def vocabulary() -> List[str]:
     """All tokens, special tokens first (ids 0..4), then the sorted union of env words,
-    then the teacher instruction's words that are not env words (in order of use)."""
+    then the feedback frame's words that are not env words (in order of use)."""
     if _word_source is None:
         raise RuntimeError("no environment words installed: import asct_jax.envs")
     words = set(_word_source()) - set(SPECIAL_TOKENS)
     vocab = (list(SPECIAL_TOKENS) + sorted(words)
-             + [w for w in teacher_words() if w not in words])
+             + [w for w in feedback_words() if w not in words])
     if len(vocab) > MAX_VOCAB:
         raise ValueError(f"vocabulary has {len(vocab)} tokens > {MAX_VOCAB}")
     return vocab
@@ -93,12 +93,12 @@ def word_ids(tokenizer, text: str) -> tuple:
     return tuple(ids)
 
 
-def word_teacher_prompt(tokenizer) -> TeacherPrompt:
-    """SERL's teacher prompt in a word vocabulary (asct_jax.envs.prompt):
+def word_feedback_frame(tokenizer) -> FeedbackFrame:
+    """The feedback frame in a word vocabulary (asct_jax.envs.prompt):
     header = SEP SEP immediate feedback from the current step : SEP,
     footer = SEP SEP correctly solve the current task . SEP."""
-    return TeacherPrompt(header=word_ids(tokenizer, SERL_FEEDBACK_TITLE),
-                         footer=word_ids(tokenizer, SERL_INSTRUCTION))
+    return FeedbackFrame(header=word_ids(tokenizer, FEEDBACK_TITLE),
+                         footer=word_ids(tokenizer, FEEDBACK_INSTRUCTION))
 
 
 def save_tokenizer(directory: str) -> None:

@@ -57,7 +57,7 @@ class DistReduce:
     the pass applies fn to the current parameters' next-token distribution at each
     position (a chunk of rows at a time over a full vocabulary, never the whole
     [N, R, V]: asct_jax.rl.policy.DistReduce) and returns it as TokenOutputs.reduced
-    (FACTOR's forward KL to its hindsight teacher).
+    (FACTOR's forward KL).
 
     fn: (dist_logp [..., K, A], support [..., K, A] bool, inputs) -> [..., A].
     inputs: credit_mb -> a pytree of [b, T, ...] arrays in the policy's distribution

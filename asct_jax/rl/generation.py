@@ -299,7 +299,7 @@ class GenerationPolicy(Policy):
     def distributions(self, params, prefix, response, cands=None, legal=None):
         """The token log-probs [N, R] after any prefix, the log-softmax [N, R, V] (this
         policy's distribution layout, what a DistReduce's inputs follow) and a support
-        [N, 1, 1] of True (every token). Never differentiated (the teachers' pass): it
+        [N, 1, 1] of True (every token). Never differentiated (a frozen scorer's pass): it
         skips the columns of the prefix that are PAD in every row (models.widths)."""
         model = self.merge(params)
         logp_all = widths.right_padded(lambda x: self._full(model, x, response)[0], prefix,

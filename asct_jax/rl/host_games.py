@@ -33,7 +33,7 @@ import numpy as np
 
 from asct_jax.envs.external import BatchedHostEnv, HostEnv, ParallelHostEnv
 from asct_jax.envs.prompt import PromptTokens
-from asct_jax.envs.tokenizer import word_teacher_prompt
+from asct_jax.envs.tokenizer import word_feedback_frame
 from asct_jax.infra.checks import ConfigError, Range
 from asct_jax.infra.typed_config import option
 from asct_jax.models.loading import load_tokenizer, resolve_model_path
@@ -134,12 +134,12 @@ SYSTEM_PROMPT = ("You are playing a text adventure game. Read the observation an
                  "the next command.")
 
 
-def _word_teacher(tokenizer):
-    """The teacher's prompt in the games' word vocabulary (tokenizer.word_teacher_prompt)."""
+def _word_feedback_frame(tokenizer):
+    """The feedback frame in the games' word vocabulary (tokenizer.word_feedback_frame)."""
     try:
-        return word_teacher_prompt(tokenizer)
+        return word_feedback_frame(tokenizer)
     except ValueError as e:
-        raise ValueError("the games' saved word tokenizer predates the teacher prompt's "
+        raise ValueError("the games' saved word tokenizer predates the feedback frame's "
                          "words: delete its directory to rebuild it") from e
 
 
@@ -165,7 +165,7 @@ class HostGames:
             self.prompt = self.tokenizer.prompt_tokens()
         else:
             tokenizer = self.tokenizer = build_tokenizer_for(run, games)
-            self.prompt = PromptTokens(teacher=_word_teacher(tokenizer))
+            self.prompt = PromptTokens(feedback_frame=_word_feedback_frame(tokenizer))
         self.vocab_size = len(tokenizer)
         self.shape = TextShape(tw.obs_len, tw.action_len, tw.feedback_len,
                                num_actions=tw.max_candidates, base_vocab_size=self.vocab_size)

@@ -3,8 +3,8 @@
 The mirror of `asct_jax.rl.rollout.rollout` for `BatchedHostEnv`: the games run in Python,
 the policy in one jitted call per turn on fixed shapes, and the batch is the same
 `Rollout` ([B, T, ...] arrays, same masks and semantics), so `make_learn_step` and every
-credit method that needs no environment restore inside the step (GRPO, PPO, SERL,
-FACTOR) train on it unchanged. `host_rollout_from` plays on from stored states (FACTOR's
+credit method that needs no environment restore inside the step (GRPO, PPO, FACTOR
+and its baselines) train on it unchanged. `host_rollout_from` plays on from stored states (FACTOR's
 TAC continuations, factor_jax.host_continuations).
 
     tok = build_tokenizer(game_texts(games))        # asct_jax.rl.host_tokenizer
@@ -27,7 +27,7 @@ A generating actor (policy.chooser == "generate", asct_jax.rl.generation) writes
 instead: the prompt lists the kept commands and the last k steps, the response ([B, T, R]
 actions, its prompt in `prompts`, `action_mask`, the gen/ statistics) is projected onto
 them in jit; a valid one sends its command, an invalid one is penalised by
-invalid_penalty (in `rewards`, and in `penalties` for GRPO / GiGPO / SERL, see
+invalid_penalty (in `rewards`, and in `penalties` for GRPO / GiGPO and kin, see
 `Rollout`) and the game receives what verl-agent would send (`written_command`).
 Games that are done are no longer stepped: their turns have turn_mask False, all-PAD
 candidates with cand_mask False, action_index -1, zero rewards and log-probs.

@@ -12,7 +12,7 @@ from typing import List, Sequence
 import numpy as np
 
 from asct_jax.envs.base import BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID
-from asct_jax.envs.prompt import teacher_words
+from asct_jax.envs.prompt import feedback_words
 
 
 def build_tokenizer(texts: Sequence[str], max_vocab: int = 4096, min_count: int = 1):
@@ -20,8 +20,8 @@ def build_tokenizer(texts: Sequence[str], max_vocab: int = 4096, min_count: int 
 
     Ids 0..4 are asct_jax.envs.base's special tokens (PAD, EOS, UNK, BOS, SEP); then the
     words (Whitespace pre-tokenizer: \\w+ runs and punctuation runs) by decreasing count,
-    ties alphabetical, at most max_vocab tokens in all; then the words of the hindsight
-    teacher's instruction (asct_jax.envs.prompt.teacher_words) that are not among them.
+    ties alphabetical, at most max_vocab tokens in all; then the words of the feedback
+    frame (asct_jax.envs.prompt.feedback_words) that are not among them.
     Deterministic in `texts`.
     """
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
@@ -36,7 +36,7 @@ def build_tokenizer(texts: Sequence[str], max_vocab: int = 4096, min_count: int 
         counts.pop(s, None)
     words = sorted((w for w, c in counts.items() if c >= min_count),
                    key=lambda w: (-counts[w], w))[: max(max_vocab - len(SPECIAL_TOKENS), 0)]
-    words += [w for w in teacher_words() if w not in words]
+    words += [w for w in feedback_words() if w not in words]
     vocab = {w: i for i, w in enumerate(list(SPECIAL_TOKENS) + words)}
     assert [vocab[s] for s in SPECIAL_TOKENS] == [PAD_ID, EOS_ID, UNK_ID, BOS_ID, SEP_ID]
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIAL_TOKENS[UNK_ID]))

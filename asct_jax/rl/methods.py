@@ -12,13 +12,38 @@ import functools
 from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
-from asct_jax.rl.protocol import ASCT, SUBSTRATE, VERL
+from asct_jax.rl.protocol import SUBSTRATE, Protocol
 from asct_jax.rl.credit import (Credit, CreditContext, CreditFn, Method, Rollout,
                                 from_turn_advantages, value_targets_mc)
 
 
+# The authors' protocols of these methods (asct_jax.rl.protocol.Protocol; docs/methods.md,
+# "Learner protocols", cites each value's file).
+# verl-agent's GRPO / GiGPO scripts: actor.ppo_mini_batch_size 256 step samples,
+# ppo_epochs 1, clip_ratio 0.2, clip_ratio_c 3, entropy_coeff 0.001, use_kl_loss
+# with kl_loss_coef 0.01 and low_var_kl (clamped to +-10), optim lr 1e-6 with AdamW's
+# weight decay 0.01, grad_clip 1.0, loss_agg_mode token-mean, no warm-up, no critic.
+VERL = Protocol(
+    epochs=1, minibatches=1, minibatch_size=256, minibatch_unit="steps", clip_eps=0.2,
+    dual_clip=3.0, lr_scale=1.0, warmup_steps=0, max_grad_norm=1.0, weight_decay=0.01,
+    vf_coef=0.0, ent_coef=0.001, kl_coef=0.01, kl_clamp=10.0, aggregation="token_mean",
+    standardise="none", questions="sampled", term_grad_norms=False)
+
+# ASCT (arXiv 2609.35215, App. A.2, Table 8), for ASCT, VinePPO (asct_jax.search.methods)
+# and trajectory PPO (PPO_RETURN below; here, not beside the searched methods, because
+# asct_jax.rl does not import asct_jax.search): per iteration (one training step here:
+# its batch is the iteration's questions, drawn without replacement) the credit is
+# standardised over the iteration's decisions, then 2 epochs of clipped PPO (0.2) on
+# minibatches of 8; AdamW (torch's default weight decay 0.01); no critic, no entropy
+# bonus, no KL; the loss per decision (action-mean).
+ASCT = Protocol(
+    epochs=2, minibatches=1, minibatch_size=8, minibatch_unit="episodes", clip_eps=0.2,
+    dual_clip=0.0, lr_scale=1.0, warmup_steps=0, max_grad_norm=1.0, weight_decay=0.01,
+    vf_coef=0.0, ent_coef=0.0, kl_coef=0.0, kl_clamp=0.0, aggregation="action_mean",
+    standardise="batch", questions="walk", term_grad_norms=False)
+
 RETURN_BASELINES = ("critic", "none")   # config.ppo.return_baseline of ppo_return
-# Where GRPO / GiGPO / SERL read the invalid-action penalty (config.<method>.penalty):
+# Where GRPO / GiGPO (and the methods built on GRPO) read the invalid-action penalty (config.<method>.penalty):
 # "step", verl-agent's (ray_trainer.py apply_invalid_action_penalty): off the invalid
 # step's own copy of the episode return and its own R_t after discounting; "reward": in
 # r_t (Rollout.rewards as recorded), what they read before issue 36.

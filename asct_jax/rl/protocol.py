@@ -2,7 +2,9 @@
 
 Each author's update differs (how many optimiser steps a batch gets, on what minibatches,
 clipped how, with which regularisers), so each `Method` record owns one `Protocol` with
-its authors' defaults (asct_jax.rl.credit.Method.protocol), one of the constants below.
+its authors' defaults (asct_jax.rl.credit.Method.protocol), a constant beside the method
+record: VERL and ASCT in asct_jax.rl.methods, FACTOR's and its baselines' in factor_jax.
+This module keeps the type, the resolution and the substrate's own protocol (SUBSTRATE).
 The config's `ppo` fields are overrides: a field left None takes the method's value, a
 set one wins, and the run's config.json records the resolved values (`resolve`,
 `resolved_section`). The learning rate is the table's (ppo.lr, one per table and model);
@@ -79,42 +81,6 @@ class Protocol:
         rows = batch * max_turns if self.minibatch_unit == "steps" else batch
         return -(-rows // self.minibatch_size)
 
-
-# The authors' protocols (docs/methods.md, "Learner protocols", cites each value's file).
-# verl-agent's GRPO / GiGPO scripts (OliverLeeXZ/SERL): actor.ppo_mini_batch_size 256 step
-# samples, ppo_epochs 1, clip_ratio 0.2, clip_ratio_c 3, entropy_coeff 0.001, use_kl_loss
-# with kl_loss_coef 0.01 and low_var_kl (clamped to +-10), optim lr 1e-6 with AdamW's
-# weight decay 0.01, grad_clip 1.0, loss_agg_mode token-mean, no warm-up, no critic.
-VERL = Protocol(
-    epochs=1, minibatches=1, minibatch_size=256, minibatch_unit="steps", clip_eps=0.2,
-    dual_clip=3.0, lr_scale=1.0, warmup_steps=0, max_grad_norm=1.0, weight_decay=0.01,
-    vf_coef=0.0, ent_coef=0.001, kl_coef=0.01, kl_clamp=10.0, aggregation="token_mean",
-    standardise="none", questions="sampled", term_grad_norms=False)
-
-# SERL's recipe: verl-agent's update without the KL to the reference.
-SERL = dataclasses.replace(VERL, kl_coef=0.0, kl_clamp=0.0)
-
-# FACTOR (Super-MariOvO/FACTOR, factor/training/trainer.py and config.py): one Adam step on
-# the whole batch per training step (so the ratio is 1 and the clip never acts), lr 5e-7
-# against its baselines' 1e-6 (lr_scale 0.5), grad clip 1.0, no entropy bonus, no value
-# loss into the backbone (TAC's head has its own Adam), no reference KL (its own lambda_k
-# teacher KL is the method's loss); L_act action-mean (the method's policy loss).
-FACTOR = Protocol(
-    epochs=1, minibatches=1, minibatch_size=0, minibatch_unit="episodes", clip_eps=0.2,
-    dual_clip=0.0, lr_scale=0.5, warmup_steps=0, max_grad_norm=1.0, weight_decay=0.0,
-    vf_coef=0.0, ent_coef=0.0, kl_coef=0.0, kl_clamp=0.0, aggregation="action_mean",
-    standardise="none", questions="sampled", term_grad_norms=False)
-
-# ASCT (arXiv 2609.35215, App. A.2, Table 8), for ASCT, VinePPO and trajectory PPO: per
-# iteration (one training step here: its batch is the iteration's questions, drawn without
-# replacement) the credit is standardised over the iteration's decisions, then 2 epochs of
-# clipped PPO (0.2) on minibatches of 8; AdamW (torch's default weight decay 0.01); no
-# critic, no entropy bonus, no KL; the loss per decision (action-mean).
-ASCT = Protocol(
-    epochs=2, minibatches=1, minibatch_size=8, minibatch_unit="episodes", clip_eps=0.2,
-    dual_clip=0.0, lr_scale=1.0, warmup_steps=0, max_grad_norm=1.0, weight_decay=0.01,
-    vf_coef=0.0, ent_coef=0.0, kl_coef=0.0, kl_clamp=0.0, aggregation="action_mean",
-    standardise="batch", questions="walk", term_grad_norms=False)
 
 # The recipe every method shared before issue 36 (no author's): ppo.protocol "substrate",
 # and PPO with GAE's own.

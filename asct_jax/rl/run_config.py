@@ -8,7 +8,7 @@ experiments/configs/base.py's get_constraints takes the rules from here
 (`constraints(cls, section)` of every pair in SECTIONS) and its ADDED_DEFAULTS the values
 of the fields added after runs were stored (`default_of`). A field with a default may be
 missing from a config (a config of before it existed); one without must be there.
-The method sections (asct, gigpo, vineppo, factor, serl, ppo's credit fields) are the
+The method sections (asct, gigpo, vineppo, factor_jax's, ppo's credit fields) are the
 methods' own typed configs (Method.make_config), carried as `RunConfig.method_config`.
 """
 from __future__ import annotations
@@ -186,11 +186,6 @@ class TrainConfig:
 
 
 SFT_STEPS = Range(0, None, integer=True)   # each entry of warm_start.sft_steps
-# warm_start.hindsight: "none", or "feedback": the teacher prompt taught to read the
-# feedback after SFT (asct_jax.rl.hindsight_warm_start); "counterfactual": "feedback" plus
-# rows where each stepped candidate's own feedback decides its target
-# (asct_jax.rl.hindsight_counterfactual).
-HINDSIGHT = ("none", "feedback", "counterfactual")
 # warm_start.reasoning: what a generating actor's SFT target holds inside its think tags:
 # "empty" (every warm start before issue 49), "subgoal" the scripted expert's current
 # sub-goal in the environment's words (Environment.expert_rationale; asct_jax.rl.warm_start).
@@ -209,14 +204,18 @@ class WarmStartConfig:
     value_steps: int = option(_AT_LEAST_0, "value-head steps")
     batch: int = option(_AT_LEAST_1, "turns per update")
     lr: float = option(Range(0.0, 1.0, lo_open=True), "Adam learning rate")
+    # The field's name is stored configs' (and warm starts' names): the scripted policy.
     teacher: str = option(None, "the scripted policy imitated", "expert")
     label_smoothing: float = option(
         Range(0.0, 1.0, hi_open=True),
         "SFT target (1 - s) onehot(expert) + s uniform over the legal labels (0: the "
         "expert's action alone)", 0.0)
-    hindsight: str = option(HINDSIGHT, "after SFT, teach the teacher prompt to read the "
-                            "feedback ('none': off)", "none")
-    hindsight_steps: int = option(_AT_LEAST_0, "updates of the hindsight phase", 100)
+    # A phase after SFT that a method package supplies and checks (factor_jax's: its
+    # allowed values and the experiment edge's check); here because stored configs and
+    # warm starts' names hold these two fields in this section.
+    hindsight: str = option(None, "a phase after SFT read by a method package ('none': "
+                            "off)", "none")
+    hindsight_steps: int = option(_AT_LEAST_0, "updates of that phase", 100)
     reasoning: str = option(REASONING, "a generating actor's SFT think part: empty, or "
                             "the expert's sub-goal in words", "empty")
 

@@ -32,7 +32,7 @@ class Rollout:
         the penalty in the step reward).
       penalties: [B, T] float32, p_t, the invalid-action penalty already in rewards (0 in
         candidates mode and where no turn happened): rewards + penalties is the
-        environment's reward. GRPO / GiGPO / SERL add it back and take it off the invalid
+        environment's reward. GRPO / GiGPO and kin add it back and take it off the invalid
         step's own copy of the episode return and R_t instead, as verl-agent does.
       dones: [B, T] bool, the episode ended with the action of turn t.
       cand_tokens: [B, T, K, A] int32, candidate actions at x_t (constrained decoding).

@@ -32,6 +32,10 @@ r </think> <action> c </action> EOS" (`rationale_writer`; r = env.expert_rationa
 of the environment's own words, e.g. shop's "item p2 color red"), so the SFT actor's turns
 carry reasoning tokens (FACTOR's non-action branch is no longer ~5 format tokens).
 
+Phases between SFT and the value fit (`WarmStartPhase`, e.g. a method package's reading of
+the feedback) are supplied by the caller (`warm_start(run, source, phases)`, filled at the
+experiment edge, experiments/warm_start.py): the substrate names none.
+
 Both phases sample `warm_start.batch` turns per step from a fixed batch of episodes
 (`sample_turns`) and take one Adam step (warm_start.lr) on one jitted update,
 compiled once per phase.
@@ -39,7 +43,7 @@ compiled once per phase.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Protocol, Sequence, Tuple
 
 import chex
 import jax
@@ -74,12 +78,12 @@ class ExpertBatch:
     expert: chex.Array
 
 
-def noisy_expert_index(env, env_params, epsilon: float, teacher: str = "expert"):
+def noisy_expert_index(env, env_params, epsilon: float, imitated: str = "expert"):
     """(key, states, cands, legal) -> (index [N], expert [N] bool): the epsilon-noisy
-    expert's candidate and whether it is the expert's own pick. teacher: which scripted
-    policy is the expert (env.scripted_policy; "expert" default, ragspace's "base" is the
-    paper's default workflow)."""
-    policy = env.expert_policy if teacher == "expert" else env.scripted_policy(teacher)
+    expert's candidate and whether it is the expert's own pick. imitated: which scripted
+    policy is the expert (the config's warm_start.teacher; env.scripted_policy; "expert"
+    default, ragspace's "base" is the paper's default workflow)."""
+    policy = env.expert_policy if imitated == "expert" else env.scripted_policy(imitated)
 
     def pick(key, states, cands, legal):
         n = legal.shape[0]
@@ -96,9 +100,9 @@ def noisy_expert_index(env, env_params, epsilon: float, teacher: str = "expert")
 
 
 def check_reasoning(reasoning: str, env, spec: Optional[GenerationSpec],
-                    teacher: str = "expert") -> None:
+                    imitated: str = "expert") -> None:
     """ConfigError (warm_start.reasoning) unless `reasoning` can be written: "subgoal" needs
-    a generating actor with a think part in the environment's words, the expert as teacher,
+    a generating actor with a think part in the environment's words, the expert imitated,
     an environment with expert_rationale, and room for it in actor.response_len."""
     if reasoning == "empty":
         return
@@ -112,8 +116,8 @@ def check_reasoning(reasoning: str, env, spec: Optional[GenerationSpec],
     if spec.pieces.tokenizer is not None:
         raise bad("with a pretrained model's tokenizer: the sub-goal is in the "
                   "environment's words")
-    if teacher != "expert":
-        raise bad(f"with warm_start.teacher {teacher!r}: the sub-goal is the expert's")
+    if imitated != "expert":
+        raise bad(f"with warm_start.teacher {imitated!r}: the sub-goal is the expert's")
     if getattr(env, "rationale_len", 0) <= 0:
         raise bad(f"for {env.name}: it has no expert_rationale (shop, household, science)")
     t = spec.tags
@@ -143,7 +147,7 @@ def rationale_writer(spec: GenerationSpec, writer: Writer, rationale: Callable,
     return write
 
 
-def noisy_expert_chooser(env, env_params, epsilon: float, teacher: str = "expert",
+def noisy_expert_chooser(env, env_params, epsilon: float, imitated: str = "expert",
                          spec: Optional[GenerationSpec] = None, pad_id: int = PAD_ID,
                          reasoning: str = "empty"):
     """The epsilon-noisy expert's chooser; extra["expert"] [N]: the action is the expert's.
@@ -151,8 +155,8 @@ def noisy_expert_chooser(env, env_params, epsilon: float, teacher: str = "expert
     the canonical form "<think> </think> <action> c </action> EOS" after the actor's prompt,
     which is what SFT teaches (the format, and the action inside it); with reasoning
     "subgoal" its sub-goal inside the think tags (rationale_writer)."""
-    check_reasoning(reasoning, env, spec, teacher)
-    pick = noisy_expert_index(env, env_params, epsilon, teacher)
+    check_reasoning(reasoning, env, spec, imitated)
+    pick = noisy_expert_index(env, env_params, epsilon, imitated)
     if spec is not None:
         writer = scripted_writer(spec, pick, pad_id)
         if reasoning == "subgoal":
@@ -168,7 +172,7 @@ def noisy_expert_chooser(env, env_params, epsilon: float, teacher: str = "expert
 
 
 def expert_episodes(env, env_params, key: chex.PRNGKey, num_episodes: int,
-                    epsilon: float, pad_id: int = PAD_ID, teacher: str = "expert",
+                    epsilon: float, pad_id: int = PAD_ID, imitated: str = "expert",
                     spec: Optional[GenerationSpec] = None,
                     reasoning: str = "empty") -> ExpertBatch:
     """B = num_episodes episodes of T = env.max_turns turns of the epsilon-noisy expert
@@ -180,7 +184,7 @@ def expert_episodes(env, env_params, key: chex.PRNGKey, num_episodes: int,
     held-out tasks of an eval key. Returns an ExpertBatch; jit it with num_episodes static.
     """
     eps = play(env, env_params,
-               noisy_expert_chooser(env, env_params, epsilon, teacher, spec, pad_id,
+               noisy_expert_chooser(env, env_params, epsilon, imitated, spec, pad_id,
                                     reasoning), key, num_episodes, 1, pad_id)
     data = episodes_to_rollout(eps)
     return ExpertBatch(rollout=data, expert=eps.extra["expert"] & data.turn_mask)
@@ -309,14 +313,27 @@ def sft_steps(run: RunConfig) -> int:
     return int(steps[run.env.name])
 
 
-def warm_start(run: RunConfig, source) -> Tuple[Any, Dict[str, float]]:
-    """SFT on the noisy expert, then the value head on the SFT actor's returns.
+class WarmStartPhase(Protocol):
+    """A phase between SFT and the value fit, supplied from outside the substrate (a method
+    package's, passed by the experiment edge: experiments/warm_start.py). It reads the
+    run's warm_start section itself and returns (params, info); a phase its config turns
+    off returns the params it got and no info. Jittable work inside is its own."""
+
+    def __call__(self, run: RunConfig, policy, params: Any, data: Rollout, env, env_params,
+                 key: chex.PRNGKey, frozen: Any = None) -> Tuple[Any, Dict[str, float]]:
+        ...
+
+
+def warm_start(run: RunConfig, source, phases: Sequence[WarmStartPhase] = ()
+               ) -> Tuple[Any, Dict[str, float]]:
+    """SFT on the noisy expert, then `phases` in order (WarmStartPhase; each on the
+    noisy-expert episodes), then the value head on the actor's returns.
 
     source: a JaxEnvSource (env, env_params, vocab_size, shape, prompt). Returns (params,
     info): params are what TrainState.params holds for the run's model (with LoRA the
     trainable part; asct_jax.rl.params_io saves them, build_learner's train.init_from
-    loads them), info the first / last losses of each phase. Keys:
-    fold_in(key(warm_start.seed), 1..4).
+    loads them), info the first / last losses of each phase and the phases' info. Keys:
+    fold_in(key(warm_start.seed), 1..4); phase i's fold_in(key(warm_start.seed), 5 + i).
     """
     run = run_config(run)
     ws = run.warm_start
@@ -335,10 +352,11 @@ def warm_start(run: RunConfig, source) -> Tuple[Any, Dict[str, float]]:
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,
                                        data.expert, None, k_sft, steps, ws.batch,
                                        frozen)
-    from asct_jax.rl.hindsight_warm_start import hindsight_phase   # warm_start.hindsight
-    params, hindsight_info = hindsight_phase(run, policy, params, data.rollout, source.env,
-                                             source.env_params, jax.random.fold_in(key, 5),
-                                             frozen)
+    phase_info: Dict[str, float] = {}
+    for i, phase in enumerate(phases):
+        params, more = phase(run, policy, params, data.rollout, source.env,
+                             source.env_params, jax.random.fold_in(key, 5 + i), frozen)
+        phase_info.update(more)
 
     played = jax.jit(rollout, static_argnums=(0, 2, 5, 6))(
         policy, join_params(params, frozen), source.env, source.env_params, k_roll,
@@ -348,6 +366,6 @@ def warm_start(run: RunConfig, source) -> Tuple[Any, Dict[str, float]]:
     info = {"sft_loss_first": sft_first, "sft_loss_last": sft_last,
             "value_loss_first": v_first, "value_loss_last": v_last,
             "expert_fraction": float(jnp.sum(data.expert) / jnp.sum(data.rollout.turn_mask)),
-            **hindsight_info}
+            **phase_info}
     return params, info
 

@@ -51,7 +51,7 @@ from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, from_turn
                                 generates_continuations, installs_credit_state, state_actor,
                                 state_policy_fn, turn_states, value_targets_mc)
 from asct_jax.rl.types import Rollout
-from asct_jax.rl.protocol import ASCT
+from asct_jax.rl.methods import ASCT   # the ASCT paper's protocol (beside PPO_RETURN)
 from asct_jax.rl.types import merge_batch_turns as _flat
 from asct_jax.search import selection
 from asct_jax.search.cache import init_cache, new_iteration

@@ -12,7 +12,7 @@ warm_start.label_smoothing, experiments/warm_start.py). Without it: from scratch
 
 The paper's settings are the defaults (base.py: asct.trials 12 at every visited state, rule
 continuations, the execution cache, c_exp 1.4, c_tok 1e-4, vineppo.k 12) and its update is
-the methods' protocol (asct_jax.rl.protocol.ASCT: per iteration, credit standardised over
+the methods' protocol (asct_jax.rl.methods.ASCT: per iteration, credit standardised over
 the iteration's decisions, then 2 epochs of clipped PPO on minibatches of 8; no critic, no
 entropy bonus). One training step is one iteration: its batch is the iteration's
 questions, walked through the training split without replacement (ppo.questions "walk"),

@@ -260,7 +260,7 @@ def get_config():
     c.warm_start.batch = 128        # turns per update
     c.warm_start.lr = 1e-3
     # After SFT: "feedback" teaches the teacher prompt (FACTOR's / SERL's) to read the
-    # action's feedback (asct_jax/rl/hindsight_warm_start.py), the project's stand-in for a
+    # action's feedback (factor_jax/hindsight/warm_start.py), the project's stand-in for a
     # pretrained model's hindsight reading; "none": off (every warm start before issue 38).
     c.warm_start.hindsight = "none"
     c.warm_start.hindsight_steps = 100
@@ -457,6 +457,7 @@ def get_constraints():
     from asct_jax.search.methods import ASCTConfig, VinePPOConfig
     from experiments import registry
     from factor_jax.baselines import SerlConfig
+    from factor_jax.hindsight.warm_start import HINDSIGHT
     from factor_jax.methods import FactorConfig
 
     return {
@@ -470,6 +471,7 @@ def get_constraints():
         **constraints(ASCTConfig, "asct"),
         **constraints(VinePPOConfig, "vineppo"), **constraints(FactorConfig, "factor"),
         **constraints(SerlConfig, "serl"),
+        "warm_start.hindsight": HINDSIGHT,   # the substrate's field, factor_jax's values
         **{f"warm_start.sft_steps.{e}": SFT_STEPS for e in get_config().warm_start.sft_steps},
     }
 

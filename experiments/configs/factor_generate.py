@@ -55,7 +55,7 @@ def get_config(arg: str = "quick_warm"):
     c.warm_start.sft_steps = dict(c.warm_start.sft_steps,
                                   household=750, shop=1000, science=300)
     # The teacher prompt reads the feedback (factor_table's "feedback", the generating
-    # actor's rows: asct_jax/rl/hindsight_generate.py; docs/results/regime.md).
+    # actor's rows: factor_jax/hindsight/generate.py; docs/results/regime.md).
     c.warm_start.hindsight = "feedback"
     base.set_tuned(c, TUNED, TUNED_STEPS, TUNED_OPTIONS)
     if c.table.protocol == "tuned":

@@ -45,7 +45,7 @@ def get_config(arg: str = "full"):
     arg, warm = base.split_arg(arg, ("full", "quick", "smoke"), "factor_table")
     c = base.get_config()
     c.method = "factor"
-    # Each method updates under its authors' protocol (asct_jax.rl.protocol: verl-agent's
+    # Each method updates under its authors' protocol (Method.protocol: verl-agent's
     # for GRPO / GiGPO / SERL, FACTOR's for FACTOR and its ablations); ppo.lr is the
     # table's (FACTOR trains at half of it, its authors' 5e-7 vs 1e-6). TABLE_LR is the
     # cold-start table's rate (runs from a fresh actor), chosen on seed 7 for GRPO from
@@ -72,7 +72,7 @@ def get_config(arg: str = "full"):
     c.table.comparisons = COMPARISONS
     c.table.warm_start = False       # set by the "_warm" args (see the docstring)
     # The shared warm start teaches the teacher prompt to read the feedback after SFT
-    # (asct_jax/rl/hindsight_warm_start.py; docs/results/regime.md): every method of the
+    # (factor_jax/hindsight/warm_start.py; docs/results/regime.md): every method of the
     # table (GRPO, SERL, FACTOR, GiGPO) starts from that actor.
     c.warm_start.hindsight = "feedback"
     if arg in ("quick", "smoke"):

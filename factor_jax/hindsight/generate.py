@@ -1,11 +1,12 @@
 """The hindsight phase's rows for the generating actor (warm_start.hindsight "feedback" or
-"counterfactual" with actor.chooser "generate"; asct_jax.rl.hindsight_warm_start keeps
-the rows, their targets, the row sampling, the progress rule and the update).
+"counterfactual" with actor.chooser "generate"; factor_jax.hindsight.warm_start keeps the
+rows, their targets, the row sampling and the update, factor_jax.hindsight.progress the
+progress rule).
 
 The generating actor reads its prompt p_t (asct_jax.rl.generation.build_prompt) and writes
-a response; its teacher reads teacher_prefix(p_t, o) (FACTOR's teacher in generate mode,
-factor_jax.teacher) and scores a response. A target candidate c of the rows is here the
-canonical response the SFT phase teaches,
+a response; its teacher reads teacher_prefix(p_t, o) (factor_jax.hindsight.teacher_prompt;
+FACTOR's teacher in generate mode, factor_jax.teacher) and scores a response. A target
+candidate c of the rows is here the canonical response the SFT phase teaches,
 
     r(c) = "<think> </think> <action> c </action> EOS"   (generation.canonical_response),
 

@@ -6,9 +6,9 @@ FACTOR > HTA; measured in docs/results/regime.md).
 
 The teacher's prompt is the policy's own input in SERL's teacher prompt (x_t, "Immediate
 feedback from the current step:", o_{t+1}, "Correctly solve the current task.":
-asct_jax.rl.teacher_prompt.teacher_prefix, the function FACTOR's credit calls). On every
-turn of the noisy-expert episodes (expert and epsilon actions alike) three supervised
-rows, summed in one loss (`hindsight_loss`: -log pi(target), or -log(1 - pi(y)) away):
+factor_jax.hindsight.teacher_prompt.teacher_prefix, the function FACTOR's credit calls).
+On every turn of the noisy-expert episodes (expert and epsilon actions alike) three
+supervised rows, summed in one loss (`hindsight_loss`: -log pi(target), or -log(1 - pi(y)) away):
 
   real:     [x_t | o_{t+1}]   -> y_t if the step made progress, else a*_t (the expert's
             pick at x_t): keep what the feedback shows worked, move off what did not;
@@ -21,13 +21,13 @@ rows, summed in one loss (`hindsight_loss`: -log pi(target), or -log(1 - pi(y)) 
             the SFT actor (not a longer SFT).
 
 "counterfactual" adds a fourth row where the feedback alone decides the target at the
-same x_t (asct_jax.rl.hindsight_counterfactual): [x_t | o_c] -> c if the candidate c,
+same x_t (factor_jax.hindsight.counterfactual): [x_t | o_c] -> c if the candidate c,
 stepped from the stored state, made progress, else away from c.
 
-Progress (`step_progress`, asct_jax.rl.step_progress) comes from the environment, not the
+Progress (`step_progress`, factor_jax.hindsight.progress) comes from the environment, not the
 text: the step is as good as the scripted expert's own.
 
-The generating actor (actor.chooser "generate", asct_jax.rl.hindsight_generate): the same
+The generating actor (actor.chooser "generate", factor_jax.hindsight.generate): the same
 rows on its own prompt p_t (the teacher's prefix is FACTOR's teacher's in generate mode);
 the targets are the candidates' canonical responses "<think> </think> <action> c
 </action> EOS" (what its SFT teaches), toward c their token log-likelihood, away from c
@@ -50,17 +50,21 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from asct_jax.infra.checks import ConfigError
-from asct_jax.rl import hindsight_counterfactual as cf
-from asct_jax.rl import hindsight_generate as gen
+from asct_jax.infra.checks import ConfigError, check
 from asct_jax.rl.generation import canonical_response, generation_spec
-from asct_jax.rl.run_config import HINDSIGHT  # noqa: F401  (re-export)
-from asct_jax.rl.step_progress import (  # noqa: F401  (re-export)
-    _fresh_turns, expert_finish, failure_feedback, scripted, step_progress)
-from asct_jax.rl.teacher_prompt import teacher_prefix
 from asct_jax.rl.train_step import join_params
 from asct_jax.rl.types import Rollout, merge_batch_turns
+from factor_jax.hindsight import counterfactual as cf
+from factor_jax.hindsight import generate as gen
+from factor_jax.hindsight.progress import (  # noqa: F401  (re-export)
+    _fresh_turns, expert_finish, failure_feedback, scripted, step_progress)
+from factor_jax.hindsight.teacher_prompt import teacher_prefix
 
+# warm_start.hindsight (a field of the substrate's warm_start section, read here): "none",
+# or "feedback": the teacher prompt taught to read the feedback after SFT (this module);
+# "counterfactual": "feedback" plus rows where each stepped candidate's own feedback
+# decides its target (factor_jax.hindsight.counterfactual).
+HINDSIGHT = ("none", "feedback", "counterfactual")
 TEACHER_PROMPT = "serl"            # the prompt taught: FACTOR's and SERL's default
 
 
@@ -249,6 +253,7 @@ def hindsight_phase(run, policy, params, data: Rollout, env, env_params, key,
     unchanged, no info. Returns (params, info: the first / last losses, the progress
     fractions)."""
     ws = run.warm_start
+    check("warm_start.hindsight", ws.hindsight, HINDSIGHT)
     if ws.hindsight == "none":
         return params, {}
     spec = generation_spec(policy)

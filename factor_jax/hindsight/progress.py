@@ -1,5 +1,5 @@
 """The environment's judgement of a step (the hindsight warm start's progress,
-asct_jax.rl.hindsight_warm_start): is it as good as the scripted expert's own?
+factor_jax.hindsight.warm_start): is it as good as the scripted expert's own?
 
 Progress comes from the environment, not the text: played on from s_{t+1} the expert ends
 no worse, r_t + G*(s_{t+1}) >= G*(s_t), and no later, d*(s_{t+1}) + 1 <= d*(s_t) (G*, d*:

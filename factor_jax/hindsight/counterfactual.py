@@ -1,11 +1,11 @@
 """The counterfactual rows of the hindsight warm start (warm_start.hindsight
-"counterfactual", asct_jax.rl.hindsight_warm_start): rows where the feedback alone decides
+"counterfactual", factor_jax.hindsight.warm_start): rows where the feedback alone decides
 the target at the same x_t.
 
 At a stored turn x_t, C candidates are stepped from the stored state (the expert's a*_t
 and C - 1 others drawn without replacement from the legal ones), each keeping its real
-feedback o_c and its progress (the rule of `step_progress`: as good as the scripted
-expert's step). The row
+feedback o_c and its progress (the rule of `step_progress`, factor_jax.hindsight.progress:
+as good as the scripted expert's step). The row
 
   counterfactual:  [x_t | o_c] -> c if c made progress, else away from c (-log(1 - pi(c)))
 
@@ -27,7 +27,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from asct_jax.rl.step_progress import candidate_progress
+from factor_jax.hindsight.progress import candidate_progress
 
 CANDIDATES = 4      # C: candidates stepped per turn (a*_t and 3 drawn from the legal ones)
 
