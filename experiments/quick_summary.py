@@ -120,12 +120,10 @@ def screen(configs: Mapping[str, object], results_dir: str, minutes: Optional[fl
                                  subsequent_indent="  "))
     if fig5_png:
         out.append("- Figure 5: FACTOR's diagnostics of the FACTOR table's seed-42 run")
-    out.append("Each comparison beside the 10-seed decision table's (docs/results); covers: "
-               "this run's")
-    out.append("95 % interval holds the decision table's mean. 2 seeds give wide intervals: "
-               "a sign opposite")
-    out.append("to the decision table's inside a covering interval is noise, not a "
-               "contradiction.")
+    out.append("covers: this run's 95 % interval holds the 10-seed decision table's mean "
+               "(docs/results). At 2")
+    out.append("seeds the intervals are wide: a sign opposite to the decision table's inside "
+               "them is noise.")
     pages, decisions = [], []
     for part, config in configs.items():
         label, archived, page, name = PARTS[part]
@@ -141,10 +139,11 @@ def screen(configs: Mapping[str, object], results_dir: str, minutes: Optional[fl
         pages.append(f"  {exp_dir}/  (*.md, *.png)")
         decisions.append(os.path.relpath(os.path.join(docs, page)))
     out.append("")
-    out.append("Tables and plots of this run (terminal output: <results>/reproduce_*.log):")
+    out.append("Tables and plots of this run (each part's output: "
+               f"{os.path.join(results_dir, 'reproduce_<part>.log')}):")
     out.extend(pages)
     if fig5_png:
         out.append(f"  {fig5_png}")
-    out.extend(textwrap.wrap("The decision tables: " + ", ".join(decisions) + " (their runs: "
-                             "docs/results/data/)", WIDTH, subsequent_indent="  "))
+    out.extend(textwrap.wrap("The decision tables: " + ", ".join(decisions), WIDTH,
+                             subsequent_indent="  "))
     return "\n".join(out)
