@@ -33,8 +33,17 @@ steps ~20 % faster for ~5 % slower steps (docs/benchmarks.md). Empty cache, idle
 machine), every table cell equal but the wall clocks (per-step metrics equal to float
 rounding, not bit for bit). A run is deterministic at either level; `--xla-opt-level
 default` compiles as the full runs do.
+
+--quick trains from the warm starts shipped with the code (experiments/artifacts/warm_start/,
+experiments/warm_start_artifacts.py; built at XLA's default level), shows no progress bars
+(train.progress False) but one line per finished run, each part's tables and log in
+results/reproduce_<part>.log (and its .md / .json under results/<experiment>/), and ends
+with one screen (experiments/quick_summary.py, also results/reproduce_quick_summary.txt):
+what ran and at what scale, each comparison beside the 10-seed decision table's verdict
+for the same row, and where the pages and plots are.
 """
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -71,6 +80,7 @@ def main(argv=None):
     parser.add_argument("--xla-opt-level", choices=("default", "0", "1", "2", "3"),
                         help="XLA:CPU backend optimisation level (default: 1 with --quick, "
                              "XLA's own otherwise; see above)")
+    parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     level = args.xla_opt_level or ("1" if args.quick else "default")
     try:
@@ -88,11 +98,13 @@ def main(argv=None):
         # The second process inherits this one's XLA_FLAGS (the level already in them).
         cmd = [sys.executable, "-m", "experiments.reproduce", "--jobs", "1",
                "--results-dir", args.results_dir, "--xla-opt-level", "default"]
-        cmd += ["--quick"] if args.quick else []
+        cmd += ["--quick", "--side"] if args.quick else []
         cmd += [a for p in side_parts for a in ("--only", p)]
         print(f"{' then '.join(side_parts)} in a second process, log: {log_path}", flush=True)
         side_log = open(log_path, "w")
-        side = subprocess.Popen(cmd, stdout=side_log, stderr=subprocess.STDOUT)
+        # --quick: the second process's one-line statuses on this terminal, the rest logged.
+        side = subprocess.Popen(cmd, stdout=None if args.quick else side_log,
+                                stderr=subprocess.STDOUT if not args.quick else side_log)
 
     from experiments import asct_ragspace, factor_fig5, factor_table
     from experiments.configs import asct_ragspace as asct_cfg
@@ -102,13 +114,18 @@ def main(argv=None):
     jobs = {"asct": (asct_ragspace.main, asct_cfg),
             "factor": (factor_table.main, factor_cfg),
             "fig5": (factor_fig5.main, fig5_cfg)}
-    times = {}
+    from experiments import runner
+
+    times, configs, terminal = {}, {}, sys.stdout
     try:
         for arg in args_:
             for part in parts:
                 run, cfg_module = jobs[part]
                 config = cfg_module.get_config(arg)
                 config.train.results_dir = args.results_dir
+                if args.quick:
+                    config.train.progress = False   # a line per run instead (runner.STATUS)
+                    configs[part] = config
                 if part == "fig5" and args.quick and "factor (smoke_warm)" in times:
                     # Figure 5 diagnoses the FACTOR table's own run (no second training).
                     table = factor_cfg.get_config(arg)
@@ -116,8 +133,19 @@ def main(argv=None):
                                              f"factor_s{table.table.seeds[0]}")
                 config_cli.validate(config, cfg_module.get_constraints())
                 t0 = time.time()
-                print(f"\n=== {part} ({arg}) ===", flush=True)
-                run(config)
+                if args.quick:
+                    os.makedirs(args.results_dir, exist_ok=True)
+                    log = os.path.join(args.results_dir, f"reproduce_{part}.log")
+                    print(f"[{part}] started; its tables and output: {log}", flush=True)
+                    runner.STATUS = lambda line, p=part: print(f"[{p}] {line}", flush=True,
+                                                               file=terminal)
+                    with open(log, "w") as f, contextlib.redirect_stdout(f), \
+                            contextlib.redirect_stderr(f):
+                        run(config)
+                    print(f"[{part}] done in {(time.time() - t0) / 60:.1f} min", flush=True)
+                else:
+                    print(f"\n=== {part} ({arg}) ===", flush=True)
+                    run(config)
                 times[f"{part} ({arg})"] = time.time() - t0
     except BaseException as err:
         if side is not None:   # no orphaned second process
@@ -135,14 +163,39 @@ def main(argv=None):
         if side.returncode != 0:
             sys.exit(f"the second process ({', '.join(side_parts)}) failed "
                      f"(exit {side.returncode}); see {log_path}")
-        with open(log_path) as f:   # its tables and times, written by the second process
-            print(f"\n=== {', '.join(side_parts)} (second process, {log_path}) ===\n"
-                  + "".join(l for l in f if l.startswith(("|", "wrote"))), flush=True)
+        if not args.quick:   # its tables and times, written by the second process
+            with open(log_path) as f:
+                print(f"\n=== {', '.join(side_parts)} (second process, {log_path}) ===\n"
+                      + "".join(l for l in f if l.startswith(("|", "wrote"))), flush=True)
         with open(times_path) as f:
             lines = [l.rstrip("\n") for l in f if l.startswith("- ")] + lines
         lines.append(f"- total (2 processes): {(time.time() - start) / 60:.1f} min")
     atomic_write_text(times_path, "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if not args.quick:
+        print("\n".join(lines))
+    elif not args.side:
+        print("\n" + final_screen(args, configs, time.time() - start, side_parts), flush=True)
+
+
+def final_screen(args, configs, seconds, side_parts) -> str:
+    """experiments/quick_summary.py's screen of this --quick run (the second process's parts
+    read from their configs), written to results/reproduce_quick_summary.txt too."""
+    from experiments import quick_summary
+    from experiments.configs import asct_ragspace as asct_cfg
+
+    tables = {}
+    for part in ("asct", "factor"):
+        if part in configs:
+            tables[part] = configs[part]
+        elif part in side_parts:
+            tables[part] = asct_cfg.get_config("smoke_warm")
+    fig5 = None
+    if "fig5" in configs:
+        fig5 = os.path.join(args.results_dir, "factor_fig5", f"{configs['fig5'].fig5.name}.png")
+    text = quick_summary.screen(tables, args.results_dir, seconds / 60, fig5_png=fig5)
+    atomic_write_text(os.path.join(args.results_dir, "reproduce_quick_summary.txt"),
+                      text + "\n")
+    return text
 
 
 if __name__ == "__main__":

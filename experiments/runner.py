@@ -25,6 +25,9 @@ from experiments.configs.base import (ADDED_DEFAULTS, BOOKKEEPING_FIELDS, TUNING
 from experiments.dotted import apply_overrides, flatten, under
 
 Variant = Tuple[str, Mapping[str, Any]]
+# Where run_grid's status line of a finished run goes when runs show no progress bar
+# (train.progress False: `experiments.reproduce --quick`); None: print.
+STATUS: Optional[Callable[[str], None]] = None
 
 
 
@@ -149,9 +152,24 @@ def run_grid(base, variants: Sequence[Variant], seeds: Sequence[int], experiment
                 summary.update(after_run(c, summary, params))
             if is_primary():
                 atomic_write_json(_run_path(c, "summary.json"), summary)
+                if not c.train.get("progress", True):
+                    (STATUS or print)(status_line(c, summary))
         new = iter(summary for summary, _ in trained)
         out[name] = [done[i] if done[i] is not None else next(new) for i in range(len(configs))]
     return out
+
+
+def status_line(config, summary: Mapping[str, Any]) -> str:
+    """One line on a finished run: its name, its held-out metric from its start to its end
+    (utility where the environment has one, else success) and its wall clock."""
+    tc = config.train
+    key = next((k for k in ("env/utility", "env/success") if f"final/{k}" in summary), None)
+    start = summary.get(f"initial/{key}", float("nan"))
+    moved = ("" if key is None else f" held-out {key.split('/')[-1]} "
+             f"{start:.3f} -> {summary[f'final/{key}']:.3f},")
+    wall = summary.get("wall_clock_s")
+    took = "" if wall is None else f" {wall:.0f} s"
+    return f"{tc.experiment}/{tc.run}:{moved}{took}".rstrip(",")
 
 
 def _run_path(config, name: str) -> str:

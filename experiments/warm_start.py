@@ -16,7 +16,12 @@ The keys come from --config.warm_start.seed (not --config.seed).
 
 Tables and figures share one warm start per environment and model across methods, seeds,
 scales and scripts (`shared`, used by the "_warm" configs): made once under
-results/warm_start/<env>-<hash of the fields it depends on>/, reused after.
+results/warm_start/<env>-<hash of the fields it depends on>/, reused after. The warm
+starts of `experiments.reproduce --quick` are shipped with the code, under
+experiments/artifacts/warm_start/<the same name>/ (experiments/warm_start_artifacts.py
+writes them): `shared` copies a shipped one instead of making it. The name hashes every
+field the warm start depends on, so a shipped warm start is only ever found by the configs
+that would make it.
 """
 from __future__ import annotations
 
@@ -109,6 +114,15 @@ def run(config, out_dir: str = None):
 
 
 PARAMS_LAYOUT = "layers stacked"
+# The shipped warm starts (experiments/warm_start_artifacts.py): <ARTIFACTS>/<key(config)>/.
+ARTIFACTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "artifacts",
+                         "warm_start")
+
+
+def artifact(config):
+    """The shipped warm start of config (ARTIFACTS/<key(config)>/), or None."""
+    path = os.path.join(ARTIFACTS, key(config))
+    return path if os.path.exists(os.path.join(path, "summary.json")) else None
 
 
 def key(config) -> str:
@@ -158,25 +172,39 @@ def depends_on(flat: dict) -> dict:
 
 def shared(config) -> str:
     """The warm start every table, figure and scale shares for config's environment and
-    model: results/warm_start/<key(config)>/, made now if absent (seed
-    config.warm_start.seed; evaluated with config's train.eval_*), else reused. Returns the
+    model: results/warm_start/<key(config)>/, made now if absent (copied from the shipped
+    one, `artifact(config)`, where there is one; else made with seed config.warm_start.seed
+    and evaluated with config's train.eval_*), else reused. Returns the
     directory (for train.init_from). Processes that ask for the same warm start at once
     (`reproduce --jobs 2`) take turns on a lock file: one makes it, the others reuse it."""
     import fcntl
+    import shutil
 
     out_dir = os.path.join(config.train.results_dir, "warm_start", key(config))
     os.makedirs(os.path.dirname(out_dir), exist_ok=True)
     with open(out_dir + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
         if not os.path.exists(os.path.join(out_dir, "summary.json")):
-            if os.path.exists(out_dir):   # interrupted between the checkpoint and the summary
-                import shutil
-                shutil.rmtree(out_dir)
+            for partial in (out_dir, out_dir + ".copy"):   # an interrupted make or copy
+                if os.path.exists(partial):
+                    shutil.rmtree(partial)
+            shipped = artifact(config)
+            if shipped is not None:
+                shutil.copytree(shipped, out_dir + ".copy")
+                os.replace(out_dir + ".copy", out_dir)
+                print(f"warm start {key(config)}: shipped "
+                      f"({os.path.relpath(shipped, os.getcwd())})", flush=True)
+                return _checked(config, out_dir)
             s = run(config, out_dir)
             print(f"warm start {key(config)}: actor success {s['actor']['env/success']:.3f} "
                   f"(expert {s['expert']['env/success']:.3f}, random "
                   f"{s['random']['env/success']:.3f}); {s['warm_start_s']:.0f} s", flush=True)
             return out_dir
+    return _checked(config, out_dir)
+
+
+def _checked(config, out_dir: str) -> str:
+    """out_dir, once its config.json is config's in every field the warm start reads."""
     with open(os.path.join(out_dir, "config.json")) as f:
         stored = depends_on(flatten(json.load(f)))
     if json.loads(json.dumps(stored)) != json.loads(json.dumps(_depends(config))):
