@@ -17,7 +17,7 @@ peak). The chosen point is the best score; a tie keeps the lower rate.
 
 Run length (`run_length`): the smallest multiple of eval_every, at least sweep.min_steps,
 from which on the best method's validation curve has flattened: the OLS slope over the
-last quarter of the evaluations up to it (at least 4) has a 95 % t interval covering 0
+last quarter of the evaluations up to it (at least 6) has a 95 % t interval covering 0
 (asct_jax.infra.curves.plateau), there and at every longer length; the cap if the curve
 is still moving at the cap. Every method of a table gets it.
 """
@@ -65,14 +65,16 @@ def choose(points: Mapping[str, Tuple[Mapping[str, Any], float]]) -> str:
 
 
 def run_length(steps: Sequence[int], values: Sequence[float], every: int, min_steps: int,
-               cap: int) -> Tuple[int, Dict[str, Any]]:
+               cap: int, min_points: int = 6) -> Tuple[int, Dict[str, Any]]:
     """(length, the plateau test at it): the smallest L (a multiple of `every`, min_steps
     <= L <= the run's last evaluation <= cap) whose curve up to L has flattened over its
     last quarter (the slope's 95 % interval covers 0; asct_jax.infra.curves.plateau) and
     stays flat at every longer length the run evaluated; the run's last length if none
-    is. The quarter holds at least 4 evaluations: with 3 the t interval has one degree
-    of freedom and covers 0 almost always. With 4 it still has 2, so a single flat length
-    is weak evidence; "stays flat" keeps a pause followed by a rise from cutting the run."""
+    is. The quarter holds at least `min_points` evaluations: with 4 (the last quarter of
+    60 steps evaluated every 5) the t interval has 2 degrees of freedom and covered 0 on
+    seed 7's GRPO shop curves that rose by +0.04 over their last 40 steps (amendment,
+    docs/results/tuned_protocol.md); 6 separates them. "Stays flat" keeps a pause followed
+    by a rise from cutting the run."""
     from asct_jax.infra.curves import plateau
 
     tests = []
@@ -80,7 +82,7 @@ def run_length(steps: Sequence[int], values: Sequence[float], every: int, min_st
         pts = [(x, y) for x, y in zip(steps, values) if x <= length]
         if not pts or pts[-1][0] != length:
             break                           # the run stopped before this length
-        tail = pts[-max(4, math.ceil(len(pts) / 4)):]     # the last quarter, at least 4
+        tail = pts[-max(min_points, math.ceil(len(pts) / 4)):]   # the last quarter, >= 6
         tests.append((length, plateau([x for x, _ in tail], [y for _, y in tail],
                                       last_fraction=1.0)._asdict()))
     if not tests:

@@ -32,15 +32,33 @@ def test_run_length_is_where_the_last_quarter_flattens_and_stays_flat():
     # up to 30 the last 4 evaluations lie on the line (SE 0, slope 0.02 > 0): not flat; at
     # 35 (0.4, 0.5, 0.6, 0.6: slope 0.014 +- 0.0149) and at 40 the interval covers 0, from
     # 45 on the tail is constant (slope 0 +- 0)
-    length, test = tuning.run_length(steps, values, every=5, min_steps=20, cap=60)
+    length, test = tuning.run_length(steps, values, every=5, min_steps=20, cap=60,
+                                     min_points=4)
     assert length == 35 and test["flat"] and test["lo"] < 0 < test["hi"]
     rising = [s / 100 for s in steps]
-    length, test = tuning.run_length(steps, rising, every=5, min_steps=20, cap=60)
+    length, test = tuning.run_length(steps, rising, every=5, min_steps=20, cap=60,
+                                     min_points=4)
     assert length == 60 and not test["flat"]      # never flat: the cap
     # a pause (flat 20..35) and then a rise: not cut at the pause
     pause = [min(s, 20) / 50 + max(s - 35, 0) / 50 for s in steps]
-    length, test = tuning.run_length(steps, pause, every=5, min_steps=20, cap=60)
+    length, test = tuning.run_length(steps, pause, every=5, min_steps=20, cap=60,
+                                     min_points=4)
     assert length == 60 and not test["flat"]
+
+
+def test_six_evaluations_see_a_noisy_rise_that_four_cannot():
+    """Seed 7's GRPO shop validation curve at lr 4e-4 (every 5 steps, 512 episodes): it
+    rises 0.459 -> 0.502 over steps 20-60, but each 4-point window's slope interval covers
+    0 (2 degrees of freedom), so the 4-point rule cuts it at 20; the default 6 does not."""
+    steps = list(range(0, 65, 5))
+    values = [0.420, 0.436, 0.445, 0.430, 0.459, 0.467, 0.471, 0.469, 0.463, 0.486, 0.494,
+              0.486, 0.502]
+    assert tuning.run_length(steps, values, 5, 20, 60, min_points=4)[0] == 20
+    length, test = tuning.run_length(steps, values, 5, 20, 60)
+    assert length == 60 and not test["flat"] and test["lo"] > 0
+    flat = [0.420, 0.418, 0.439, 0.459, 0.463, 0.469, 0.463, 0.465, 0.471, 0.459, 0.465,
+            0.469, 0.471]                           # the same at lr 1e-4: flat from 35
+    assert tuning.run_length(steps, flat, 5, 20, 60)[0] == 35
 
 
 def test_lr_grid_is_a_log_grid_around_the_tables_rate():
