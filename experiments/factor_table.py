@@ -22,7 +22,8 @@ from experiments.runner import (from_warm_start, liveness_table, method_seeds, r
 
 METRICS = {"final/env/success": "success", "final/env/score": "score",
            "total/env_calls": "env calls", "wall_clock_s": "wall clock (s)"}
-# A generating actor's (actor.chooser = "generate"), on the held-out greedy episodes:
+# A generating actor's (actor.chooser = "generate"), on the held-out episodes (sampled
+# unless train.eval_greedy):
 # the share of invalid steps and of actions written with two or more action tokens.
 GEN_METRICS = {"final/gen/invalid": "invalid rate",
                "final/gen/multi_token_action": "actions of >= 2 tokens"}
