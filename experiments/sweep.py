@@ -31,6 +31,7 @@ from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text, read
 from asct_jax.infra.tables import markdown_table
 from experiments import tuning
 from experiments.configs.base import TUNING_SEED
+from experiments.dotted import flatten
 from experiments.runner import from_warm_start, run_grid
 
 
@@ -89,12 +90,18 @@ def sweep_method(config, experiment: str, env: str, method: str) -> Dict[str, An
     stage_two = tuning.STAGE_TWO.get(method) if config.sweep.second_stage else None
     if stage_two is not None:
         field, values = stage_two
-        stage1 = dict(points[best][0])
+        stage1, current = dict(points[best][0]), flatten(config.to_dict()).get(field)
+        second = {}
         for v in values:
+            if v == current:       # the stage-1 point already ran at this value: reuse it
+                second[best] = (dict(stage1, **{field: v}), points[best][1])
+                continue
             over = dict(stage1, **{field: v})
             name, curve, s = _point(config, experiment, env, method, over)
             points[name], curves[name] = (over, s), curve
-        best = tuning.choose({n: p for n, p in points.items() if len(p[0]) == 2})
+            second[name] = (over, s)
+        best = tuning.choose(second)
+        points[best] = second[best]             # the chosen point with every field it set
     rows = [tuning.table_row(n, o, s, curves[n][1][-1] if curves[n][1] else None, lr_scale)
             for n, (o, s) in points.items()]
     result = {"env": env, "method": method, "seed": TUNING_SEED,

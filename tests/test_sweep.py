@@ -52,3 +52,29 @@ def test_a_sweep_trains_each_point_writes_its_choice_and_reuses_finished_points(
     stamp = os.path.getmtime(out / "shop_grpo_lr0.01_s7" / "summary.json")
     sweep.main(c)                                   # finished points are not trained again
     assert os.path.getmtime(out / "shop_grpo_lr0.01_s7" / "summary.json") == stamp
+
+
+def test_stage_two_tunes_the_teacher_weight_at_the_chosen_rate_reusing_the_authors_point(
+        tmp_path, monkeypatch):
+    """FACTOR: the lr grid, then factor.kl_coef in {1, 0.1, 0} at the best rate; the
+    authors' 1 is the stage-1 point itself (not trained twice); the choice is among the
+    stage-2 points. Training replaced by a score per overrides."""
+    c = apply_overrides(sweep.sweep_config(_config(tmp_path)),
+                        {"sweep.methods": ("factor",), "sweep.lr_factors": (1.0, 2.0)})
+    scores = {(0.01, None): 0.30, (0.02, None): 0.40, (0.02, 0.1): 0.45, (0.02, 0.0): 0.35}
+    trained = []
+
+    def point(config, experiment, env, method, over):
+        key = (over["ppo.lr"], over.get("factor.kl_coef"))
+        trained.append(key)
+        name = sweep.tuning.point_name(env, method, over)
+        return name, ([0, 4], [0.2, scores[key]]), scores[key]
+
+    monkeypatch.setattr(sweep, "_point", point)
+    r = sweep.sweep_method(c, "e", "shop", "factor")
+    assert trained == [(0.01, None), (0.02, None), (0.02, 0.1), (0.02, 0.0)]
+    assert r["chosen"] == {"ppo.lr": 0.02, "factor.kl_coef": 0.1}
+    scores[(0.02, 0.1)] = 0.38            # now the authors' weight (the stage-1 point) wins
+    r = sweep.sweep_method(c, "e", "shop", "factor")
+    assert r["chosen"] == {"ppo.lr": 0.02, "factor.kl_coef": 1.0}
+    assert r["points"][r["chosen_point"]]["score"] == 0.40
