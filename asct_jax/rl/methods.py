@@ -43,7 +43,8 @@ ASCT = Protocol(
     standardise="batch", questions="walk", term_grad_norms=False)
 
 RETURN_BASELINES = ("critic", "none")   # config.ppo.return_baseline of ppo_return
-# Where GRPO / GiGPO (and the methods built on GRPO) read the invalid-action penalty (config.<method>.penalty):
+# Where GRPO / GiGPO (and the methods built on GRPO) read the invalid-action penalty
+# (config.<method>.penalty):
 # "step", verl-agent's (ray_trainer.py apply_invalid_action_penalty): off the invalid
 # step's own copy of the episode return and its own R_t after discounting; "reward": in
 # r_t (Rollout.rewards as recorded), what they read before issue 36.
