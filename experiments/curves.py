@@ -125,8 +125,9 @@ def plot_table(curves: Dict[str, MeanCurve], metric: str, path: str, title: str)
     """One PNG: each method's mean curve (line) and 95 % t band (shaded) against step."""
     fig = Figure(figsize=(6, 3.8))
     ax = fig.add_subplot()
-    for method, c in curves.items():
-        line, = ax.plot(c.steps, c.mean, lw=1.5, marker=".", label=f"{method} (n={c.seeds})")
+    for i, (method, c) in enumerate(curves.items()):   # past 10 lines: another line style
+        line, = ax.plot(c.steps, c.mean, lw=1.5, marker=".", ls=("-", "--", ":")[i // 10 % 3],
+                        label=f"{method} (n={c.seeds})")
         ax.fill_between(c.steps, c.lo, c.hi, color=line.get_color(), alpha=0.2, lw=0)
     ax.set_xlabel("step")
     ax.set_ylabel(metric)
