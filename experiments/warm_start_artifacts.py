@@ -5,6 +5,7 @@ ASCT table's (experiments/configs/{factor_table,asct_ragspace}.py, "smoke_warm")
 
     python -m experiments.warm_start_artifacts            # the missing ones
     python -m experiments.warm_start_artifacts --force    # every one, replacing them
+    python -m experiments.warm_start_artifacts --only shop-46d2ff40 --out /tmp/w
 
 Each is exactly what experiments.warm_start.shared would make for its config (its name:
 experiments.warm_start.key), made in a fresh process at XLA's default optimisation level
@@ -62,8 +63,11 @@ def build(name: str, config, root: str) -> str:
     results_dir "results"); returns the directory."""
     from experiments.warm_start import run
 
+    from asct_jax.infra.compile_cache import DEFAULT_DIR
+
     config = config.copy_and_resolve_references()
     config.train.results_dir = "results"
+    config.train.compilation_cache = DEFAULT_DIR   # not the maker's JAX_COMPILATION_CACHE_DIR
     out = os.path.join(root, name)
     run(config, out)
     return out
@@ -75,8 +79,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=ARTIFACTS)
     parser.add_argument("--force", action="store_true", help="replace existing ones")
+    parser.add_argument("--only", action="append", help="this warm start only (repeatable)")
     args = parser.parse_args(argv)
-    for name, config in shipped_configs().items():
+    configs = shipped_configs()
+    for name in args.only or ():
+        if name not in configs:
+            parser.error(f"--only: unknown warm start {name!r}; allowed: {sorted(configs)}")
+    for name, config in configs.items():
+        if args.only and name not in args.only:
+            continue
         out = os.path.join(args.out, name)
         if os.path.exists(out):
             if not args.force:

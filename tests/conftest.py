@@ -1,4 +1,5 @@
-"""Shared pytest setup: CPU, float32 matmuls, deterministic hypothesis profile, test tiers.
+"""Shared pytest setup: CPU, XLA at O0 with one persistent compilation cache for the run,
+deterministic hypothesis profile, test tiers.
 
 Two tiers: tests marked `@pytest.mark.slow` (subprocess runs, 8 fake devices, the LLM-size
 and real-game tests, multi-run training) are skipped unless `--run-slow` is given.
@@ -10,6 +11,23 @@ import os
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent XLA cache for the whole run, created by the run itself in the clone's
+# .pytest_cache/ (git-ignored): a program compiled once (same computation, shapes, flags)
+# is read back by every later test, by the other xdist worker and by subprocess tests,
+# also after a module's jax.clear_caches(). The base config's train.compilation_cache
+# follows JAX_COMPILATION_CACHE_DIR, so the trainers under test use the same directory.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_ROOT, ".pytest_cache", "jax"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+# Tests compile at XLA:CPU's backend optimisation level 0 unless XLA_FLAGS sets a level:
+# their programs are small and compile-bound, and O0 compiles them in about half the time
+# for slower steps (docs/benchmarks.md: numbers within 1e-9 relative of the default's,
+# every comparison inside one run at one level). A test that checks bit for bit against
+# something made at the default level runs it in a subprocess without this flag.
+if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + " --xla_backend_optimization_level=0").strip()
 
 from hypothesis import settings  # noqa: E402
 

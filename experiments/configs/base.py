@@ -3,8 +3,11 @@
     python -m experiments.train --config experiments/configs/base.py \
         --config.method=grpo --config.env.name=household --config.seed=43
 """
+import os
+
 import ml_collections
 
+from asct_jax.infra import compile_cache
 from asct_jax.models.config import LORA_TARGETS
 from asct_jax.rl.protocol import SUBSTRATE, protocol_fields
 
@@ -225,7 +228,10 @@ def get_config():
     c.train.run = "run"
     c.train.progress = True
     c.train.batch_seeds = True      # table scripts train a variant's seeds as one program
-    c.train.compilation_cache = "~/.cache/asct_jax/jax"   # persistent XLA cache; "": off
+    # persistent XLA cache; "": off. JAX's own JAX_COMPILATION_CACHE_DIR, where set, names
+    # the directory (the test run sets it to its own .pytest_cache/jax).
+    c.train.compilation_cache = os.environ.get("JAX_COMPILATION_CACHE_DIR",
+                                               compile_cache.DEFAULT_DIR)
     # "": a fresh initialisation; else a warm-start directory (experiments.warm_start):
     # the run starts from its params (fresh optimiser state, step 0).
     c.train.init_from = ""
