@@ -82,11 +82,21 @@ def sweep_method(config, experiment: str, env: str, method: str) -> Dict[str, An
     lr_scale = _lr_scale(config, method)
     points: Dict[str, Tuple[Dict[str, Any], float]] = {}
     curves: Dict[str, Any] = {}
-    for lr in tuning.lr_grid(config.ppo.lr, config.sweep.lr_factors):
+    grid = tuning.lr_grid(config.ppo.lr, config.sweep.lr_factors)
+    for lr in grid:
         over = {"ppo.lr": lr}
         name, curve, s = _point(config, experiment, env, method, over)
         points[name], curves[name] = (over, s), curve
     best = tuning.choose(points)
+    for _ in range(config.sweep.edge_extensions):   # a best rate at an edge: one further
+        lr = tuning.beyond_edge(grid, points[best][0]["ppo.lr"])
+        if lr is None:
+            break
+        grid.append(lr)
+        over = {"ppo.lr": lr}
+        name, curve, s = _point(config, experiment, env, method, over)
+        points[name], curves[name] = (over, s), curve
+        best = tuning.choose(points)
     stage_two = tuning.STAGE_TWO.get(method) if config.sweep.second_stage else None
     if stage_two is not None:
         field, values = stage_two

@@ -7,6 +7,9 @@ the tuning seed (base.TUNING_SEED) with held-out episodes from the validation st
 (train.eval_split "validation", never the reported test episodes):
   stage 1, the learning rate: ppo.lr = the table's rate x each of sweep.lr_factors (the
            method's own lr_scale kept, so FACTOR's grid sits at its authors' ratio);
+           If the best rate is at an edge of the grid, the grid grows by one rate past
+           that edge and the choice is made again, at most sweep.edge_extensions times
+           (`beyond_edge`; amendment 2 of the pre-registration);
   stage 2, where the method has one, its teacher weight (STAGE_TWO: FACTOR's lambda_0 of
            the teacher KL, factor.kl_coef, its authors' 1 and 0.1, 0; SERL's mixing weight
            serl.lam0, its authors' 0.5 and 0.05, 0) at the stage-1 rate.
@@ -142,6 +145,18 @@ def lr_grid(base_lr: float, factors: Sequence[float]) -> List[float]:
     """ppo.lr values: the table's rate times each factor (rounded to 3 significant
     digits, so a name and a stored config agree)."""
     return [float(f"{base_lr * f:.3g}") for f in factors]
+
+
+def beyond_edge(grid: Sequence[float], chosen: float) -> Optional[float]:
+    """The next rate of the log grid past the edge the chosen rate sits at (the grid's
+    neighbour ratio below its lowest or above its highest rate), or None when the chosen
+    rate is interior: a best point at an edge says the optimum may lie outside the grid
+    (amendment, docs/results/tuned_protocol.md)."""
+    g = sorted(grid)
+    if len(g) < 2 or chosen not in (g[0], g[-1]):
+        return None
+    ratio = g[1] / g[0] if chosen == g[0] else g[-1] / g[-2]
+    return float(f"{chosen / ratio:.3g}") if chosen == g[0] else float(f"{chosen * ratio:.3g}")
 
 
 def log_spaced(values: Sequence[float]) -> bool:

@@ -16,7 +16,8 @@ def _config(tmp_path):
         "train.results_dir": str(tmp_path), "train.progress": False,
         "train.eval_episodes": 8, "rollout.num_groups": 2, "rollout.group_size": 2,
         "sweep.methods": ("grpo",), "sweep.envs": ("shop",), "sweep.lr_factors": (1.0, 2.0),
-        "sweep.steps": 4, "sweep.min_steps": 3, "sweep.eval_every": 1})
+        "sweep.steps": 4, "sweep.min_steps": 3, "sweep.eval_every": 1,
+        "sweep.edge_extensions": 0})
 
 
 def test_sweep_config_evaluates_on_validation_at_the_tuning_seeds_scale(tmp_path):
@@ -78,3 +79,40 @@ def test_stage_two_tunes_the_teacher_weight_at_the_chosen_rate_reusing_the_autho
     r = sweep.sweep_method(c, "e", "shop", "factor")
     assert r["chosen"] == {"ppo.lr": 0.02, "factor.kl_coef": 1.0}
     assert r["points"][r["chosen_point"]]["score"] == 0.40
+
+
+def test_a_best_rate_at_the_grids_edge_grows_the_grid_past_that_edge(tmp_path, monkeypatch):
+    """The grid r, 2r, 4r: a best at the lower edge adds r/2 and, still best at the
+    edge, r/4 (sweep.edge_extensions 2), then stops; an interior best adds nothing; the
+    choice is made over every point trained."""
+    c = apply_overrides(sweep.sweep_config(_config(tmp_path)),
+                        {"sweep.lr_factors": (1.0, 2.0, 4.0), "sweep.edge_extensions": 2})
+    lr = {k: float(f"{c.ppo.lr * k:.3g}") for k in (0.25, 0.5, 1, 2, 4)}
+    scores = {lr[1]: 0.40, lr[2]: 0.35, lr[4]: 0.30, lr[0.5]: 0.45, lr[0.25]: 0.50}
+    trained = []
+
+    def point(config, experiment, env, method, over):
+        trained.append(over["ppo.lr"])
+        name = sweep.tuning.point_name(env, method, over)
+        return name, ([0, 4], [0.2, scores[over["ppo.lr"]]]), scores[over["ppo.lr"]]
+
+    monkeypatch.setattr(sweep, "_point", point)
+    r = sweep.sweep_method(c, "e", "shop", "grpo")
+    assert trained == [lr[1], lr[2], lr[4], lr[0.5], lr[0.25]]
+    assert r["chosen"] == {"ppo.lr": lr[0.25]} and len(r["points"]) == 5
+    trained.clear()
+    scores[lr[0.5]] = 0.30                 # the edge's rate is interior after one: stops
+    r = sweep.sweep_method(c, "e", "shop", "grpo")
+    assert trained == [lr[1], lr[2], lr[4], lr[0.5]] and r["chosen"] == {"ppo.lr": lr[1]}
+    trained.clear()
+    scores[lr[2]] = 0.70                   # interior from the start: the grid only
+    r = sweep.sweep_method(c, "e", "shop", "grpo")
+    assert trained == [lr[1], lr[2], lr[4]] and r["chosen"] == {"ppo.lr": lr[2]}
+
+
+def test_beyond_edge_steps_the_grids_ratio_past_either_edge():
+    from experiments import tuning
+    assert tuning.beyond_edge([1e-4, 2e-4, 4e-4], 1e-4) == 5e-5
+    assert tuning.beyond_edge([1e-4, 2e-4, 4e-4], 4e-4) == 8e-4
+    assert tuning.beyond_edge([1e-4, 2e-4, 4e-4], 2e-4) is None
+    assert tuning.beyond_edge([2.5e-5, 5e-5], 2.5e-5) == 1.25e-5

@@ -282,6 +282,9 @@ def get_config():
     c.sweep.methods = ()            # () = the table's methods (ablations take FACTOR's)
     c.sweep.envs = ()               # () = the table's environments
     c.sweep.lr_factors = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)   # x the table's ppo.lr
+    # A best rate at an edge of the grid: one more rate past that edge, then choose again,
+    # at most this many times (amendment 2, docs/results/tuned_protocol.md); 0: the grid only.
+    c.sweep.edge_extensions = 2
     c.sweep.second_stage = True     # then the method's teacher weight (tuning.STAGE_TWO)
     c.sweep.steps = 60              # each point's length: the run-length cap
     c.sweep.min_steps = 20          # the shortest run length considered
