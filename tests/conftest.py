@@ -2,7 +2,9 @@
 deterministic hypothesis profile, test tiers.
 
 Two tiers: tests marked `@pytest.mark.slow` (subprocess runs, 8 fake devices, the LLM-size
-and real-game tests, multi-run training) are skipped unless `--run-slow` is given.
+and real-game tests, multi-run training, and every test that took 15 s or more in a
+fresh-clone run of the fast tier: 2026-12-07, `--durations=0`) are skipped unless
+`--run-slow` is given.
 `python -m pytest -q -n 2 tests` is the fast tier; `... tests --run-slow` runs everything
 (what CI, .ci/run, runs); `... tests --run-slow -m slow` runs the slow tier alone.
 """
@@ -31,7 +33,10 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 
 from hypothesis import settings  # noqa: E402
 
+# Hypothesis: 25 examples per property with --run-slow (CI), 10 in the fast tier; both
+# derandomized (the same examples every run). A test's own @settings overrides.
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
+settings.register_profile("fast", max_examples=10, deadline=None, derandomize=True)
 settings.load_profile("ci")
 
 
@@ -41,6 +46,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    settings.load_profile("ci" if config.getoption("--run-slow") else "fast")
     config.addinivalue_line(
         "markers", "slow: subprocess, multi-device, LLM-size or real-game test; "
                    "skipped unless --run-slow")

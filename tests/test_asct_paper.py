@@ -52,6 +52,7 @@ def test_every_visited_state_is_searched_with_full_root_coverage(setup):
     assert credit.state is not None and int(np.asarray(credit.state.executed).sum()) > 0
 
 
+@pytest.mark.slow
 def test_the_cache_carried_over_charges_executed_prefixes_nothing(setup):
     first = _credit(setup, "asct_uniform")
     again = _credit(setup, "asct_uniform", mstate=first.state)
@@ -62,6 +63,7 @@ def test_the_cache_carried_over_charges_executed_prefixes_nothing(setup):
     assert off.state is None and float(off.metrics["t_env"]) > t1
 
 
+@pytest.mark.slow
 def test_actor_rollout_and_vineppo_pay_actor_scoring_once_per_prefix_and_iteration(setup):
     ar = jax.device_get(_credit(setup, "asct_actor_rollout").metrics)
     assert ar["t_actor"] > 0 and ar["asct/fallback_frac"] == 0.0
@@ -74,6 +76,7 @@ def test_actor_rollout_and_vineppo_pay_actor_scoring_once_per_prefix_and_iterati
     assert v2["t_actor"] == v1["t_actor"] and v2["t_env"] < v1["t_env"]
 
 
+@pytest.mark.slow
 def test_vineppo_j_search_and_the_ledger_in_both_units(setup):
     """asct.actor_token_unit (read by VinePPO too) picks T_aux's actor-scoring unit; both
     units are always logged; VinePPO's J_search is Eq. 5 (the same search either way, so

@@ -165,6 +165,7 @@ def test_write_comparisons_on_log_costs_gives_the_ratio_and_the_papers_log_gap(t
                       {"asct_agentuct": 1.0, "vineppo": 2.01}, stem, log=True)
 
 
+@pytest.mark.slow
 def test_restore_run_state_reads_a_runs_checkpoint_with_the_learners_frozen_params(tmp_path):
     """A 2-step tiny run checkpointed at steps 1 and 2: restoring the last gives the state
     the run ended with (method state included), an earlier step its own step, and the

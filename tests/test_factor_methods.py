@@ -108,6 +108,7 @@ def _pieces(c, ctx, params, batch, step):
         params, batch, jax.random.key(4), jnp.int32(step), mstate)
 
 
+@pytest.mark.slow
 def test_twenty_step_credit_is_the_split_in_the_warmup_then_tac(setup):
     """k <= 10: A*_t = A_seq / T_i (eta 0); k = 11: TAC's credit (the target head's
     values enter it: not the split), summing to A_seq (rag_workflow rewards only the last

@@ -124,6 +124,7 @@ def _summary(tmp_path, run):
         return json.load(f)
 
 
+@pytest.mark.slow
 def test_prefit_moves_the_critic_only_and_counts_its_env_calls(tmp_path):
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.sources import JaxEnvSource
@@ -155,6 +156,7 @@ def test_prefit_moves_the_critic_only_and_counts_its_env_calls(tmp_path):
     assert jax.device_get(m) == jax.device_get(m2)
 
 
+@pytest.mark.slow
 def test_a_prefit_run_starts_with_tacs_credit_and_charges_the_prefit(tmp_path):
     from asct_jax.rl.trainer import train
 
@@ -173,6 +175,7 @@ def test_a_prefit_run_starts_with_tacs_credit_and_charges_the_prefit(tmp_path):
     assert "initial/env/success" in summary
 
 
+@pytest.mark.slow
 def test_warmup_runs_no_prefit(tmp_path):
     from asct_jax.rl.trainer import train
 

@@ -108,6 +108,7 @@ def _play(writer_pick, spec, env, params, write_spec=None, groups=2, size=2):
     return episodes_to_rollout(eps)
 
 
+@pytest.mark.slow
 def test_expert_responses_are_valid_and_garbage_is_penalised_as_a_no_op():
     from asct_jax.rl.warm_start import noisy_expert_index
     env, params, _, _, tags = _household()
@@ -158,6 +159,7 @@ def _generate_config(method: str, env: str = "household"):
     return c
 
 
+@pytest.mark.slow
 def test_factor_loss_splits_action_and_nonaction_tokens_by_hand(credit_setup):
     """At q = 1: L_act = -(1/N_act) sum_actions mean_{j in action} C_j and
     L_nonact = -(1/N_non) sum_{non-action tokens} A_seq(episode), on expert responses
@@ -195,6 +197,7 @@ def test_factor_loss_splits_action_and_nonaction_tokens_by_hand(credit_setup):
     np.testing.assert_allclose(loss, -np.mean(act_means) - np.mean(non), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_prefix_cached_candidate_scores_equal_the_full_pass(credit_setup):
     """candidate_log_probs shares the prompt's KV cache between the K responses (the
     prompt pass and theirs on the prompt's real columns, models.widths); the scores equal
@@ -222,6 +225,7 @@ def test_prefix_cached_candidate_scores_equal_the_full_pass(credit_setup):
                                rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_chunked_vocabulary_pass_equals_the_whole_one(credit_setup):
     """GenerationPolicy._vocab_pass in chunks (actor.logits_chunk) gives the token
     log-probs, entropies, a distribution reduction (FACTOR's KL to its teacher) and the
@@ -261,11 +265,8 @@ def test_the_chunked_vocabulary_pass_equals_the_whole_one(credit_setup):
     assert ow.dist_logp is None and float(jnp.min(ow.reduced)) >= -1e-6
 
 
-FAST = ("grpo", "factor")
-
-
-@pytest.mark.parametrize("method", [
-    m if m in FAST else pytest.param(m, marks=pytest.mark.slow) for m in registry.names()])
+@pytest.mark.slow
+@pytest.mark.parametrize("method", registry.names())
 def test_every_method_trains_a_step_with_the_generating_actor(method, tmp_path):
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.sources import JaxEnvSource
@@ -301,6 +302,7 @@ def _play_by_hand(env, env_params, actor, state, key, steps):
     return g, tok, len(pens), pens
 
 
+@pytest.mark.slow
 def test_generating_continuations_write_their_turns_and_pay_for_invalid_ones(credit_setup):
     """In generate mode pi_old writes its turns at restored states too (credit.state_actor,
     actor.continuations = "chooser"): play_from equals the same steps taken by hand, an
@@ -329,6 +331,7 @@ def test_generating_continuations_write_their_turns_and_pay_for_invalid_ones(cre
     assert max(pens_s) == 0.0
 
 
+@pytest.mark.slow
 def test_factor_credit_on_the_prompts_columns_equals_the_whole_prompts(credit_setup):
     """The passes over the prompts' real columns only (models.widths: the rollout's and
     the continuations' prompt pass, the rollout's value, FACTOR's features and teacher

@@ -54,6 +54,7 @@ def test_drawn_candidates_are_the_expert_then_distinct_legal_others(seed, k, m):
         assert valid[i].sum() - 1 == min(cf.CANDIDATES - 1, legal[i].sum() - 1)
 
 
+@pytest.mark.slow
 def test_the_counterfactual_prompt_is_the_teacher_prefix_with_the_candidates_feedback(noisy):
     """Each drawn candidate's feedback is the environment's answer to it at the stored
     state, and the sampled row's prompt is teacher_prefix (FACTOR's) of x_t with it: the
@@ -121,6 +122,7 @@ def test_counterfactual_progress_is_step_progress_of_each_candidate(noisy):
     assert np.asarray(t.cf_progress)[np.asarray(t.live), 0].mean() > 0.9
 
 
+@pytest.mark.slow
 def test_the_option_leaves_the_other_rows_and_names_as_they_were(noisy):
     """Every field but the counterfactual ones, and the other rows' sampled batch, are the
     same with and without the counterfactual candidates ("feedback" warm starts are

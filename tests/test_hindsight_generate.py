@@ -98,6 +98,7 @@ def test_the_rows_targets_are_canonical_responses_on_a_hand_built_case():
                                   np.asarray(cands)[m, np.asarray([1, 1, 0])[m]])
 
 
+@pytest.mark.slow
 def test_generated_turns_step_the_taken_candidate_and_teach_canonical_responses(generated):
     """The environment replays the recorded step (the taken candidate's tokens give the
     recorded feedback); the candidates are canonical_response of the environment's; the
@@ -167,6 +168,7 @@ def _action_logp(policy, params, prefix, resp):
     return np.asarray(jnp.sum(jnp.where(mask, logp, 0.0), -1))
 
 
+@pytest.mark.slow
 def test_the_away_loss_is_finite_and_lowers_pi_c(generated):
     """A few Adam steps on the away loss of candidates' canonical responses lower their
     action tokens' log-probability (the format tokens' stay), the loss finite throughout;
@@ -204,6 +206,7 @@ def test_the_student_row_is_zero_at_the_sft_actor(generated):
     assert float(hw.hindsight_loss(policy, moved, mb)[1]["student"]) > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", ["feedback", "counterfactual"])
 def test_the_phase_runs_end_to_end_for_the_generating_actor(generated, option):
     """hindsight_phase on the generating actor's episodes: finite losses for its rows,

@@ -128,6 +128,7 @@ def test_row_loss_is_the_log_likelihood_toward_and_away(lps, away):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_student_row_is_zero_at_the_sft_actor(noisy):
     """The student's row is KL(pi_SFT || pi) over the candidates: 0 at the parameters it
     was taken from, positive elsewhere."""

@@ -4,6 +4,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from asct_jax.rl import minibatches as mbs
@@ -109,6 +110,7 @@ def test_small_batch_minibatch_is_the_batch_without_padding():
     np.testing.assert_array_equal(real, [True, True, True, False, False, False])
 
 
+@pytest.mark.slow
 def test_compiled_step_update_memory_does_not_grow_with_the_padding():
     """GRPO under verl-agent's protocol (256 step samples) on 8 episodes x 10 turns = 80
     rows: the compiled learn step's temp memory (XLA's memory analysis, no timing) is that

@@ -123,6 +123,7 @@ def test_value_head_is_a_parameter_and_trains(tiny):
     assert float(loss(state)) == pytest.approx(10.0)  # zero-initialised head: v = 0
 
 
+@pytest.mark.slow
 def test_a_detached_value_head_trains_alone(tiny):
     """model.value_detached: the same values, the same value-head gradient, and no
     gradient of the value loss into the decoder (or its LoRA adapters); without it the
@@ -212,6 +213,7 @@ def test_blocked_attention_equals_all_queries_at_once(s, block, seed):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_decoder_with_blocked_attention_keeps_its_loss_and_gradients(tiny):
     """model.attention_block changes what is alive at once, not the loss or a gradient."""
     path = tiny["qwen2"][2]
@@ -237,6 +239,7 @@ def test_tiny_preset_random_init():
     assert logits.shape == (2, 3, 64)
 
 
+@pytest.mark.slow
 def test_remat_keeps_the_backward_peak_flat_in_the_layers():
     """With model.remat the gradient's peak (XLA's compiled temp bytes, no timing) keeps
     one block's activations at a time: it grows with the layers far less than without

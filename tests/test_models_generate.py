@@ -51,6 +51,7 @@ def test_greedy_matches_pytorch(llama):
     assert np.asarray(out.mask).all()
 
 
+@pytest.mark.slow
 def test_stop_tokens_mask_and_padding(llama):
     model, _ = llama
     ids, mask = _prompts()
@@ -94,6 +95,7 @@ def test_score_matches_full_forward_with_right_padded_prefix(llama):
     assert logp[0, 3] == 0.0
 
 
+@pytest.mark.slow
 def test_generate_and_score_inside_outer_jit(llama):
     model, _ = llama
     graphdef, state = nnx.split(model)
@@ -121,6 +123,7 @@ def _ragged_prompts(b: int, p: int, longest: int, seed: int = 0):
     return jnp.asarray(ids), jnp.asarray(ids != 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("longest", [3, 9, 20])
 def test_trimmed_prefill_equals_the_pass_on_every_column(llama, longest):
     """The prompt pass on the last W columns (models.widths) gives the logits and the

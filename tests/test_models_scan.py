@@ -115,6 +115,7 @@ def test_cached_prefill_and_decode_equal_the_unrolled_loop(monkeypatch):
     np.testing.assert_allclose(scanned[mask], full[mask], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_generate_and_score_equal_the_unrolled_loop(monkeypatch):
     """Greedy tokens and log-probs of `models.generate`, and `models.score`."""
     model = _model()

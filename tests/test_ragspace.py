@@ -235,6 +235,7 @@ def test_observation_shows_evidence_and_descriptions(h):
     assert int(np.sum(np.asarray(ts.observation) != PAD_ID)) <= h.env.obs_len <= 64
 
 
+@pytest.mark.slow
 def test_policies_and_adaptive_beats_every_fixed_workflow(h):
     env, p = make("ragspace", split="test")
     qids = jnp.arange(*p.split_range(), dtype=jnp.int32)

@@ -721,6 +721,7 @@ def test_grpo_steps_is_gigpo_episode_term(seed, num_groups, group_size, t, mode,
 
 @given(seed=st.integers(0, 2**31 - 1), num_groups=st.integers(1, 3),
        group_size=st.integers(2, 4), t=st.integers(1, 6), gamma=st.sampled_from([1.0, 0.5]))
+@pytest.mark.slow
 @settings(deadline=None)
 def test_penalty_moves_only_the_invalid_steps_own_inputs(seed, num_groups, group_size, t,
                                                          gamma):

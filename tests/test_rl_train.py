@@ -134,6 +134,7 @@ def test_candidate_log_probs_equal_the_full_masked_softmax():
     assert np.any(np.asarray(ref_lp) < -1e8)          # off-trie tokens were exercised
 
 
+@pytest.mark.slow
 def test_policy_scores_equal_full_logits_reference():
     """Policy.action_log_probs / candidate_log_probs / token_log_probs after another
     prefix (hidden states x LM-head rows of the candidates' tokens) == full [.., V]
@@ -191,6 +192,7 @@ def test_left_align_moves_padding_left():
 
 # -- the driver ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_same_seed_same_numbers_and_candidate_scores_match_full_pass(tmp_path):
     learner, step = build(small_config(tmp_path))
     state = learner.init_state
@@ -204,6 +206,7 @@ def test_same_seed_same_numbers_and_candidate_scores_match_full_pass(tmp_path):
                for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(state.params)))
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_with_step_and_last_checkpoint(tmp_path):
     from asct_jax.rl.methods import GRPO, GRPOConfig
     from asct_jax.rl.trainer import train
@@ -421,6 +424,7 @@ def test_seeds_in_one_program_match_separate_runs(tmp_path):
     assert a42[-1]["train/loss"] != a43[-1]["train/loss"]   # the seeds really differ
 
 
+@pytest.mark.slow
 def test_label_score_mean_is_softmax_of_mean_full_vocab_log_probs():
     """policy.label_score="mean" (the ASCT paper's scoring): pi(a_k | x) = softmax over the
     legal labels of each label's mean full-vocabulary token log-prob (PAD excluded),
@@ -474,6 +478,7 @@ def test_label_score_mean_is_softmax_of_mean_full_vocab_log_probs():
     ("grpo", {"minibatch_size": 8, "minibatch_unit": "episodes", "epochs": 2},
      lambda turns: 4),
 ])
+@pytest.mark.slow
 def test_the_protocol_sets_the_optimiser_updates_of_a_step(tmp_path, method, fields, expect):
     c = small_config(tmp_path)
     c.method = method
@@ -487,6 +492,7 @@ def test_the_protocol_sets_the_optimiser_updates_of_a_step(tmp_path, method, fie
     assert 0.0 <= m["train/clip_frac"] <= 1.0
 
 
+@pytest.mark.slow
 def test_term_grad_norms_log_factors_two_policy_parts_apart(tmp_path):
     """ppo.term_grad_norms with FACTOR: the policy term's norm and its parts' (L_act,
     L_nonact); a candidate-scoring actor writes no non-action token, so L_nonact's gradient

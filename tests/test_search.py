@@ -406,6 +406,7 @@ def test_custom_selection_fn_is_used():
 
 
 # ------------------------------------------------------------ root actions, visits
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", tw.RULES)
 def test_every_root_action_first(rule):
     """Trial s writes its expansion at slot s + 1: the first |A(s)| slots are the root's
@@ -451,6 +452,7 @@ def _masked(keep_root, keep_inner):
 @settings(max_examples=10)
 @given(b=st.sampled_from([4, 12]), rule=st.sampled_from(tw.RULES), keep_root=KEEP_ROOT,
        keep_inner=KEEP_INNER, seed=st.integers(0, 999))
+@pytest.mark.slow
 def test_visit_counts_add_up_on_a_workflow(b, rule, keep_root, keep_inner, seed):
     """Drawn: B in {4, 12}, the rule, the legal root actions (|A| in 1..3) and inner
     candidates of TinyWorkflow, the key. Root visits sum to B, every legal root action is

@@ -143,6 +143,7 @@ def test_actor_continuations_cost_actor_tokens_and_rules_do_not_call_the_actor()
     assert np.all(np.isfinite(out.prior_logp[:, 0])) and np.all(out.prior_logp[:, 1:] == -np.inf)
 
 
+@pytest.mark.slow
 def test_ledger_by_category_and_unit_hand_counted():
     """The chain 0 -> 1 -> 3 searched from the roots of questions [0, 1, 1] with pi_old
     continuations, worked by hand (tests/tiny_workflow.py's costs and TINY_CHAT):
