@@ -101,7 +101,8 @@ def run_length(steps: Sequence[int], values: Sequence[float], every: int, min_st
 def tuned_overrides(table, env: str, method: str) -> Dict[str, Any]:
     """The overrides a table applies to (env, method) under its protocol: {} under
     "authors"; under "tuned" the sweep's chosen values (table.tuned.<env>.<method>, or its
-    parent's, TUNED_FROM), the tuned run length (table.tuned_steps) and the options the
+    parent's, TUNED_FROM), the tuned run length (table.tuned_steps: one for the table, or
+    {env: steps} where each analogue is its own table) and the options the
     tuned protocol names (table.tuned_options). A one-line ConfigError if a method was
     never tuned."""
     protocol = table.get("protocol", "authors")
@@ -115,14 +116,17 @@ def tuned_overrides(table, env: str, method: str) -> Dict[str, Any]:
         raise ConfigError(f"table.tuned.{env}.{source}", "not tuned yet (run "
                           "python -m experiments.sweep on this table first)",
                           "the sweep's chosen values")
-    if not table.get("tuned_steps"):
-        raise ConfigError("table.tuned_steps", "the tuned run length is not chosen yet",
-                          "the sweep's run length")
+    steps = table.get("tuned_steps")
+    if hasattr(steps, "get"):          # {env: steps}: each analogue's table its own length
+        steps = steps.get(env)
+    if not steps:
+        raise ConfigError("table.tuned_steps", f"the tuned run length of {env} is not chosen "
+                          "yet", "the sweep's run length (an int, or {env: int})")
     from experiments.dotted import flatten
 
     out = tuned_options(table, method)
     out.update(flatten(chosen.to_dict() if hasattr(chosen, "to_dict") else chosen))
-    out["train.steps"] = int(table.tuned_steps)
+    out["train.steps"] = int(steps)
     return out
 
 

@@ -99,6 +99,18 @@ def test_tuned_overrides_give_the_chosen_values_the_run_length_and_the_options()
         tuning.tuned_overrides(c.table, "shop", "grpo")
 
 
+def test_a_run_length_per_analogue_is_each_analogues_own():
+    c = factor_table.get_config("quick_warm_tuned")
+    base.set_tuned(c, {e: {"grpo": {"ppo.lr": 4e-4}} for e in ("shop", "science", "household")},
+                   {"shop": 60, "science": 40}, {})
+    assert tuning.tuned_overrides(c.table, "shop", "grpo")["train.steps"] == 60
+    assert tuning.tuned_overrides(c.table, "science", "grpo")["train.steps"] == 40
+    with pytest.raises(ConfigError, match="run length of household"):
+        tuning.tuned_overrides(c.table, "household", "grpo")
+    base.set_tuned(c, {"shop": {"grpo": {"ppo.lr": 4e-4}}}, 30, {})   # and back to one length
+    assert tuning.tuned_overrides(c.table, "shop", "grpo")["train.steps"] == 30
+
+
 def test_every_decision_table_config_has_the_tuned_protocol():
     for module, arg in ((factor_table, "quick_warm_tuned"), (factor_generate, "quick_warm_tuned"),
                         (asct_ragspace, "quick_warm_tuned")):

@@ -414,11 +414,14 @@ def use_protocol(c, tuned: bool, chosen, steps: int, options, eval_every: int = 
 
 
 def set_tuned(c, chosen, steps: int, options):
-    """table.tuned / tuned_steps / tuned_options (use_protocol's values; a table built on
-    another table's config replaces them with its own)."""
+    """table.tuned / tuned_steps (an int, or {env: int}) / tuned_options (use_protocol's
+    values; a table built on another table's config replaces them with its own)."""
     c.table.tuned = ml_collections.ConfigDict(   # dotted fields nested: ConfigDict keys
         {env: {m: _nest(v) for m, v in methods.items()} for env, methods in chosen.items()})
-    c.table.tuned_steps = int(steps)
+    if "tuned_steps" in c.table:       # a table built on another may change int <-> {env: int}
+        del c.table["tuned_steps"]
+    c.table.tuned_steps = (ml_collections.ConfigDict({e: int(n) for e, n in steps.items()})
+                           if isinstance(steps, dict) else int(steps))
     c.table.tuned_options = ml_collections.ConfigDict(
         {family: _nest(v) for family, v in options.items()})
     return c

@@ -30,10 +30,26 @@ COMPARISONS = (("factor", "serl"), ("serl", "grpo"), ("factor", "grpo"),
 # The tuned protocol (issue 49; "<scale>_warm_tuned", e.g. factor_table.py:quick_warm_tuned):
 # each method at the values its validation sweep chose (experiments.sweep on this table at
 # seed 7, validation episodes; results/sweep_factor_table_quick_warm/<env>_tuning.json),
-# {env: {method: {dotted field: value}}}; empty until the sweep has run. TUNED_STEPS: the
-# run length the sweep chose for the table (0: not chosen yet).
-TUNED = {}
-TUNED_STEPS = 0
+# {env: {method: {dotted field: value}}}. TUNED_STEPS: the run length the sweep chose for
+# each analogue's table ({env: steps}). From the sweep of quick_warm, seed 7, validation
+# episodes (archived in docs/results/data/sweep_factor_table_quick_warm/<env>_tuning.json;
+# grids and scores on docs/results/tuned_protocol.md). FACTOR's ppo.lr is before its
+# lr_scale 0.5 (household: its own 3.1e-6, the grid's lowest after amendment 2, tied with
+# 1.25e-5 at 0.610 and the lower kept; every higher rate scores lower).
+TUNED = {
+    "household": {"grpo": {"ppo.lr": 2e-4},
+                  "serl": {"ppo.lr": 2e-4, "serl.lam0": 0.05},
+                  "factor": {"ppo.lr": 6.25e-6, "factor.kl_coef": 1.0}},
+    "shop": {"grpo": {"ppo.lr": 4e-4},
+             "serl": {"ppo.lr": 4e-4, "serl.lam0": 0.05},
+             "factor": {"ppo.lr": 2.5e-5, "factor.kl_coef": 1.0}},
+    "science": {"grpo": {"ppo.lr": 8e-4},
+                "serl": {"ppo.lr": 4e-4, "serl.lam0": 0.5},
+                "factor": {"ppo.lr": 4e-4, "factor.kl_coef": 0.0}},
+}
+# GRPO's validation curve (the best method on each) flattens at 40 steps on science and
+# still rises at the 60-step cap on household and shop.
+TUNED_STEPS = {"household": 60, "shop": 60, "science": 40}
 # The tuned protocol's named options, per method family (experiments.tuning._family):
 # FACTOR's critic fitted before RL, so TAC's credit acts from step 1 (the authors' 10
 # warm-up steps are "warmup"; docs/results/tuned_protocol.md).
