@@ -1,4 +1,4 @@
-"""Smoke test of experiments/factor_fig5.py's panel computations (factor_jax.figure5's
+"""Smoke test of experiments/tables/factor_fig5.py's panel computations (factor_jax.figure5's
 Diagnostics, tested in tests/test_figure5.py) on a tiny config (no training: early = late
 = the initial parameters)."""
 import os
@@ -10,8 +10,8 @@ import pytest
 from asct_jax.infra import config_cli
 from asct_jax.rl.build import build_learner
 from asct_jax.rl.sources import JaxEnvSource
-from experiments import registry
-from experiments import factor_fig5 as fig5
+from experiments.harness import registry
+from experiments.tables import factor_fig5 as fig5
 from experiments.configs import base
 from experiments.configs import factor_fig5 as fig5_config
 
@@ -123,7 +123,7 @@ def test_plot_and_config(setup, tmp_path):
 def _finished_run(tmp_path, **fields):
     """A finished run's folder (config.json, summary.json) of a factor_fig5 config."""
     from asct_jax.infra.run_logger import atomic_write_json
-    from experiments.dotted import apply_overrides
+    from experiments.harness.dotted import apply_overrides
 
     stored = apply_overrides(tiny_config(tmp_path), fields)
     run_dir = tmp_path / "table" / "shop_factor_s42"
@@ -157,7 +157,7 @@ def test_adopting_no_factor_run_is_a_one_line_error(tmp_path, fields, problem):
 def test_figure_of_an_adopted_run_reads_its_last_checkpoint(tmp_path, monkeypatch):
     """A 2-step run (checkpoint_every 5: the last step is kept anyway), then Figure 5 on
     it: no training, the late parameters are the run's final ones."""
-    from experiments.runner import train_run
+    from experiments.harness.runner import train_run
 
     seen = {}
     real = fig5.run_diagnostics

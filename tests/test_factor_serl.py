@@ -245,7 +245,7 @@ def test_serl_credit_feeds_its_policy_loss(credit_setup):
 
     from asct_jax.rl import losses
     from asct_jax.rl.types import action_tokens
-    from experiments import registry
+    from experiments.harness import registry
     from experiments.configs import base
     c = base.use_test_model(base.get_config())
     c.env.name = "household"

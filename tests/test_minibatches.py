@@ -120,7 +120,7 @@ def test_compiled_step_update_memory_does_not_grow_with_the_padding():
     from asct_jax.rl.rollout import rollout
     from asct_jax.rl.sources import JaxEnvSource
     from asct_jax.rl.train_step import make_learn_step, policy_params
-    from experiments import registry
+    from experiments.harness import registry
     from experiments.configs import base as base_config
 
     c = base_config.use_test_model(base_config.get_config())

@@ -67,7 +67,7 @@ def test_each_step_charges_the_actor_scoring_again_not_the_executions(credit_set
     import jax
     import jax.numpy as jnp
 
-    from experiments import registry
+    from experiments.harness import registry
     from experiments.configs import base
 
     c = base.use_test_model(base.get_config())

@@ -1,13 +1,13 @@
-"""experiments/sweep.py: a table's method tuned end to end on the tuning seed's
+"""experiments/tables/sweep.py: a table's method tuned end to end on the tuning seed's
 validation episodes, its points reused when the sweep runs again."""
 import json
 import os
 
 import pytest
 
-from experiments import sweep
+from experiments.tables import sweep
 from experiments.configs import base, factor_table
-from experiments.dotted import apply_overrides
+from experiments.harness.dotted import apply_overrides
 
 
 def _config(tmp_path):

@@ -1,9 +1,9 @@
-"""experiments/tuning.py: a sweep point's score, the choice, the run length, and how a
+"""experiments/harness/tuning.py: a sweep point's score, the choice, the run length, and how a
 table applies the tuned values."""
 import pytest
 
 from asct_jax.infra.checks import ConfigError
-from experiments import tuning
+from experiments.harness import tuning
 from experiments.configs import asct_ragspace, base, factor_generate, factor_table
 
 

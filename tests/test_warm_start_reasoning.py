@@ -116,7 +116,7 @@ def test_empty_reasoning_is_bit_identical_to_the_canonical_writer():
 
 
 def test_empty_keeps_the_warm_starts_names_and_stored_runs():
-    from experiments import warm_start as shared_ws
+    from experiments.harness import warm_start as shared_ws
     from experiments.configs import base
     assert base.ADDED_DEFAULTS["warm_start.reasoning"] == "empty"
     c = base.get_config()
@@ -143,7 +143,7 @@ def test_subgoal_refuses_what_cannot_write_it():
         ws.check_reasoning("subgoal", shop, GenerationSpec(tags=spec.tags, response_len=12))
     for env, s, teacher, _ in cases:                        # "empty" is always fine
         ws.check_reasoning("empty", env, s, teacher)
-    from experiments import registry
+    from experiments.harness import registry
     from experiments.configs import base
     c = base.get_config()
     c.warm_start.reasoning = "long"

@@ -1,6 +1,6 @@
 """A run's typed config: one frozen record per ConfigDict section, built and checked once.
 
-    run = run_config(config, method)     # at the edge (experiments.registry.check)
+    run = run_config(config, method)     # at the edge (experiments.harness.registry.check)
     trainer.train(run, method)           # nothing below reads the ConfigDict
 
 Each section's fields carry their allowed values and meaning (`typed_config.option`);

@@ -189,7 +189,7 @@ def get_config():
     # authors') fits it before step 1: prefit_batches rollout batches of the initial policy
     # fill the replay (their env calls charged to the run: prefit/* at step 0), then
     # prefit_critic_steps critic-only Adam steps (about 100 at lr 1e-4 fit the tiny model's
-    # head: experiments/critic_fit.py); TAC's credit and the teacher act from step 1.
+    # head: experiments/studies/critic_fit.py); TAC's credit and the teacher act from step 1.
     c.factor.critic_start = "warmup"
     c.factor.prefit_batches = 4
     c.factor.prefit_critic_steps = 100
@@ -232,7 +232,7 @@ def get_config():
     # the directory (the test run sets it to its own .pytest_cache/jax).
     c.train.compilation_cache = os.environ.get("JAX_COMPILATION_CACHE_DIR",
                                                compile_cache.DEFAULT_DIR)
-    # "": a fresh initialisation; else a warm-start directory (experiments.warm_start):
+    # "": a fresh initialisation; else a warm-start directory (experiments.harness.warm_start):
     # the run starts from its params (fresh optimiser state, step 0).
     c.train.init_from = ""
     # Several processes, one program (asct_jax.infra.distributed; docs/multihost.md): one
@@ -249,7 +249,7 @@ def get_config():
     # The warm start (asct_jax/rl/warm_start.py): SFT on the epsilon-noisy expert, then
     # the value head on the warm-started actor's Monte-Carlo returns.
     # Tables (table.warm_start) share one warm start per environment across methods and
-    # seeds, made with warm_start.seed (experiments.warm_start.shared).
+    # seeds, made with warm_start.seed (experiments.harness.warm_start.shared).
     c.warm_start = ml_collections.ConfigDict()
     c.warm_start.seed = 7           # not a reporting seed (42 / 43 / 1337)
     c.warm_start.episodes = 256     # noisy-expert episodes (and value-fit episodes)
@@ -277,7 +277,7 @@ def get_config():
     c.warm_start.reasoning = "empty"
 
     # Tuning one method of a table on the tuning seed and validation episodes
-    # (experiments.sweep; the rules in experiments/tuning.py). Every table config has it.
+    # (experiments.tables.sweep; the rules in experiments/harness/tuning.py). Every table config has it.
     c.sweep = ml_collections.ConfigDict()
     c.sweep.methods = ()            # () = the table's methods (ablations take FACTOR's)
     c.sweep.envs = ()               # () = the table's environments
@@ -294,8 +294,8 @@ def get_config():
     return c
 
 
-# What fields are to the experiment scripts, in one place (read by experiments.runner and
-# experiments.warm_start; dotted names, a section stands for every field below it):
+# What fields are to the experiment scripts, in one place (read by experiments.harness.runner and
+# experiments.harness.warm_start; dotted names, a section stands for every field below it):
 # - they do not change what a run computes (a stored run is reused across them);
 BOOKKEEPING_FIELDS = ("table", "sweep", "train.experiment", "train.resume", "train.results_dir",
                       "train.progress", "train.compilation_cache", "train.distributed",
@@ -381,7 +381,7 @@ WARM_START_LR = 1e-4
 
 def split_arg(arg: str, scales, script: str):
     """A table config's arg: "<scale>" or "<scale>_warm" -> (scale, warm). `warm`: every
-    run starts from the shared warm start (experiments.warm_start.shared) and writes to
+    run starts from the shared warm start (experiments.harness.warm_start.shared) and writes to
     the experiment folder with "_warm" appended; "warm" alone is the full scale warm."""
     warm = arg == "warm" or arg.endswith("_warm")
     scale = "full" if arg == "warm" else arg[:-len("_warm")] if warm else arg
@@ -393,14 +393,14 @@ def split_arg(arg: str, scales, script: str):
 
 def split_protocol(arg: str):
     """A table config's arg with "_tuned" appended -> (the arg without it, True): the
-    table's tuned protocol (experiments/tuning.py); else (arg, False)."""
+    table's tuned protocol (experiments/harness/tuning.py); else (arg, False)."""
     tuned = arg.endswith("_tuned")
     return (arg[:-len("_tuned")] if tuned else arg), tuned
 
 
 def use_protocol(c, tuned: bool, chosen, steps: int, options, eval_every: int = 5):
     """Sets the table's protocol. Tuned: every method at the values its validation sweep
-    chose (`chosen`: {env: {method: {dotted field: value}}}, experiments.sweep), the tuned
+    chose (`chosen`: {env: {method: {dotted field: value}}}, experiments.tables.sweep), the tuned
     run length `steps` (0: not chosen yet), the tuned protocol's named `options` per
     method family ({family: {dotted field: value}}), an evaluation every `eval_every`, the
     experiment folder with "_tuned" appended. The authors' protocol (today's rows):
@@ -425,7 +425,7 @@ def set_tuned(c, chosen, steps: int, options):
 
 
 def _nest(flat):
-    """{"ppo.lr": x} -> {"ppo": {"lr": x}} (experiments.dotted.flatten's inverse)."""
+    """{"ppo.lr": x} -> {"ppo": {"lr": x}} (experiments.harness.dotted.flatten's inverse)."""
     out = {}
     for key, value in flat.items():
         *path, last = key.split(".")
@@ -464,7 +464,7 @@ def get_constraints():
     from asct_jax.rl.methods import GAEConfig, GiGPOConfig, GRPOConfig, ReturnConfig
     from asct_jax.rl.run_config import SECTIONS, SFT_STEPS
     from asct_jax.search.methods import ASCTConfig, VinePPOConfig
-    from experiments import registry
+    from experiments.harness import registry
     from factor_jax.baselines import SerlConfig
     from factor_jax.hindsight.warm_start import HINDSIGHT
     from factor_jax.methods import FactorConfig
@@ -495,7 +495,7 @@ def host_game_constraints(section: str, env_name: str) -> dict:
 
     from asct_jax.infra.typed_config import constraints, has_default
     from asct_jax.rl.host_games import HostGameConfig
-    from experiments import registry
+    from experiments.harness import registry
 
     host_methods = tuple(n for n in registry.names()
                          if not registry.get(n).restores_states_in_step)

@@ -1,13 +1,13 @@
 """FACTOR table: GRPO, SERL, extended-compute GRPO, FACTOR and its ablations on the
 household / shop / science analogues (ALFWorld / WebShop / ScienceWorld).
 
-    python -m experiments.factor_table --config experiments/configs/factor_table.py        # full
-    python -m experiments.factor_table --config experiments/configs/factor_table.py:quick  # reduced
-    python -m experiments.factor_table --config experiments/configs/factor_table.py:smoke  # pipeline check
+    python -m experiments.tables.factor_table --config experiments/configs/factor_table.py        # full
+    python -m experiments.tables.factor_table --config experiments/configs/factor_table.py:quick  # reduced
+    python -m experiments.tables.factor_table --config experiments/configs/factor_table.py:smoke  # pipeline check
 
 Each scale with "_warm" appended (`factor_table.py:quick_warm`, `:warm` for the full
 scale) trains every run from the shared warm start of its environment
-(experiments/warm_start.py) into results/<experiment>_warm/.
+(experiments/harness/warm_start.py) into results/<experiment>_warm/.
 """
 import ml_collections
 
@@ -19,7 +19,7 @@ ENVS = ("household", "shop", "science")
 HEADLINE = ("grpo", "serl", "factor")     # the headline comparisons' methods
 TABLE_LR = 1e-2    # the cold-start table's; "_warm" tables: base.WARM_START_LR (get_config)
 # The pre-registered comparisons (method, baseline[, claim]) on the held-out success,
-# paired over the table's seeds (experiments.runner.write_comparisons); a pair whose
+# paired over the table's seeds (experiments.harness.runner.write_comparisons); a pair whose
 # methods the table does not run is left out. The ablations carry the paper's claim, each
 # component helps (a negative difference, -1; asct_jax.infra.paired.Comparison).
 COMPARISONS = (("factor", "serl"), ("serl", "grpo"), ("factor", "grpo"),
@@ -28,13 +28,13 @@ COMPARISONS = (("factor", "serl"), ("serl", "grpo"), ("factor", "grpo"),
 
 
 # The tuned protocol (issue 49; "<scale>_warm_tuned", e.g. factor_table.py:quick_warm_tuned):
-# each method at the values its validation sweep chose (experiments.sweep on this table at
+# each method at the values its validation sweep chose (experiments.tables.sweep on this table at
 # seed 7, validation episodes; results/sweep_factor_table_quick_warm/<env>_tuning.json),
 # {env: {method: {dotted field: value}}}; empty until the sweep has run. TUNED_STEPS: the
 # run length the sweep chose for the table (0: not chosen yet).
 TUNED = {}
 TUNED_STEPS = 0
-# The tuned protocol's named options, per method family (experiments.tuning._family):
+# The tuned protocol's named options, per method family (experiments.harness.tuning._family):
 # FACTOR's critic fitted before RL, so TAC's credit acts from step 1 (the authors' 10
 # warm-up steps are "warmup"; docs/results/tuned_protocol.md).
 TUNED_OPTIONS = {"factor": {"factor.critic_start": "prefit"}}
@@ -50,7 +50,7 @@ def get_config(arg: str = "full"):
     # table's (FACTOR trains at half of it, its authors' 5e-7 vs 1e-6). TABLE_LR is the
     # cold-start table's rate (runs from a fresh actor), chosen on seed 7 for GRPO from
     # {1e-3, 3e-3, 1e-2, 3e-2} (shop, quick scale: held-out success after 20 steps 0.078,
-    # 0.141, 0.148, 0.102; experiments.protocol_check --lr_sweep). The warm tables
+    # 0.141, 0.148, 0.102; experiments.checks.protocol_check --lr_sweep). The warm tables
     # ("_warm", the decision tables of docs/results/factor_decision.md) run at
     # base.WARM_START_LR (1e-4; FACTOR 5e-5) instead: base.use_warm_start sets it below.
     c.ppo.lr = TABLE_LR
