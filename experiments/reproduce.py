@@ -106,10 +106,10 @@ def main(argv=None):
         side = subprocess.Popen(cmd, stdout=None if args.quick else side_log,
                                 stderr=subprocess.STDOUT if not args.quick else side_log)
 
-    from experiments.tables import asct_ragspace, factor_fig5, factor_table
     from experiments.configs import asct_ragspace as asct_cfg
     from experiments.configs import factor_fig5 as fig5_cfg
     from experiments.configs import factor_table as factor_cfg
+    from experiments.tables import asct_ragspace, factor_fig5, factor_table
 
     jobs = {"asct": (asct_ragspace.main, asct_cfg),
             "factor": (factor_table.main, factor_cfg),
@@ -180,8 +180,8 @@ def main(argv=None):
 def final_screen(args, configs, seconds, side_parts) -> str:
     """experiments/harness/quick_summary.py's screen of this --quick run (the second process's parts
     read from their configs), written to results/reproduce_quick_summary.txt too."""
-    from experiments.harness import quick_summary
     from experiments.configs import asct_ragspace as asct_cfg
+    from experiments.harness import quick_summary
 
     tables = {}
     for part in ("asct", "factor"):

@@ -12,8 +12,8 @@ import pytest
 
 from asct_jax import search as S
 from asct_jax.search.methods import paper_rules, paper_search
-from experiments.harness import registry
 from experiments.configs import asct_ragspace, base
+from experiments.harness import registry
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from experiments.harness import registry
 from experiments.configs import factor_table
+from experiments.harness import registry
 from experiments.harness.runner import apply_overrides, config_differences, run_grid
 
 

@@ -19,8 +19,8 @@ from asct_jax.rl.rollout import rollout
 from asct_jax.rl.build import build_policy
 from asct_jax.rl.sources import JaxEnvSource
 from asct_jax.rl.trainer import train
-from experiments.harness import registry
 from experiments.configs import base
+from experiments.harness import registry
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ covers the decision table's mean."""
 import json
 import os
 
-from experiments.harness import quick_summary as q
 from experiments.configs import asct_ragspace, factor_table
+from experiments.harness import quick_summary as q
 
 
 def _row(comparison, mean, interval, verdict="inconclusive", n=2):

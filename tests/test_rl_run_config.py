@@ -9,8 +9,8 @@ import pytest
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.config_cli import config_to_dict
 from asct_jax.rl.run_config import SECTIONS, RunConfig, default_of, run_config
-from experiments.harness import registry
 from experiments.configs import base
+from experiments.harness import registry
 
 
 class _Recorder:

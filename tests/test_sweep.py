@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from experiments.tables import sweep
 from experiments.configs import base, factor_table
 from experiments.harness.dotted import apply_overrides
+from experiments.tables import sweep
 
 
 def _config(tmp_path):

@@ -3,8 +3,8 @@ table applies the tuned values."""
 import pytest
 
 from asct_jax.infra.checks import ConfigError
-from experiments.harness import tuning
 from experiments.configs import asct_ragspace, base, factor_generate, factor_table
+from experiments.harness import tuning
 
 
 def test_score_is_the_mean_over_the_last_quarter_of_the_evaluations():

@@ -99,8 +99,8 @@ def test_host_games_refuse_validation_in_one_line():
 
 
 def test_a_stored_run_without_the_fields_reads_as_a_test_evaluation(tmp_path):
-    from experiments.harness import registry
     from experiments.configs import factor_table
+    from experiments.harness import registry
     from experiments.harness.runner import config_differences
 
     c = factor_table.get_config("quick")

@@ -130,8 +130,8 @@ def test_init_from_errors_name_the_field(warm, tmp_path):
 def test_runs_stored_before_init_from_still_match_a_fresh_config(tmp_path):
     """A config.json written before train.init_from / warm_start existed is the same run."""
     from asct_jax.infra.config_cli import config_to_dict
-    from experiments.harness.runner import config_differences
     from experiments.harness import registry
+    from experiments.harness.runner import config_differences
     c = small_config(tmp_path)
     stored = config_to_dict(registry.check(c)[1].record)    # what config.json holds
     del stored["train"]["init_from"], stored["warm_start"]
@@ -187,8 +187,8 @@ def test_table_config_args_with_warm():
 def test_shared_warm_start_name_depends_on_what_its_environment_reads():
     """experiments.harness.warm_start.key: the candidate-scoring actor's warm start ignores the
     actor section and the other environments' SFT steps; a generating actor's does not."""
-    from experiments.harness import warm_start as shared_ws
     from experiments.configs import base
+    from experiments.harness import warm_start as shared_ws
 
     c = base.get_config()
     c.env.name = "shop"
@@ -285,8 +285,8 @@ def test_label_smoothing_refuses_a_generating_actor():
 def test_label_smoothing_off_keeps_the_warm_starts_names():
     """A warm start named before the field existed keeps its name at 0; another value
     names another warm start (the ASCT table's)."""
-    from experiments.harness import warm_start as shared_ws
     from experiments.configs import asct_ragspace, base
+    from experiments.harness import warm_start as shared_ws
     for c in (base.get_config(), asct_ragspace.get_config("quick_warm")):
         c.warm_start.label_smoothing = 0.0
         name = shared_ws.key(c)

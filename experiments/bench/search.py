@@ -181,8 +181,8 @@ def step_share(method: str, num_groups: int, group_size: int, min_time: float,
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.sources import JaxEnvSource
     from asct_jax.search.methods import ledger_chat, paper_search
-    from experiments.harness import registry
     from experiments.configs import asct_ragspace
+    from experiments.harness import registry
 
     if method not in STEP_METHODS:
         raise ValueError(f"--step_method: {method!r} is not one of {sorted(STEP_METHODS)}")

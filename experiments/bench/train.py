@@ -31,8 +31,8 @@ from asct_jax.infra.tables import markdown_table
 from asct_jax.rl.train_step import make_learn_step, make_train_step
 from asct_jax.rl.build import build_learner
 from asct_jax.rl.sources import JaxEnvSource
-from experiments.harness import registry
 from experiments.configs import base
+from experiments.harness import registry
 from experiments.harness.dotted import apply_overrides
 
 DEFAULT_METHODS = ("ppo_return", "ppo_gae", "grpo", "vineppo", "asct_uniform", "asct_uct",

@@ -121,8 +121,8 @@ def build_step(scale: str, method: str, fsdp: int = 1):
     """(learner, lowered step) of one RL step of `method` at `scale` (not compiled yet)."""
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.sources import JaxEnvSource
-    from experiments.harness import registry
     from experiments.bench.train import lower_train_step
+    from experiments.harness import registry
 
     config = rl_config(scale, method, fsdp)
     source = JaxEnvSource(config)

@@ -95,8 +95,8 @@ def check_variant(base, overrides: Mapping[str, Any]):
     the update's typed configs (experiments.harness.registry.check). A one-line ConfigError
     otherwise (exit 2 from a script), before anything is trained."""
     from asct_jax.infra.config_cli import validate
-    from experiments.harness import registry
     from experiments.configs.base import get_constraints
+    from experiments.harness import registry
 
     c = apply_overrides(base, overrides)
     rules = get_constraints()

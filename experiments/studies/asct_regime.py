@@ -202,9 +202,9 @@ def run(overrides: Dict[str, Any], episodes: int = 160, key: int = 0,
     from asct_jax.rl.train_step import policy_params
     from asct_jax.rl.types import merge_batch_turns
     from experiments.harness import registry
-    from experiments.tables.asct_ragspace import base_rows
     from experiments.harness.runner import restore_run_state
     from experiments.harness.warm_start import key as warm_key, shared
+    from experiments.tables.asct_ragspace import base_rows
 
     c = config_with(overrides)
     t0 = time.time()

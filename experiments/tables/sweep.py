@@ -29,8 +29,8 @@ from asct_jax.infra import config_cli
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text, read_jsonl
 from asct_jax.infra.tables import markdown_table
-from experiments.harness import tuning
 from experiments.configs.base import TUNING_SEED
+from experiments.harness import tuning
 from experiments.harness.dotted import flatten
 from experiments.harness.runner import from_warm_start, run_grid
 
