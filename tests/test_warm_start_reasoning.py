@@ -118,7 +118,8 @@ def test_empty_reasoning_is_bit_identical_to_the_canonical_writer():
 def test_empty_keeps_the_warm_starts_names_and_stored_runs():
     from experiments.configs import base
     from experiments.harness import warm_start as shared_ws
-    assert base.ADDED_DEFAULTS["warm_start.reasoning"] == "empty"
+    from experiments.harness.stored_fields import ADDED_DEFAULTS
+    assert ADDED_DEFAULTS["warm_start.reasoning"] == "empty"
     c = base.get_config()
     c.env.name, c.actor.chooser = "shop", "generate"
     name = shared_ws.key(c)

@@ -44,7 +44,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from typing import Callable, Dict, List
 

@@ -177,13 +177,13 @@ def random_decoder(preset: str, scale: str, seq: int):
 
 def decoder_pass(model, preset: str, batch: int, seq: int, matmul_bf16: float,
                  spec: Optional[float]) -> Dict[str, Any]:
-    """Forward + backward of the LM loss (experiments.bench.model.lm_loss): tokens/s, MFU."""
+    """Forward + backward of the LM loss (experiments.bench.model_train_pass.lm_loss): tokens/s, MFU."""
     import jax
     import jax.numpy as jnp
     import numpy as np
     from flax import nnx
 
-    from experiments.bench.model import compile_apart, lm_loss
+    from experiments.bench.model_train_pass import compile_apart, lm_loss
     from experiments.bench.train import timed
 
     graphdef, params = nnx.split(model)

@@ -20,9 +20,9 @@ from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.distributed import is_primary
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table, seed_table
-from experiments.configs.base import (ADDED_DEFAULTS, BOOKKEEPING_FIELDS, TUNING_SEED,
-                                     without_retired)
+from experiments.configs.base import TUNING_SEED
 from experiments.harness.dotted import apply_overrides, flatten, under
+from experiments.harness.stored_fields import ADDED_DEFAULTS, BOOKKEEPING_FIELDS, without_retired
 
 Variant = Tuple[str, Mapping[str, Any]]
 # Where run_grid's status line of a finished run goes when runs show no progress bar

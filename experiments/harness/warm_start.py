@@ -34,8 +34,8 @@ import jax
 
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json
-from experiments.configs.base import ADDED_DEFAULTS, WARM_START_FIELDS
 from experiments.harness.dotted import flatten, under
+from experiments.harness.stored_fields import ADDED_DEFAULTS, WARM_START_FIELDS
 
 KEYS = ("env/success", "env/score", "return", "episode_len")
 GEN_KEYS = ("gen/invalid", "gen/multi_token_action",   # a generating actor's (actor.chooser)
@@ -128,7 +128,7 @@ def artifact(config):
 
 def key(config) -> str:
     """The name of config's shared warm start: <env>-<the first 8 hex digits of a SHA-256 of
-    its WARM_START_FIELDS (experiments/configs/base.py)>; equal fields, same warm start."""
+    its WARM_START_FIELDS (experiments/harness/stored_fields.py)>; equal fields, same warm start."""
     import hashlib
 
     fields = _depends(config)

@@ -329,8 +329,9 @@ def adopt_run(config) -> Tuple[Any, Dict[str, Any]]:
     import json
 
     from asct_jax.infra.config_cli import config_to_dict
-    from experiments.configs.base import ADDED_DEFAULTS, BOOKKEEPING_FIELDS, without_retired
     from experiments.harness.dotted import apply_overrides, flatten, under
+    from experiments.harness.stored_fields import (ADDED_DEFAULTS, BOOKKEEPING_FIELDS,
+                                                   without_retired)
 
     path = os.path.join(config.train.results_dir, config.fig5.train_run)
     allowed = "'' (train here) or <experiment>/<run> of a finished FACTOR run"
