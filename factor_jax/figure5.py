@@ -19,7 +19,8 @@ from asct_jax.envs.base import UNK_ID
 from asct_jax.rl.credit import CreditContext, state_actor
 from factor_jax.hindsight.progress import step_progress
 from asct_jax.rl.rollout import rollout
-from factor_jax.methods import FactorConfig, Schedule, factor_pieces, run_outcome_rule
+from factor_jax.critic_replay import run_outcome_rule
+from factor_jax.methods import FactorConfig, Schedule, factor_pieces
 from factor_jax.teacher import teacher_log_probs
 
 

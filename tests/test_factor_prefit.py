@@ -1,7 +1,7 @@
 """FACTOR's factor.critic_start "prefit" (this project's option; the authors' "warmup" stays
 the default): the critic fitted before step 1 on rollouts of the initial policy
-(Method.make_prefit, factor_jax.methods.fit_critic_first, factor_jax.critic.prefit), its
-schedule without a warm-up, its env calls in the run's totals, and a resumed or
+(Method.make_prefit, factor_jax.critic_replay.fit_critic_first, factor_jax.critic.prefit),
+its schedule without a warm-up, its env calls in the run's totals, and a resumed or
 seed-batched run's prefit."""
 import json
 
@@ -18,7 +18,8 @@ from asct_jax.rl.credit import CreditContext
 from experiments.configs import base
 from experiments.harness.stored_fields import ADDED_DEFAULTS
 from factor_jax import critic as C
-from factor_jax.methods import FACTOR, Schedule, factor_config, fit_critic_first
+from factor_jax.critic_replay import fit_critic_first
+from factor_jax.methods import FACTOR, Schedule, factor_config
 
 
 def _fc(steps: int, **fields):
