@@ -2,9 +2,9 @@
 conservation, calibration of TAC against Monte-Carlo credit, token perturbation.
 
 Pure, jit- and vmap-able kernels; factor_jax.figure5 runs them (with the choice of states
-and actions on the host), experiments/tables/factor_fig5.py trains and plots. Shapes: [B, T] per action,
-[B, T, A] per token, N selected states / actions, K candidates, V action variants,
-R rollouts.
+and actions on the host), experiments/tables/factor_fig5.py trains and plots. Shapes:
+[B, T] per action, [B, T, A] per token, N selected states / actions, K candidates,
+V action variants, R rollouts.
 """
 from __future__ import annotations
 

@@ -99,8 +99,9 @@ def test_launcher_environment_and_arguments():
 
 
 def test_launcher_names_the_process_that_failed(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "experiments.harness.launch_local", "--processes", "2",
-                        "--log-dir", str(tmp_path), "--", "--config=/no/such/config.py"],
+    p = subprocess.run([sys.executable, "-m", "experiments.harness.launch_local",
+                        "--processes", "2", "--log-dir", str(tmp_path), "--",
+                        "--config=/no/such/config.py"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert p.returncode == 2, p.stderr
     assert "launch_local: process" in p.stderr and "failed with exit status 2" in p.stderr

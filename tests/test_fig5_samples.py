@@ -1,4 +1,5 @@
-"""experiments.studies.fig5_samples: the regime measures' mean and t interval over diagnostic samples."""
+"""experiments.studies.fig5_samples: the regime measures' mean and t interval over
+diagnostic samples."""
 import json
 
 import pytest

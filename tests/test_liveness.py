@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.harness.runner import (POLICY_STEP_COLUMNS, liveness_table, run_policy_steps,
-                                train_records, update_lrs)
+from experiments.harness.runner import (POLICY_STEP_COLUMNS, liveness_table,
+                                        run_policy_steps, train_records, update_lrs)
 
 
 def _run(path, records, lr=0.01, lr_scale=1.0, warmup=0, config=True):

@@ -1,4 +1,5 @@
-"""experiments/checks/page_verdicts.py: a page's rows recomputed from their values, Holm over all."""
+"""experiments/checks/page_verdicts.py: a page's rows recomputed from their values, Holm
+over all."""
 import json
 
 import pytest

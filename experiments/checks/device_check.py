@@ -177,7 +177,8 @@ def random_decoder(preset: str, scale: str, seq: int):
 
 def decoder_pass(model, preset: str, batch: int, seq: int, matmul_bf16: float,
                  spec: Optional[float]) -> Dict[str, Any]:
-    """Forward + backward of the LM loss (experiments.bench.model_train_pass.lm_loss): tokens/s, MFU."""
+    """Forward + backward of the LM loss (experiments.bench.model_train_pass.lm_loss):
+    tokens/s, MFU."""
     import jax
     import jax.numpy as jnp
     import numpy as np

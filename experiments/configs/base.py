@@ -277,7 +277,8 @@ def get_config():
     c.warm_start.reasoning = "empty"
 
     # Tuning one method of a table on the tuning seed and validation episodes
-    # (experiments.tables.sweep; the rules in experiments/harness/tuning.py). Every table config has it.
+    # (experiments.tables.sweep; the rules in experiments/harness/tuning.py). Every table
+    # config has it.
     c.sweep = ml_collections.ConfigDict()
     c.sweep.methods = ()            # () = the table's methods (ablations take FACTOR's)
     c.sweep.envs = ()               # () = the table's environments

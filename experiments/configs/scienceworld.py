@@ -28,8 +28,8 @@ from experiments.configs import base
 
 METHODS = ("grpo", "serl", "factor")
 COMPARISONS = (("factor", "serl"), ("serl", "grpo"), ("factor", "grpo"))
-# Short gold paths whose steps VerbQuotaRule(128) mostly keeps (experiments.checks.scienceworld_gold,
-# docs/results/scienceworld.md).
+# Short gold paths whose steps VerbQuotaRule(128) mostly keeps
+# (experiments.checks.scienceworld_gold, docs/results/scienceworld.md).
 TASKS = ("find-non-living-thing", "lifespan-longest-lived", "find-living-thing")
 
 

@@ -1,5 +1,6 @@
 """Dotted config field names ("train.steps"): `flatten` a nested dict to them and
-`apply_overrides` set them on a copy of a config (experiments.harness.runner, experiments.harness.warm_start).
+`apply_overrides` set them on a copy of a config (experiments.harness.runner,
+experiments.harness.warm_start).
 """
 from __future__ import annotations
 

@@ -28,9 +28,9 @@ import numpy as np
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import scatter_with_errorbars
-from experiments.harness.runner import (from_warm_start, liveness_table, method_seeds, run_grid,
-                                write_comparisons, write_table)
 from experiments.configs.asct_ragspace import GROUPED
+from experiments.harness.runner import (from_warm_start, liveness_table, method_seeds,
+                                        run_grid, write_comparisons, write_table)
 from experiments.harness.tuning import tuned_overrides
 
 BETA = 1e-4

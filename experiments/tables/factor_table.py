@@ -5,7 +5,8 @@ Every method trains with the same steps and group size. grpo_extended is GRPO gi
 FACTOR's environment-call budget: its rollout.num_groups is scaled by the ratio of
 FACTOR's measured environment calls (rollouts + value calibration) to GRPO's, so `factor`
 and `grpo` run first. With table.warm_start every run starts from the environment's
-shared warm start (experiments/harness/warm_start.py), made before the first run of that env. Writes results/factor_table/<env>.{md,json}, a combined table and
+shared warm start (experiments/harness/warm_start.py), made before the first run of that
+env. Writes results/factor_table/<env>.{md,json}, a combined table and
 FACTOR's environment calls and wall clock as ratios to GRPO's.
 """
 import os
@@ -16,9 +17,9 @@ from asct_jax.infra import config_cli
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table
+from experiments.harness.runner import (from_warm_start, liveness_table, method_seeds,
+                                        run_grid, write_comparisons, write_table)
 from experiments.harness.tuning import tuned_overrides
-from experiments.harness.runner import (from_warm_start, liveness_table, method_seeds, run_grid,
-                                write_comparisons, write_table)
 
 METRICS = {"final/env/success": "success", "final/env/score": "score",
            "total/env_calls": "env calls", "wall_clock_s": "wall clock (s)"}

@@ -24,9 +24,9 @@ import time
 
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json
-from experiments.tables.factor_table import PAPER_SUCCESS   # the paper's ScienceWorld row: "science"
-from experiments.harness.runner import (liveness_table, run_grid, train_run, write_comparisons,
-                                write_table)
+from experiments.harness.runner import (liveness_table, run_grid, train_run,
+                                        write_comparisons, write_table)
+from experiments.tables.factor_table import PAPER_SUCCESS   # the paper's "science" row
 
 METRICS = {
     "initial/env/success": "success (initial)", "final/env/success": "success (final)",
