@@ -1,5 +1,5 @@
 """Reproduces both methods against their baselines: the ASCT table (the paper's ASCT on
-the RAGSpace analogue, experiments/asct_ragspace.py), the FACTOR table and Figure 5, with
+the RAGSpace analogue, experiments/tables/asct_ragspace.py), the FACTOR table and Figure 5, with
 tables and plots under results/.
 
     python -m experiments.reproduce --quick   # smoke scale, from the warm start
@@ -35,10 +35,10 @@ rounding, not bit for bit). A run is deterministic at either level; `--xla-opt-l
 default` compiles as the full runs do.
 
 --quick trains from the warm starts shipped with the code (experiments/artifacts/warm_start/,
-experiments/warm_start_artifacts.py; built at XLA's default level), shows no progress bars
+experiments/harness/warm_start_artifacts.py; built at XLA's default level), shows no progress bars
 (train.progress False) but one line per finished run, each part's tables and log in
 results/reproduce_<part>.log (and its .md / .json under results/<experiment>/), and ends
-with one screen (experiments/quick_summary.py, also results/reproduce_quick_summary.txt):
+with one screen (experiments/harness/quick_summary.py, also results/reproduce_quick_summary.txt):
 what ran and at what scale, each comparison beside the 10-seed decision table's verdict
 for the same row, and where the pages and plots are.
 """
@@ -106,15 +106,15 @@ def main(argv=None):
         side = subprocess.Popen(cmd, stdout=None if args.quick else side_log,
                                 stderr=subprocess.STDOUT if not args.quick else side_log)
 
-    from experiments import asct_ragspace, factor_fig5, factor_table
     from experiments.configs import asct_ragspace as asct_cfg
     from experiments.configs import factor_fig5 as fig5_cfg
     from experiments.configs import factor_table as factor_cfg
+    from experiments.tables import asct_ragspace, factor_fig5, factor_table
 
     jobs = {"asct": (asct_ragspace.main, asct_cfg),
             "factor": (factor_table.main, factor_cfg),
             "fig5": (factor_fig5.main, fig5_cfg)}
-    from experiments import runner
+    from experiments.harness import runner
 
     times, configs, terminal = {}, {}, sys.stdout
     try:
@@ -178,10 +178,10 @@ def main(argv=None):
 
 
 def final_screen(args, configs, seconds, side_parts) -> str:
-    """experiments/quick_summary.py's screen of this --quick run (the second process's parts
+    """experiments/harness/quick_summary.py's screen of this --quick run (the second process's parts
     read from their configs), written to results/reproduce_quick_summary.txt too."""
-    from experiments import quick_summary
     from experiments.configs import asct_ragspace as asct_cfg
+    from experiments.harness import quick_summary
 
     tables = {}
     for part in ("asct", "factor"):

@@ -4,7 +4,7 @@
         --config.method=grpo --config.env.name=household --config.train.run=grpo_s42
 
 Several processes (one per host, config.train.distributed; docs/multihost.md) run the same
-command; experiments.launch_local starts them on one machine. Process 0 prints and writes.
+command; experiments.harness.launch_local starts them on one machine. Process 0 prints and writes.
 
 Exit status 2 (one line on stderr) for a config error or when --config.train.resume=True
 finds checkpoints of which none reads back (nothing is deleted); 1 for a non-finite loss
@@ -19,7 +19,7 @@ from asct_jax.infra.distributed import is_primary
 
 
 def main(config):
-    from experiments.runner import train_run
+    from experiments.harness.runner import train_run
 
     try:
         summary = train_run(config)

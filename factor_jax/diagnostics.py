@@ -2,9 +2,9 @@
 conservation, calibration of TAC against Monte-Carlo credit, token perturbation.
 
 Pure, jit- and vmap-able kernels; factor_jax.figure5 runs them (with the choice of states
-and actions on the host), experiments/factor_fig5.py trains and plots. Shapes: [B, T] per action,
-[B, T, A] per token, N selected states / actions, K candidates, V action variants,
-R rollouts.
+and actions on the host), experiments/tables/factor_fig5.py trains and plots. Shapes:
+[B, T] per action, [B, T, A] per token, N selected states / actions, K candidates,
+V action variants, R rollouts.
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def extreme_tokens(weights: chex.Array, token_mask: chex.Array) -> Tuple[chex.Ar
 def choice_tokens(actions: chex.Array, cand_tokens: chex.Array, cand_mask: chex.Array,
                   token_mask: chex.Array) -> chex.Array:
     """The action tokens at which the actor had a choice under constrained decoding
-    (experiments/factor_allocation.py measures the share of credit they get).
+    (experiments/studies/factor_allocation.py measures the share of credit they get).
 
     Token j of action y is a choice iff a legal candidate that agrees with y on y_{<j}
     has another token at j:

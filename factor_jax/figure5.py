@@ -1,7 +1,7 @@
 """FACTOR's Figure 5 on one experiment (docs/methods.md, FACTOR > Diagnostics): the
 `factor` credit's pieces at the first step with HTA active, and `Diagnostics`, the jitted
 factor_jax.diagnostics kernels with the host-side choice of which states and actions they
-see. experiments/factor_fig5.py trains, runs these and plots.
+see. experiments/tables/factor_fig5.py trains, runs these and plots.
 
 Shapes: B episodes, T turns, A action tokens, K candidates, N chosen states / actions,
 R rollouts per action.
@@ -19,7 +19,8 @@ from asct_jax.envs.base import UNK_ID
 from asct_jax.rl.credit import CreditContext, state_actor
 from factor_jax.hindsight.progress import step_progress
 from asct_jax.rl.rollout import rollout
-from factor_jax.methods import FactorConfig, Schedule, factor_pieces, run_outcome_rule
+from factor_jax.critic_replay import run_outcome_rule
+from factor_jax.methods import FactorConfig, Schedule, factor_pieces
 from factor_jax.teacher import teacher_log_probs
 
 
@@ -150,7 +151,7 @@ class Diagnostics:
         return chosen, hi, lo
 
     def perturbation(self, params, batch, pieces, key, seed) -> Dict[str, Any]:
-        """Panel (c): the return-change table (experiments/factor_fig5.py's docstring)."""
+        """Panel (c): the return-change table (experiments/tables/factor_fig5.py's docstring)."""
         chosen, hi, lo = self.select_actions(batch, pieces, seed)
         bi = np.concatenate([chosen["pos"][0], chosen["neg"][0]])
         ti = np.concatenate([chosen["pos"][1], chosen["neg"][1]])

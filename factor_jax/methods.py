@@ -19,8 +19,9 @@ FACTOR at step k (1-indexed; the train step's counter is k - 1):
   loss       L_act (action-mean surrogate on C = A* omega) + L_nonact (token-mean on A_seq)
              + lambda_k * token-mean forward KL(teacher || policy) on action tokens.
 factor.critic_start "prefit" (this project's option, not the authors'): no warm-up; the
-critic is fitted before step 1 on rollouts of the initial policy (fit_critic_first),
-TAC's credit and the teacher act from k = 1 (Schedule.from_step_one).
+critic is fitted before step 1 on rollouts of the initial policy
+(factor_jax.critic_replay.fit_critic_first), TAC's credit and the teacher act from k = 1
+(Schedule.from_step_one).
 The step constants (warm-up 10, eta 11..49 / 50, lambda 50, Polyak 0.995)
 are given for 150-step runs and scale with train.steps (factor.scale_schedules), but for
 the warm-up: its 10 critic steps are kept whatever train.steps is, and eta's window moves
@@ -44,16 +45,14 @@ import jax
 import jax.numpy as jnp
 
 import factor_jax as fj
-from asct_jax.infra.checks import ConfigError, Range
+from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
-from asct_jax.rl import advantages as adv
-from asct_jax.rl.credit import (CreditContext, Method, installs_credit_state, state_actor,
-                                value_targets_mc)
-from asct_jax.rl.types import Credit, Rollout, action_tokens, nonaction_tokens, policy_inputs
-from asct_jax.rl.types import merge_batch_turns as _flat
+from asct_jax.rl.credit import CreditContext, Method, installs_credit_state, value_targets_mc
+from asct_jax.rl.types import Credit, Rollout, action_tokens, nonaction_tokens
 from asct_jax.rl.protocol import Protocol
 from factor_jax import critic as tac_critic
-from factor_jax.continuations import Continuations, checkpoint_targets, run_continuations
+from factor_jax.critic_replay import (episode_outcomes, fit_critic_first, replay_targets,
+                                     run_outcome_rule)
 from factor_jax.host_continuations import continue_on_host
 from factor_jax.teacher import TEACHER_DIST, TEACHER_PROMPTS, kl_reduce, teacher_outputs
 
@@ -203,37 +202,12 @@ class Schedule:
                                self.eta_decay)
 
 
-def run_outcome_rule(fc: FactorConfig, env) -> tuple:
-    """(reward rule, outcome key) of the run: the config's, else the env's
-    (fj.OUTCOME_RULES; env None on host games)."""
-    rule, outcome = fj.outcome_rule(getattr(env, "name", ""))
-    return (rule if fc.reward_rule == "auto" else fc.reward_rule,
-            outcome if fc.outcome == "auto" else fc.outcome)
-
-
 def step_rewards_of(fc: FactorConfig, outcome: str) -> str:
     """factor.step_rewards resolved: "auto" keeps the step rewards (the authors', whose G
     is a success or a score) unless G is the return, which already sums them."""
     if fc.step_rewards != "auto":
         return fc.step_rewards
     return "zero" if outcome == "return" else "keep"
-
-
-def episode_outcomes(batch: Rollout, outcome: str):
-    """[B] G: the info field `outcome` at the end of each episode, or the return."""
-    if outcome == "return":
-        return adv.episode_returns(batch.rewards, batch.turn_mask)
-    if outcome not in batch.final_info:
-        raise ValueError(f"factor.outcome: the environment's info has no {outcome!r} "
-                         f"(it has {sorted(batch.final_info)}); set factor.outcome")
-    return batch.final_info[outcome].astype(jnp.float32)
-
-
-def batch_features(ctx: CreditContext, params, batch: Rollout):
-    """[B, T, H] stop-gradient boundary features of every x_t."""
-    b, t = batch.turn_mask.shape
-    f = ctx.policy.features(params, _flat(policy_inputs(batch)))
-    return f.reshape(b, t, -1)
 
 
 def init_critic_state(fc: FactorConfig, ctx: CreditContext, params, key):
@@ -321,32 +295,6 @@ def uniform_token_weights(scores, mask, eta, fc):
 def softmax_token_weights(scores, mask, eta, fc):
     """The softmax of the clipped scores alone, summing to 1 ("without APM")."""
     return fj.softmax_weights(scores, mask, tau=fc.tau)
-
-
-def continuations(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, key,
-                  outcome: str) -> Continuations:
-    """The batch's continuations: from the host (batch.extras) or run here."""
-    if batch.extras is not None:
-        return batch.extras
-    return run_continuations(ctx.env, ctx.env_params, batch, state_actor(ctx, params),
-                             key, fc.continuations, fc.horizon, outcome)
-
-
-def replay_targets(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, k_cont,
-                   k_push, g, critic_state):
-    """A batch's critic targets pushed into the replay: continuations from its
-    checkpoints -> Monte-Carlo targets [B, S] at the boundary features of those turns.
-
-    g: [B] the outcome G. Returns (cont, feats [B, T, H] of every x_t, targets [B, S],
-    the critic state with them in its replay)."""
-    rule, outcome = run_outcome_rule(fc, ctx.env)
-    cont = continuations(fc, ctx, params, batch, k_cont, outcome)
-    feats = batch_features(ctx, params, batch)                         # [B, T, H]
-    targets = checkpoint_targets(cont, g, ctx.group_size, rule)        # [B, S]
-    at = jnp.take_along_axis(feats, cont.idx[..., None], axis=1)       # [B, S, H]
-    critic_state = tac_critic.push(critic_state, k_push, at.reshape(-1, at.shape[-1]),
-                                   targets.reshape(-1), cont.valid.reshape(-1))
-    return cont, feats, targets, critic_state
 
 
 def factor_pieces(fc: FactorConfig, ctx: CreditContext, params, batch: Rollout, key, step,
@@ -466,44 +414,6 @@ def _factor_kl_loss(fc: FactorConfig, ctx: CreditContext):
 def _factor_dist_reduce(fc: FactorConfig, ctx: CreditContext):
     """The update's pass reduced to the per-token KL to the teacher; None at kl_coef 0."""
     return kl_reduce if fc.kl_coef > 0 else None
-
-
-def fit_critic_first(fc: FactorConfig, ctx: CreditContext):
-    """Method.make_prefit of FACTOR: None under factor.critic_start "warmup" (the
-    authors'); under "prefit" (ours) the critic fitted before step 1:
-
-      prefit_batches x (rollout of pi_0 -> continuations -> MC targets into the replay)
-      -> prefit_critic_steps critic-only Adam steps on 3/4 of them (the target head = the
-      fitted head; the held-out quarter measures it, then joins the replay).
-
-    prefit(params, critic_state, key, collect) -> (critic_state, metrics): the env calls
-    and aux tokens of the rollouts and continuations, and tac_critic.prefit's fit."""
-    if fc.critic_start != "prefit":
-        return None
-    if ctx.env is None:
-        raise ConfigError("factor.critic_start", "'prefit' plays its rollouts in-step on "
-                          "a JAX-native environment; host games have none", "warmup")
-
-    def prefit(params, critic_state, key, collect):
-        _, outcome = run_outcome_rule(fc, ctx.env)
-
-        def one_batch(state, key):
-            k_roll, k_cont, k_push = jax.random.split(key, 3)
-            batch = collect(params, k_roll)
-            g = episode_outcomes(batch, outcome)
-            cont, _, _, state = replay_targets(fc, ctx, params, batch, k_cont, k_push, g,
-                                               state)
-            calls = batch.env_calls.astype(jnp.float32) + cont.env_calls
-            return state, (calls, cont.aux_tokens)
-
-        k_batches, k_fit = jax.random.split(key)
-        critic_state, (calls, tokens) = jax.lax.scan(
-            one_batch, critic_state, jax.random.split(k_batches, fc.prefit_batches))
-        critic_state, m = tac_critic.prefit(critic_state, k_fit, fc.critic_lr,
-                                            fc.critic_sample, fc.prefit_critic_steps)
-        return critic_state, {"env_calls": jnp.sum(calls), "aux_tokens": jnp.sum(tokens),
-                              **m}
-    return prefit
 
 
 def _factor_method(name: str, factory) -> Method:

@@ -12,8 +12,8 @@ import pytest
 
 from asct_jax import search as S
 from asct_jax.search.methods import paper_rules, paper_search
-from experiments import registry
 from experiments.configs import asct_ragspace, base
+from experiments.harness import registry
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_actor_token_unit_is_checked_at_the_edge(setup):
 
 
 def test_utility_per_difficulty_regroups_the_held_out_evaluation(setup, tmp_path):
-    from experiments import asct_ragspace as script
+    from experiments.tables import asct_ragspace as script
     c, ctx, params, batch = setup
     c = copy.deepcopy(c)
     c.train.eval_episodes = 24
@@ -177,7 +177,7 @@ def test_ledger_summary_and_table_hand_counted(tmp_path):
     scoring in each unit, the actor subtotal = continuations + main trajectory + optimizer
     forwards, tokens per actor state = one pass / decisions; a run without the ledger has
     no row."""
-    from experiments import asct_ragspace as script
+    from experiments.tables import asct_ragspace as script
     s = {"total/t_env": 100.0, "total/ledger/decisions": 4.0, "mean/j_search": 0.5}
     for u, (cont, main, fwd, one) in {"words": (10, 5, 20, 10), "chat": (30, 12, 60, 30),
                                       "chat_per_label": (70, 20, 140, 70)}.items():

@@ -1,4 +1,4 @@
-"""experiments/asct_regime.py: the actor's uncertainty, the newly scored decisions of
+"""experiments/studies/asct_regime.py: the actor's uncertainty, the newly scored decisions of
 VinePPO's continuations, Table 14's centring check and the paper's implied figures, on
 hand-checked cases (TinyWorkflow, tests/tiny_workflow.py)."""
 import math
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tiny_workflow as tw  # tests/tiny_workflow.py
-from experiments import asct_regime as ar
+from experiments.studies import asct_regime as ar
 
 NEG = -1e9
 

@@ -9,8 +9,8 @@ from asct_jax.rl import advantages as adv
 from asct_jax.rl.credit import state_policy_fn
 from asct_jax.search.methods import live_state_values
 from asct_jax.search.rollout_value import mc_return
-from experiments import registry
 from experiments.configs import base
+from experiments.harness import registry
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
-"""experiments/critic_fit.py: a fresh TAC head fitted on a replay learns it (held-out
+"""experiments/studies/critic_fit.py: a fresh TAC head fitted on a replay learns it (held-out
 error falls, r rises) and reports the steps asked for."""
 import numpy as np
 
-from experiments import critic_fit
+from experiments.studies import critic_fit
 
 
 def test_fit_curve_learns_a_value_of_the_features():

@@ -1,5 +1,5 @@
 """Held-out curves (issue 49): the plateau slope and its interval on hand-worked curves,
-the mean band, and experiments.curves on synthetic metrics.jsonl files."""
+the mean band, and experiments.harness.curves on synthetic metrics.jsonl files."""
 import json
 import os
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from asct_jax.infra.curves import mean_band, plateau
-from experiments import curves
+from experiments.harness import curves
 
 T975 = {1: 12.706204736174707, 2: 4.302652729749464}   # t_{0.975, df}
 

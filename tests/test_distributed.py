@@ -1,7 +1,7 @@
-"""Several processes, one program (asct_jax.infra.distributed, experiments.launch_local):
+"""Several processes, one program (asct_jax.infra.distributed, experiments.harness.launch_local):
 2 processes x 2 CPU devices train as 1 process x 4, checkpoints resume across the two
 layouts, process 0 alone writes, bad train.distributed fields are one-line errors; and
-experiments.device_check runs on CPU and writes its JSON."""
+experiments.checks.device_check runs on CPU and writes its JSON."""
 import json
 import os
 import subprocess
@@ -14,8 +14,8 @@ import pytest
 from asct_jax.infra import config_cli, distributed
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import RunLogger
-from experiments import launch_local
 from experiments.configs import base
+from experiments.harness import launch_local
 from tests.test_rl_train import ROOT, _cli_args, _env, _metrics, build, small_config
 
 BASE = os.path.join(ROOT, "experiments", "configs", "base.py")
@@ -99,8 +99,9 @@ def test_launcher_environment_and_arguments():
 
 
 def test_launcher_names_the_process_that_failed(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "experiments.launch_local", "--processes", "2",
-                        "--log-dir", str(tmp_path), "--", "--config=/no/such/config.py"],
+    p = subprocess.run([sys.executable, "-m", "experiments.harness.launch_local",
+                        "--processes", "2", "--log-dir", str(tmp_path), "--",
+                        "--config=/no/such/config.py"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert p.returncode == 2, p.stderr
     assert "launch_local: process" in p.stderr and "failed with exit status 2" in p.stderr
@@ -117,7 +118,7 @@ def _one_process(tmp_path, run, steps, extra=()):
 
 
 def _two_processes(tmp_path, run, steps, extra=()):
-    cmd = [sys.executable, "-m", "experiments.launch_local", "--processes", "2",
+    cmd = [sys.executable, "-m", "experiments.harness.launch_local", "--processes", "2",
            "--devices-per-process", "2", "--log-dir", str(tmp_path / f"logs_{run}"),
            "--timeout", "900", "--", *_cli_args(tmp_path, run, steps, extra)[3:]]
     p = subprocess.run(cmd, env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True,
@@ -175,7 +176,7 @@ def test_enabled_without_a_cluster_exits_2_with_one_line(tmp_path):
 @pytest.mark.slow
 def test_device_check_runs_on_cpu_and_writes_its_json(tmp_path):
     out = tmp_path / "device_check.json"
-    p = subprocess.run([sys.executable, "-m", "experiments.device_check", "--out", str(out)],
+    p = subprocess.run([sys.executable, "-m", "experiments.checks.device_check", "--out", str(out)],
                        env=dict(_env(tmp_path)), cwd=ROOT, capture_output=True, text=True,
                        timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -11,8 +11,8 @@ import pytest
 
 from asct_jax.infra import config_cli
 from asct_jax.infra.checks import ConfigError
-from experiments import registry, runner
 from experiments.configs import base
+from experiments.harness import registry, runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(os.path.basename(p)[:-3] for p in glob.glob(
@@ -73,7 +73,7 @@ def test_run_grid_checks_every_variant_before_training(tmp_path, overrides, fiel
 
 
 def test_a_table_script_exits_2_with_one_line(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "experiments.factor_table",
+    p = subprocess.run([sys.executable, "-m", "experiments.tables.factor_table",
                         "--config", os.path.join(REPO, "experiments/configs/factor_table.py"),
                         "--config.factor.tau=-1", f"--config.train.results_dir={tmp_path}"],
                        capture_output=True, text=True, cwd=REPO, timeout=300,
@@ -87,8 +87,8 @@ def test_the_factor_table_refuses_grpo_extended_without_its_references_before_tr
     """grpo_extended's batch is FACTOR's environment calls over GRPO's: without both in
     the table it is a one-line config error before any run (it was a traceback after the
     other methods' runs)."""
-    from experiments import factor_table
     from experiments.configs import factor_table as factor_table_config
+    from experiments.tables import factor_table
     c = factor_table_config.get_config("smoke")
     c.train.results_dir = str(tmp_path)
     c.table.methods = ("factor_no_apm", "grpo_extended")

@@ -1,13 +1,13 @@
-"""experiments/runner.py: finished runs are reused only when their config matches."""
+"""experiments/harness/runner.py: finished runs are reused only when their config matches."""
 import json
 import os
 
 import numpy as np
 import pytest
 
-from experiments import registry
 from experiments.configs import factor_table
-from experiments.runner import apply_overrides, config_differences, run_grid
+from experiments.harness import registry
+from experiments.harness.runner import apply_overrides, config_differences, run_grid
 
 
 def config_to_dict(config):
@@ -87,7 +87,7 @@ def test_run_grid_refuses_a_run_of_another_scale(tmp_path):
 
 
 def test_liveness_table_takes_each_seeds_first_grad_norm_and_means_over_steps(tmp_path):
-    from experiments.runner import liveness_table
+    from experiments.harness.runner import liveness_table
     rows = {42: [{"step": 0, "eval/x": 1.0},
                  {"step": 1, "train/grad_norm": 2.0, "k": 1.0, "train/updates": 2.0},
                  {"step": 2, "train/grad_norm": 10.0, "k": 3.0, "train/updates": 4.0}],
@@ -106,7 +106,7 @@ def test_liveness_table_takes_each_seeds_first_grad_norm_and_means_over_steps(tm
 
 
 def test_write_comparisons_pairs_the_table_seeds_and_names_the_papers_gap(tmp_path):
-    from experiments.runner import write_comparisons
+    from experiments.harness.runner import write_comparisons
     def runs(final, start=(0.4, 0.45, 0.5)):
         return [{"seed": s, "final/env/success": f, "initial/env/success": i}
                 for s, f, i in zip((42, 43, 1337), final, start)]
@@ -145,7 +145,7 @@ def test_write_comparisons_pairs_the_table_seeds_and_names_the_papers_gap(tmp_pa
 
 
 def test_write_comparisons_on_log_costs_gives_the_ratio_and_the_papers_log_gap(tmp_path):
-    from experiments.runner import write_comparisons
+    from experiments.harness.runner import write_comparisons
     # VinePPO spends 2x, 2.2x, 1.8x AgentUCT's tokens on seeds 42, 43, 1337
     results = {m: [{"seed": s, "total/aux_tokens": t} for s, t in zip((42, 43, 1337), ts)]
                for m, ts in {"vineppo": (200.0, 220.0, 180.0),
@@ -175,7 +175,7 @@ def test_restore_run_state_reads_a_runs_checkpoint_with_the_learners_frozen_para
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.sources import JaxEnvSource
     from experiments.configs import base
-    from experiments.runner import restore_run_state, train_run
+    from experiments.harness.runner import restore_run_state, train_run
 
     c = base.use_test_model(factor_table.get_config("smoke"))
     c.train.results_dir = str(tmp_path)

@@ -1,7 +1,7 @@
 """Host adapters for real text games: TextWorld, ScienceWorld, ALFWorld, WebShop.
 
 TextWorld games are generated once into ~/.cache/asct_jax/textworld (or
-$ASCT_JAX_TEXTWORLD_GAMES) with experiments/make_textworld_games.py (~1-3 s a game).
+$ASCT_JAX_TEXTWORLD_GAMES) with experiments/harness/make_textworld_games.py (~1-3 s a game).
 """
 import dataclasses
 import os
@@ -14,7 +14,7 @@ import pytest
 
 from asct_jax.envs.external import (AlfWorldEnv, BatchedHostEnv, HostState, ScienceWorldEnv,
                                     TextWorldEnv, WebShopEnv, encode, make_host_env)
-from experiments.make_textworld_games import DEFAULT_OUT, make_games
+from experiments.harness.make_textworld_games import DEFAULT_OUT, make_games
 
 SW_TASK = "find-non-living-thing"  # variation 0, "easy": solved in 5 steps
 SW_ACTIONS = ["open door to kitchen", "xyzzy", "go to kitchen", "look around",

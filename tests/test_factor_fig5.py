@@ -1,4 +1,4 @@
-"""Smoke test of experiments/factor_fig5.py's panel computations (factor_jax.figure5's
+"""Smoke test of experiments/tables/factor_fig5.py's panel computations (factor_jax.figure5's
 Diagnostics, tested in tests/test_figure5.py) on a tiny config (no training: early = late
 = the initial parameters)."""
 import os
@@ -10,10 +10,11 @@ import pytest
 from asct_jax.infra import config_cli
 from asct_jax.rl.build import build_learner
 from asct_jax.rl.sources import JaxEnvSource
-from experiments import registry
-from experiments import factor_fig5 as fig5
 from experiments.configs import base
 from experiments.configs import factor_fig5 as fig5_config
+from experiments.harness import registry
+from experiments.tables import factor_fig5 as fig5
+from experiments.tables import factor_fig5_panels as panels
 
 # The module fixture runs Figure 5's whole diagnostic pipeline: the slow tier.
 pytestmark = pytest.mark.slow
@@ -110,7 +111,7 @@ def test_perturbation_table(setup):
 
 def test_plot_and_config(setup, tmp_path):
     _, _, _, res, _ = setup
-    path = fig5.plot(res, str(tmp_path / "fig5.png"), "smoke")
+    path = panels.plot(res, str(tmp_path / "fig5.png"), "smoke")
     assert os.path.getsize(path) > 0
     cfg = config_cli.parse_config(["--config", CONFIG + ":quick"])
     assert cfg.fig5.mc_rollouts == 8 and cfg.method == "factor"
@@ -123,7 +124,7 @@ def test_plot_and_config(setup, tmp_path):
 def _finished_run(tmp_path, **fields):
     """A finished run's folder (config.json, summary.json) of a factor_fig5 config."""
     from asct_jax.infra.run_logger import atomic_write_json
-    from experiments.dotted import apply_overrides
+    from experiments.harness.dotted import apply_overrides
 
     stored = apply_overrides(tiny_config(tmp_path), fields)
     run_dir = tmp_path / "table" / "shop_factor_s42"
@@ -157,7 +158,7 @@ def test_adopting_no_factor_run_is_a_one_line_error(tmp_path, fields, problem):
 def test_figure_of_an_adopted_run_reads_its_last_checkpoint(tmp_path, monkeypatch):
     """A 2-step run (checkpoint_every 5: the last step is kept anyway), then Figure 5 on
     it: no training, the late parameters are the run's final ones."""
-    from experiments.runner import train_run
+    from experiments.harness.runner import train_run
 
     seen = {}
     real = fig5.run_diagnostics
@@ -205,7 +206,7 @@ def test_critic_calibration_hand_case():
     a_mc = np.asarray(fj.tac_credit(pieces.rewards, jnp.asarray(v_mc), pieces.baseline,
                                     jnp.asarray(tm)))
     var = np.asarray(fj.mc_noise_var(jnp.asarray(v_mc), True, 1.0, 4))
-    m = fig5.critic_calibration(pieces, a_mc, v_mc, tm, state_var=var)
+    m = panels.critic_calibration(pieces, a_mc, v_mc, tm, state_var=var)
     # noise: V(1 - V) / 4 at x_t plus at x_{t+1} (0 at x_0 and x_T), over the 6 actions
     np.testing.assert_allclose(m["mc_noise_sd"], np.sqrt((0.06 + 0.12 + 0.06 + 0.04
                                                           + 0.04) / 6), rtol=1e-5)
@@ -227,7 +228,7 @@ def test_interior_calibration_hand_case():
     rewards = np.array([[0.0, 1.0, -1.0, 5.0], [0.0, 2.0, 0.0, 0.0]])
     dv = np.array([[9.0, 0.1, 0.2, 9.0], [9.0, 0.3, 9.0, 0.0]])      # A* - r_t
     dv_mc = np.array([[-9.0, 0.2, 0.1, -9.0], [-9.0, 0.6, -9.0, 0.0]])
-    m = fig5.interior_calibration(rewards + dv, rewards + dv_mc, rewards, tm)
+    m = panels.interior_calibration(rewards + dv, rewards + dv_mc, rewards, tm)
     x, y = np.array([1.1, -0.8, 2.3]), np.array([1.2, -0.9, 2.6])
     np.testing.assert_allclose(m["corr_interior"], np.corrcoef(x, y)[0, 1], rtol=1e-5)
     np.testing.assert_allclose(m["corr_interior_without_r"],
@@ -252,7 +253,7 @@ def test_progress_delta_hand_counted():
     mask = np.array([[[True, True], [True, False], [True, True]]])
     progress = np.array([[True, False, True]])
     turns = np.array([[True, True, False]])                         # turn 2 did not happen
-    out = fig5.progress_delta(delta, -2 * delta, mask, progress, turns)
+    out = panels.progress_delta(delta, -2 * delta, mask, progress, turns)
     assert out["progress_actions"] == 1 and out["no_progress_actions"] == 1
     assert out["delta_progress_mean"] == 3.0 and out["delta_no_progress_mean"] == 0.5
     assert out["delta_progress_mean_no_feedback"] == -6.0
@@ -267,7 +268,7 @@ def test_term_grad_norms_at_steps_1_5_and_the_last(tmp_path):
             f.write(json.dumps({"step": s, "train/grad_norm/policy": float(s),
                                 "train/grad_norm/aux": 10.0 * s}) + "\n")
             f.write(json.dumps({"step": s, "eval/env/score": 0.5}) + "\n")
-    out = fig5.term_grad_norms(str(tmp_path))
+    out = panels.term_grad_norms(str(tmp_path))
     assert out == {"grad_policy@1": 1.0, "grad_aux@1": 10.0, "grad_policy@5": 5.0,
                    "grad_aux@5": 50.0, "grad_policy@7": 7.0, "grad_aux@7": 70.0}
-    assert fig5.term_grad_norms(str(tmp_path / "none")) == {}
+    assert panels.term_grad_norms(str(tmp_path / "none")) == {}

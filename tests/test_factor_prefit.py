@@ -1,7 +1,7 @@
 """FACTOR's factor.critic_start "prefit" (this project's option; the authors' "warmup" stays
 the default): the critic fitted before step 1 on rollouts of the initial policy
-(Method.make_prefit, factor_jax.methods.fit_critic_first, factor_jax.critic.prefit), its
-schedule without a warm-up, its env calls in the run's totals, and a resumed or
+(Method.make_prefit, factor_jax.critic_replay.fit_critic_first, factor_jax.critic.prefit),
+its schedule without a warm-up, its env calls in the run's totals, and a resumed or
 seed-batched run's prefit."""
 import json
 
@@ -16,8 +16,10 @@ import factor_jax as fj
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl.credit import CreditContext
 from experiments.configs import base
+from experiments.harness.stored_fields import ADDED_DEFAULTS
 from factor_jax import critic as C
-from factor_jax.methods import FACTOR, Schedule, factor_config, fit_critic_first
+from factor_jax.critic_replay import fit_critic_first
+from factor_jax.methods import FACTOR, Schedule, factor_config
 
 
 def _fc(steps: int, **fields):
@@ -47,7 +49,7 @@ def test_prefit_has_no_warmup_and_the_teacher_and_lambda_start_at_step_1(steps, 
 def test_prefit_fields_are_checked_and_default_to_the_authors_warmup():
     fc = _fc(20)
     assert (fc.critic_start, fc.prefit_batches, fc.prefit_critic_steps) == ("warmup", 4, 100)
-    assert base.ADDED_DEFAULTS["factor.critic_start"] == "warmup"   # what stored runs did
+    assert ADDED_DEFAULTS["factor.critic_start"] == "warmup"   # what stored runs did
     with pytest.raises(ConfigError, match=r"factor\.critic_start"):
         _fc(20, critic_start="early")
     with pytest.raises(ConfigError, match=r"factor\.prefit_critic_steps"):

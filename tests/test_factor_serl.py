@@ -245,8 +245,8 @@ def test_serl_credit_feeds_its_policy_loss(credit_setup):
 
     from asct_jax.rl import losses
     from asct_jax.rl.types import action_tokens
-    from experiments import registry
     from experiments.configs import base
+    from experiments.harness import registry
     c = base.use_test_model(base.get_config())
     c.env.name = "household"
     c, ctx, params, batch = credit_setup(c)

@@ -1,9 +1,10 @@
-"""experiments.fig5_samples: the regime measures' mean and t interval over diagnostic samples."""
+"""experiments.studies.fig5_samples: the regime measures' mean and t interval over
+diagnostic samples."""
 import json
 
 import pytest
 
-from experiments import fig5_samples
+from experiments.studies import fig5_samples
 
 
 def _doc(r_early, r_late, prog, none, run="factor_table_quick_warm/shop_factor_s42"):

@@ -1,4 +1,4 @@
-"""Tests of factor_jax/figure5.py: Figure 5's Diagnostics, on experiments/factor_fig5.py's
+"""Tests of factor_jax/figure5.py: Figure 5's Diagnostics, on experiments/tables/factor_fig5.py's
 tiny config (no training: the initial parameters)."""
 import jax
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 
 from asct_jax.rl.build import build_learner
 from asct_jax.rl.sources import JaxEnvSource
-from experiments import registry
-from experiments import factor_fig5 as fig5
+from experiments.harness import registry
+from experiments.tables import factor_fig5 as fig5
 from tests.test_factor_fig5 import tiny_config
 from factor_jax.figure5 import credit_step
 from factor_jax.methods import factor_config

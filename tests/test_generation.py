@@ -16,8 +16,8 @@ from asct_jax.rl.generation import (GenerationChooser, GenerationSpec, build_pro
                                     canonical_response, scripted_writer)
 from asct_jax.rl.rollout import episodes_to_rollout
 from asct_jax.rl.types import action_tokens, nonaction_tokens
-from experiments import registry
 from experiments.configs import base
+from experiments.harness import registry
 
 TAGS = Tags((90,), (91,), (92,), (93,))     # <think> </think> <action> </action>
 AO, AC = 92, 93

@@ -128,8 +128,8 @@ def test_the_option_leaves_the_other_rows_and_names_as_they_were(noisy):
     same with and without the counterfactual candidates ("feedback" warm starts are
     unchanged); without them no counterfactual row is sampled; "counterfactual" names
     another warm start than "feedback" and "none"."""
-    from experiments import warm_start as shared_ws
     from experiments.configs import base
+    from experiments.harness import warm_start as shared_ws
 
     source, policy, params, _, plain, counter = noisy
     for f in ("obs", "feedback", "failure", "cands", "legal", "taken", "expert", "progress",

@@ -261,8 +261,8 @@ def test_generated_episodes_with_a_candidates_actor_are_a_one_line_config_error(
 def test_the_generating_table_reads_the_feedback_and_candidate_names_stay():
     """factor_generate's warm start has the phase (its name is not the SFT one's); a
     candidate-mode config's name is the one it had without the fields."""
-    from experiments import warm_start as shared_ws
     from experiments.configs import base, factor_generate
+    from experiments.harness import warm_start as shared_ws
 
     c = factor_generate.get_config("quick_warm")
     c.env.name = "shop"

@@ -144,8 +144,8 @@ def test_the_option_off_keeps_the_params_and_the_warm_starts_name(noisy):
     """hindsight "none": the phase returns the same parameters and no info; the shared warm
     start's name is the one a config without the fields had; "feedback" renames it."""
     from asct_jax.rl.run_config import run_config
-    from experiments import warm_start as shared_ws
     from experiments.configs import base
+    from experiments.harness import warm_start as shared_ws
 
     source, policy, params, data, _ = noisy
     c = small_config("/tmp")
@@ -166,7 +166,7 @@ def test_a_bad_option_is_a_one_line_config_error(noisy):
     itself reject another one, naming the field."""
     from asct_jax.infra.checks import ConfigError
     from asct_jax.rl.run_config import run_config
-    from experiments import registry
+    from experiments.harness import registry
 
     source, policy, params, data, _ = noisy
     c = small_config("/tmp")

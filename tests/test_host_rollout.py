@@ -23,8 +23,8 @@ from asct_jax.rl.host_tokenizer import build_tokenizer, game_texts
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.rollout import rollout
 from asct_jax.rl.types import Rollout
-from experiments import registry
-from experiments.make_textworld_games import DEFAULT_OUT, make_games
+from experiments.harness import registry
+from experiments.harness.make_textworld_games import DEFAULT_OUT, make_games
 from factor_jax.host_continuations import host_continuations
 
 # Every test here plays real TextWorld games (generated on first use): the slow tier.

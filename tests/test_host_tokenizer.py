@@ -7,7 +7,7 @@ import pytest
 from asct_jax.envs.base import EOS_ID, PAD_ID, SPECIAL_TOKENS
 from asct_jax.envs.external import TextWorldEnv
 from asct_jax.rl.host_tokenizer import build_tokenizer, game_texts
-from experiments.make_textworld_games import DEFAULT_OUT, make_games
+from experiments.harness.make_textworld_games import DEFAULT_OUT, make_games
 
 pytestmark = pytest.mark.slow
 

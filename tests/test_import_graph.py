@@ -176,7 +176,7 @@ def test_the_scan_sees_local_relative_and_submodule_imports():
 
 # The only lines of asct_jax/ that may say "teacher", "hindsight" or "serl" (any case):
 # (file, line pattern, why). Stored configs (docs/results/data/) and the warm starts'
-# names (experiments/warm_start.key hashes the warm_start.* fields) keep these names.
+# names (experiments/harness/warm_start.key hashes the warm_start.* fields) keep these names.
 SUBSTRATE_NAMES_ALLOWED = (
     ("asct_jax/rl/run_config.py", r"^\s*teacher: str = option\(None, \"the scripted policy",
      "warm_start.teacher: the scripted policy imitated (not FACTOR's teacher)"),

@@ -184,7 +184,7 @@ def _records(run_dir):
 
 @pytest.mark.slow
 def test_resume_skips_a_corrupt_latest_checkpoint(tmp_path, capfd):
-    from experiments.runner import train_run as train
+    from experiments.harness.runner import train_run as train
     _, params = train(_small_config(tmp_path, run="full"), return_params=True)
     full, broken = tmp_path / "train" / "full", tmp_path / "train" / "broken"
     shutil.copytree(full, broken)

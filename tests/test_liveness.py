@@ -1,4 +1,4 @@
-"""experiments/runner.py's policy-step liveness (run_policy_steps, policy_step_cells and
+"""experiments/harness/runner.py's policy-step liveness (run_policy_steps, policy_step_cells and
 their columns in liveness_table), on synthetic metrics.jsonl + config.json worked by hand."""
 import json
 import math
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.runner import (POLICY_STEP_COLUMNS, liveness_table, run_policy_steps,
-                                train_records, update_lrs)
+from experiments.harness.runner import (POLICY_STEP_COLUMNS, liveness_table,
+                                        run_policy_steps, train_records, update_lrs)
 
 
 def _run(path, records, lr=0.01, lr_scale=1.0, warmup=0, config=True):

@@ -19,8 +19,8 @@ from asct_jax.rl.rollout import rollout
 from asct_jax.rl.build import build_policy
 from asct_jax.rl.sources import JaxEnvSource
 from asct_jax.rl.trainer import train
-from experiments import registry
 from experiments.configs import base
+from experiments.harness import registry
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_warm_start_of_the_lora_actor_and_a_run_from_it(folder, tmp_path):
     """The warm start through LLMView (the expert's picks in the model's tokens) with LoRA:
     only adapters and value head are saved, and a run with train.init_from starts from
     them (its step-0 evaluation is the warm start's own)."""
-    from experiments.warm_start import shared
+    from experiments.harness.warm_start import shared
     c = llm_config(folder, tmp_path, lora_rank=2)
     c.warm_start.update(dict(episodes=4, value_steps=1, batch=8, lr=1e-2))
     c.warm_start.sft_steps.household = 2
@@ -166,7 +166,7 @@ sys.path.insert(0, ROOT)
 from asct_jax.infra.resources import peak_rss_bytes
 from tests.test_llm_actor import llm_config
 from asct_jax.rl.trainer import train
-from experiments import registry
+from experiments.harness import registry
 c = llm_config(FOLDER, TMP, lora_rank=2, remat=True, attention_block=128)
 c.actor.chooser, c.actor.response_len = "generate", 24
 c.train.experiment, c.train.run = "gen_mem", "factor"

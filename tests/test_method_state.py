@@ -108,7 +108,7 @@ def test_a_stateful_method_needs_both_init_and_update():
 def test_factor_and_serl_resume_exactly(tmp_path, name):
     """The real stateful methods (FACTOR's TAC critic and replay, SERL's teacher copy):
     a run stopped at step 2 and resumed matches the uninterrupted one, step by step."""
-    from experiments import registry
+    from experiments.harness import registry
 
     method = registry.get(name)
 

@@ -120,8 +120,8 @@ def test_compiled_step_update_memory_does_not_grow_with_the_padding():
     from asct_jax.rl.rollout import rollout
     from asct_jax.rl.sources import JaxEnvSource
     from asct_jax.rl.train_step import make_learn_step, policy_params
-    from experiments import registry
     from experiments.configs import base as base_config
+    from experiments.harness import registry
 
     c = base_config.use_test_model(base_config.get_config())
     c.method, c.env.name = "grpo", "household"

@@ -1,9 +1,10 @@
-"""experiments/page_verdicts.py: a page's rows recomputed from their values, Holm over all."""
+"""experiments/checks/page_verdicts.py: a page's rows recomputed from their values, Holm
+over all."""
 import json
 
 import pytest
 
-from experiments import page_verdicts
+from experiments.checks import page_verdicts
 
 
 def _stored(path, values, rows):

@@ -9,8 +9,8 @@ from asct_jax.rl import protocol as P
 from asct_jax.rl.methods import ASCT, VERL
 from factor_jax.baselines import SERL_PROTOCOL as SERL
 from factor_jax.methods import FACTOR_PROTOCOL as FACTOR
-from experiments import registry
 from experiments.configs import base
+from experiments.harness import registry
 
 
 def test_each_method_owns_its_authors_protocol():

@@ -1,11 +1,11 @@
-"""The last screen of `experiments.reproduce --quick` (experiments/quick_summary.py): each
+"""The last screen of `experiments.reproduce --quick` (experiments/harness/quick_summary.py): each
 comparison of the smoke run beside the decision table's row, and whether its interval
 covers the decision table's mean."""
 import json
 import os
 
-from experiments import quick_summary as q
 from experiments.configs import asct_ragspace, factor_table
+from experiments.harness import quick_summary as q
 
 
 def _row(comparison, mean, interval, verdict="inconclusive", n=2):

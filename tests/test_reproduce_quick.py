@@ -1,12 +1,14 @@
 """`python -m experiments.reproduce --quick`'s terminal: a line per part and per finished
 run (no progress bars, each part's tables in results/reproduce_<part>.log), then the one
-screen of experiments/quick_summary.py. The parts are stand-ins here (no training)."""
+screen of experiments/harness/quick_summary.py. The parts are stand-ins here (no training)."""
 import json
 import os
 
 import pytest
 
-from experiments import asct_ragspace, factor_fig5, factor_table, reproduce, runner
+from experiments import reproduce
+from experiments.harness import runner
+from experiments.tables import asct_ragspace, factor_fig5, factor_table
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.config_cli import config_to_dict
 from asct_jax.rl.run_config import SECTIONS, RunConfig, default_of, run_config
-from experiments import registry
 from experiments.configs import base
+from experiments.harness import registry, stored_fields
 
 
 class _Recorder:
@@ -85,7 +85,7 @@ def test_every_typed_field_is_in_the_base_config_with_the_same_default():
 
 
 def test_added_defaults_come_from_the_typed_defaults():
-    assert base.ADDED_DEFAULTS == {
+    assert stored_fields.ADDED_DEFAULTS == {
         "train.init_from": "", "actor.chooser": "candidates", "actor.response_len": 24,
         "actor.history": 2, "actor.temperature": 1.0, "actor.top_p": 1.0,
         "actor.invalid_penalty": 0.1, "actor.continuations": "chooser",
@@ -95,13 +95,13 @@ def test_added_defaults_come_from_the_typed_defaults():
         "warm_start.hindsight": "none", "warm_start.hindsight_steps": 100,
         "warm_start.reasoning": "empty",
         "train.eval_split": "test", "train.validation_seed": 20270611,
-        # FACTOR's (experiments/configs/base.py ADDED_FACTOR_FIELDS): the authors' warm-up
+        # FACTOR's (experiments/harness/stored_fields.py ADDED_FACTOR_FIELDS): the authors' warm-up
         "factor.critic_start": "warmup", "factor.prefit_batches": 4,
         "factor.prefit_critic_steps": 100}
-    assert all(base.ADDED_DEFAULTS[k] == default_of(k) for k in base.ADDED_FIELDS)
+    assert all(stored_fields.ADDED_DEFAULTS[k] == default_of(k) for k in stored_fields.ADDED_FIELDS)
     # asct.actor_token_unit changes the summaries' T_aux: a run stored without it is not
     # reused as if it had it
-    assert "asct.actor_token_unit" not in base.ADDED_DEFAULTS
+    assert "asct.actor_token_unit" not in stored_fields.ADDED_DEFAULTS
     with pytest.raises(KeyError):
         default_of("train.steps")                  # required: no default
 

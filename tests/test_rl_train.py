@@ -43,7 +43,7 @@ def build(c):
     """(learner, compiled step(state, step) -> (state, host metrics)) of a config."""
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.sources import JaxEnvSource
-    from experiments import registry
+    from experiments.harness import registry
 
     source = JaxEnvSource(c)
     learner = build_learner(c, registry.get(c.method), source)
@@ -397,7 +397,7 @@ def test_seeds_in_one_program_match_separate_runs(tmp_path):
     """train_seeds (the step vmapped over seeds) writes each seed's usual run, and its
     metrics equal the separate run's to float tolerance (batched matmuls round apart)."""
     from asct_jax.rl.trainer import train, train_seeds
-    from experiments import registry
+    from experiments.harness import registry
 
     def cfg(seed, experiment):
         c = small_config(tmp_path / experiment, steps=2, checkpoint_every=2)

@@ -133,8 +133,8 @@ def test_generation_parse_on_the_simulator(sw_env):
 @pytest.mark.slow
 def test_smoke_run_trains_each_method_and_warm_start_forces_gold(tmp_path):
     pytest.importorskip("scienceworld")
-    from experiments import scienceworld_run
     from experiments.configs import scienceworld as cfg
+    from experiments.tables import scienceworld_run
 
     config = cfg.get_config("smoke")
     config.train.results_dir = str(tmp_path)
@@ -170,8 +170,8 @@ def test_host_rollout_of_a_generating_actor(tmp_path):
     from asct_jax.rl.host_warm_start import expert_rollout
     from asct_jax.rl.build import build_policy
     from asct_jax.rl.types import action_tokens, nonaction_tokens
-    from experiments import scienceworld_run
     from experiments.configs import scienceworld as cfg
+    from experiments.tables import scienceworld_run
 
     config = cfg.get_config("smoke")
     config.train.results_dir = str(tmp_path)

@@ -67,8 +67,8 @@ def test_each_step_charges_the_actor_scoring_again_not_the_executions(credit_set
     import jax
     import jax.numpy as jnp
 
-    from experiments import registry
     from experiments.configs import base
+    from experiments.harness import registry
 
     c = base.use_test_model(base.get_config())
     c.env.name = "ragspace"

@@ -1,13 +1,13 @@
-"""experiments/sweep.py: a table's method tuned end to end on the tuning seed's
+"""experiments/tables/sweep.py: a table's method tuned end to end on the tuning seed's
 validation episodes, its points reused when the sweep runs again."""
 import json
 import os
 
 import pytest
 
-from experiments import sweep
 from experiments.configs import base, factor_table
-from experiments.dotted import apply_overrides
+from experiments.harness.dotted import apply_overrides
+from experiments.tables import sweep
 
 
 def _config(tmp_path):
@@ -111,7 +111,7 @@ def test_a_best_rate_at_the_grids_edge_grows_the_grid_past_that_edge(tmp_path, m
 
 
 def test_beyond_edge_steps_the_grids_ratio_past_either_edge():
-    from experiments import tuning
+    from experiments.harness import tuning
     assert tuning.beyond_edge([1e-4, 2e-4, 4e-4], 1e-4) == 5e-5
     assert tuning.beyond_edge([1e-4, 2e-4, 4e-4], 4e-4) == 8e-4
     assert tuning.beyond_edge([1e-4, 2e-4, 4e-4], 2e-4) is None

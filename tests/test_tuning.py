@@ -1,10 +1,10 @@
-"""experiments/tuning.py: a sweep point's score, the choice, the run length, and how a
+"""experiments/harness/tuning.py: a sweep point's score, the choice, the run length, and how a
 table applies the tuned values."""
 import pytest
 
 from asct_jax.infra.checks import ConfigError
-from experiments import tuning
 from experiments.configs import asct_ragspace, base, factor_generate, factor_table
+from experiments.harness import tuning
 
 
 def test_score_is_the_mean_over_the_last_quarter_of_the_evaluations():

@@ -99,9 +99,9 @@ def test_host_games_refuse_validation_in_one_line():
 
 
 def test_a_stored_run_without_the_fields_reads_as_a_test_evaluation(tmp_path):
-    from experiments import registry
     from experiments.configs import factor_table
-    from experiments.runner import config_differences
+    from experiments.harness import registry
+    from experiments.harness.runner import config_differences
 
     c = factor_table.get_config("quick")
     c.train.results_dir = str(tmp_path)

@@ -29,9 +29,9 @@ def _warm_config(tmp_path, **train):
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory):
-    """A tiny warm start written by experiments.warm_start.shared (as a table makes it):
+    """A tiny warm start written by experiments.harness.warm_start.shared (as a table makes it):
     (config, summary, out_dir)."""
-    from experiments.warm_start import shared
+    from experiments.harness.warm_start import shared
     c = _warm_config(tmp_path_factory.mktemp("warm"))
     out_dir = shared(c)
     with open(os.path.join(out_dir, "summary.json")) as f:
@@ -99,7 +99,7 @@ def test_sft_lowers_the_loss_and_raises_held_out_expert_log_probs():
 
 @pytest.mark.slow
 def test_a_run_with_init_from_starts_from_the_warm_start(warm, tmp_path):
-    from experiments.runner import train_run
+    from experiments.harness.runner import train_run
     c0, summary, out_dir = warm
     c = small_config(tmp_path, steps=1, eval_every=1, init_from=out_dir)
     summary_run = train_run(c)
@@ -116,7 +116,7 @@ def test_a_run_with_init_from_starts_from_the_warm_start(warm, tmp_path):
 @pytest.mark.slow
 def test_init_from_errors_name_the_field(warm, tmp_path):
     from asct_jax.rl.build import build_learner
-    from experiments import registry
+    from experiments.harness import registry
     _, _, out_dir = warm
     for init_from, fix in [(str(tmp_path / "nowhere"), {}),
                            (out_dir, {"hidden_size": 48})]:
@@ -130,8 +130,8 @@ def test_init_from_errors_name_the_field(warm, tmp_path):
 def test_runs_stored_before_init_from_still_match_a_fresh_config(tmp_path):
     """A config.json written before train.init_from / warm_start existed is the same run."""
     from asct_jax.infra.config_cli import config_to_dict
-    from experiments.runner import config_differences
-    from experiments import registry
+    from experiments.harness import registry
+    from experiments.harness.runner import config_differences
     c = small_config(tmp_path)
     stored = config_to_dict(registry.check(c)[1].record)    # what config.json holds
     del stored["train"]["init_from"], stored["warm_start"]
@@ -142,8 +142,8 @@ def test_runs_stored_before_init_from_still_match_a_fresh_config(tmp_path):
 
 @pytest.mark.slow
 def test_one_warm_start_is_shared_by_methods_seeds_and_scales(warm):
-    from experiments.runner import apply_overrides, from_warm_start
-    from experiments.warm_start import key
+    from experiments.harness.runner import apply_overrides, from_warm_start
+    from experiments.harness.warm_start import key
     c, _, out_dir = warm
     c = c.copy_and_resolve_references()
     c.table = ml_collections.ConfigDict({"warm_start": False})
@@ -185,10 +185,10 @@ def test_table_config_args_with_warm():
 
 
 def test_shared_warm_start_name_depends_on_what_its_environment_reads():
-    """experiments.warm_start.key: the candidate-scoring actor's warm start ignores the
+    """experiments.harness.warm_start.key: the candidate-scoring actor's warm start ignores the
     actor section and the other environments' SFT steps; a generating actor's does not."""
-    from experiments import warm_start as shared_ws
     from experiments.configs import base
+    from experiments.harness import warm_start as shared_ws
 
     c = base.get_config()
     c.env.name = "shop"
@@ -258,7 +258,7 @@ def test_the_smoothed_loss_is_least_at_the_smoothed_targets(seed, s):
 def test_label_smoothing_off_is_the_expert_sft_and_on_is_checked():
     from asct_jax.rl.build import build_policy
     from asct_jax.rl.run_config import run_config
-    from experiments import registry
+    from experiments.harness import registry
     c = small_config("/tmp")
     source = _source(c)
     policy, _ = build_policy(c, source.vocab_size, source.shape, source.prompt)
@@ -285,8 +285,8 @@ def test_label_smoothing_refuses_a_generating_actor():
 def test_label_smoothing_off_keeps_the_warm_starts_names():
     """A warm start named before the field existed keeps its name at 0; another value
     names another warm start (the ASCT table's)."""
-    from experiments import warm_start as shared_ws
     from experiments.configs import asct_ragspace, base
+    from experiments.harness import warm_start as shared_ws
     for c in (base.get_config(), asct_ragspace.get_config("quick_warm")):
         c.warm_start.label_smoothing = 0.0
         name = shared_ws.key(c)

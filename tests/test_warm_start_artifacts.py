@@ -1,6 +1,6 @@
 """The warm starts shipped with the code (experiments/artifacts/warm_start/,
-experiments/warm_start_artifacts.py): found by the smoke configs, copied by
-experiments.warm_start.shared instead of made, small, and (slow) exactly what a rebuild
+experiments/harness/warm_start_artifacts.py): found by the smoke configs, copied by
+experiments.harness.warm_start.shared instead of made, small, and (slow) exactly what a rebuild
 makes."""
 import json
 import os
@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from experiments import warm_start, warm_start_artifacts
-from experiments.dotted import apply_overrides, flatten
+from experiments.harness import warm_start, warm_start_artifacts
+from experiments.harness.dotted import apply_overrides, flatten
 
-REGENERATE = "python -m experiments.warm_start_artifacts"
+REGENERATE = "python -m experiments.harness.warm_start_artifacts"
 
 
 @pytest.mark.parametrize("module,arg", warm_start_artifacts.SHIPPED)
@@ -82,7 +82,7 @@ def test_a_rebuild_makes_the_shipped_warm_start_bit_for_bit(name, tmp_path):
     import sys
 
     env = dict(os.environ, XLA_FLAGS=_without_opt_level(os.environ.get("XLA_FLAGS", "")))
-    subprocess.run([sys.executable, "-m", "experiments.warm_start_artifacts", "--out",
+    subprocess.run([sys.executable, "-m", "experiments.harness.warm_start_artifacts", "--out",
                     str(tmp_path), "--only", name], check=True, env=env)
     out = os.path.join(str(tmp_path), name)
     shipped = os.path.join(warm_start.ARTIFACTS, name)

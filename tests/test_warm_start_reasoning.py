@@ -116,9 +116,10 @@ def test_empty_reasoning_is_bit_identical_to_the_canonical_writer():
 
 
 def test_empty_keeps_the_warm_starts_names_and_stored_runs():
-    from experiments import warm_start as shared_ws
     from experiments.configs import base
-    assert base.ADDED_DEFAULTS["warm_start.reasoning"] == "empty"
+    from experiments.harness import warm_start as shared_ws
+    from experiments.harness.stored_fields import ADDED_DEFAULTS
+    assert ADDED_DEFAULTS["warm_start.reasoning"] == "empty"
     c = base.get_config()
     c.env.name, c.actor.chooser = "shop", "generate"
     name = shared_ws.key(c)
@@ -143,8 +144,8 @@ def test_subgoal_refuses_what_cannot_write_it():
         ws.check_reasoning("subgoal", shop, GenerationSpec(tags=spec.tags, response_len=12))
     for env, s, teacher, _ in cases:                        # "empty" is always fine
         ws.check_reasoning("empty", env, s, teacher)
-    from experiments import registry
     from experiments.configs import base
+    from experiments.harness import registry
     c = base.get_config()
     c.warm_start.reasoning = "long"
     with pytest.raises(ConfigError, match=r"^warm_start\.reasoning: "):

@@ -17,7 +17,7 @@ from asct_jax.models import layers
 from asct_jax.models.config import ModelConfig
 
 # False: the passes without a cache run the layers as an unrolled Python loop (XLA compiles L
-# copies of the block), the reference of the parity tests and of experiments.bench_compile.
+# copies of the block), the reference of the parity tests and of experiments.bench.compile.
 SCAN_LAYERS = True
 
 

@@ -77,7 +77,7 @@ def _reverse_discounted_sum(x: chex.Array, decay: chex.Array) -> chex.Array:
 
 # Up to this many turns the suffix sum is an unrolled sum of T broadcast rows (one fused
 # elementwise kernel, O(T) work per entry, delta fused in); above it, one matmul with U.
-# Measured on XLA:CPU (experiments/bench_credit.py): the unrolled sum wins at T = 4
+# Measured on XLA:CPU (experiments/bench/credit.py): the unrolled sum wins at T = 4
 # (returns-to-go 3x, GAE 1.4x faster than the matmul at B = 4096) and loses from T = 8.
 _UNROLL_MAX_T = 4
 
@@ -200,7 +200,7 @@ def returns_to_go_scan_reference(rewards: chex.Array, turn_mask: chex.Array,
 
       G_t = m_t r_t + gamma * m_{t+1} * G_{t+1},  G_T = 0.
 
-    Kept as the reference the tests and experiments/bench_credit.py compare against.
+    Kept as the reference the tests and experiments/bench/credit.py compare against.
     """
     _check_turns(rewards, turn_mask)
     m = turn_mask.astype(rewards.dtype)
@@ -215,7 +215,7 @@ def gae_scan_reference(rewards: chex.Array, values: chex.Array, turn_mask: chex.
 
       A_t = delta_t + gamma * lam * m_{t+1} * A_{t+1},  A_T = 0;  target_t = A_t + V_t.
 
-    Kept as the reference the tests and experiments/bench_credit.py compare against.
+    Kept as the reference the tests and experiments/bench/credit.py compare against.
     """
     _check_turns(rewards, turn_mask, values)
     values = jax.lax.stop_gradient(values)

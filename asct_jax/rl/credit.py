@@ -23,7 +23,7 @@ The train state carries `mstate` (TrainState.method_state): orbax checkpoints an
 restores it, train_seeds stacks it per seed, FSDP shards it like the parameters. The
 train step calls these without knowing which method it runs. Each package lists its
 methods as `Method` records next to their kernels (asct_jax.rl.methods,
-asct_jax.search.methods, factor_jax.methods); experiments/registry.py maps names to them.
+asct_jax.search.methods, factor_jax.methods); experiments/harness/registry.py maps names to them.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Real text games driven on the host (TextWorld, ScienceWorld) as a rollout source.
 
     summary = trainer.train(run, method, source=HostGames(run, game_set))
-    # run: a RunConfig; game_set: a GameSet (experiments/textworld_run.py,
-    # experiments/scienceworld_run.py)
+    # run: a RunConfig; game_set: a GameSet (experiments/tables/textworld_run.py,
+    # experiments/tables/scienceworld_run.py)
 
 Each step plays B = rollout.num_groups * G episodes with `host_rollout` (num_groups
 training games drawn without replacement, G episodes each) and hands the batch to the

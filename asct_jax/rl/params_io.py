@@ -29,7 +29,7 @@ def load_params(directory: str, target: Any, field: str = "train.init_from") -> 
     path = os.path.join(directory, CHECKPOINT)
     if not os.path.isdir(path):
         raise ConfigError(field, f"{directory!r} has no warm-start checkpoint ({CHECKPOINT}/)",
-                          "a directory written by experiments.warm_start, or ''")
+                          "a directory written by experiments.harness.warm_start, or ''")
     try:
         with Checkpointer(path) as ckpt:
             return ckpt.restore(target).state

@@ -1,12 +1,13 @@
 """A run's typed config: one frozen record per ConfigDict section, built and checked once.
 
-    run = run_config(config, method)     # at the edge (experiments.registry.check)
+    run = run_config(config, method)     # at the edge (experiments.harness.registry.check)
     trainer.train(run, method)           # nothing below reads the ConfigDict
 
 Each section's fields carry their allowed values and meaning (`typed_config.option`);
 experiments/configs/base.py's get_constraints takes the rules from here
-(`constraints(cls, section)` of every pair in SECTIONS) and its ADDED_DEFAULTS the values
-of the fields added after runs were stored (`default_of`). A field with a default may be
+(`constraints(cls, section)` of every pair in SECTIONS) and experiments/harness/
+stored_fields.py's ADDED_DEFAULTS the values of the fields added after runs were stored
+(`default_of`). A field with a default may be
 missing from a config (a config of before it existed); one without must be there.
 The method sections (asct, gigpo, vineppo, factor_jax's, ppo's credit fields) are the
 methods' own typed configs (Method.make_config), carried as `RunConfig.method_config`.

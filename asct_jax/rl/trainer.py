@@ -4,7 +4,7 @@
     summary = train(run, method, source=HostGames(...)) # real games on the host
 
 `run` is the run's typed config (asct_jax.rl.run_config.RunConfig; a ConfigDict is typed
-on entry, the edge) and `method` a `Method` record (experiments/registry.py maps
+on entry, the edge) and `method` a `Method` record (experiments/harness/registry.py maps
 config.method to it). The loop builds everything once with `build_learner`
 (asct_jax.rl.build), asks the rollout source (asct_jax.rl.sources) for its step and its
 held-out evaluation, and runs: checkpoints, resume, the non-finite guard, logging, the

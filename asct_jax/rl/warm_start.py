@@ -34,7 +34,7 @@ carry reasoning tokens (FACTOR's non-action branch is no longer ~5 format tokens
 
 Phases between SFT and the value fit (`WarmStartPhase`, e.g. a method package's reading of
 the feedback) are supplied by the caller (`warm_start(run, source, phases)`, filled at the
-experiment edge, experiments/warm_start.py): the substrate names none.
+experiment edge, experiments/harness/warm_start.py): the substrate names none.
 
 Both phases sample `warm_start.batch` turns per step from a fixed batch of episodes
 (`sample_turns`) and take one Adam step (warm_start.lr) on one jitted update,
@@ -315,7 +315,7 @@ def sft_steps(run: RunConfig) -> int:
 
 class WarmStartPhase(Protocol):
     """A phase between SFT and the value fit, supplied from outside the substrate (a method
-    package's, passed by the experiment edge: experiments/warm_start.py). It reads the
+    package's, passed by the experiment edge: experiments/harness/warm_start.py). It reads the
     run's warm_start section itself and returns (params, info); a phase its config turns
     off returns the params it got and no info. Jittable work inside is its own."""
 

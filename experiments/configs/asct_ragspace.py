@@ -1,14 +1,14 @@
 """The ASCT table on the RAGSpace analogue (asct_jax/envs/ragspace.py), as the ASCT paper
 defines the methods (arXiv 2609.35215).
 
-    python -m experiments.asct_ragspace --config experiments/configs/asct_ragspace.py:quick
-    python -m experiments.asct_ragspace --config experiments/configs/asct_ragspace.py:quick_warm
-    python -m experiments.asct_ragspace --config experiments/configs/asct_ragspace.py:smoke_warm
-    python -m experiments.asct_ragspace --config experiments/configs/asct_ragspace.py   # paper-sized
+    python -m experiments.tables.asct_ragspace --config experiments/configs/asct_ragspace.py:quick
+    python -m experiments.tables.asct_ragspace --config experiments/configs/asct_ragspace.py:quick_warm
+    python -m experiments.tables.asct_ragspace --config experiments/configs/asct_ragspace.py:smoke_warm
+    python -m experiments.tables.asct_ragspace --config experiments/configs/asct_ragspace.py   # paper-sized
 
 "_warm": every run starts from the shared warm start of ragspace (SFT on the noisy
 default workflow, its targets smoothed toward uniform over the legal labels:
-warm_start.label_smoothing, experiments/warm_start.py). Without it: from scratch.
+warm_start.label_smoothing, experiments/harness/warm_start.py). Without it: from scratch.
 
 The paper's settings are the defaults (base.py: asct.trials 12 at every visited state, rule
 continuations, the execution cache, c_exp 1.4, c_tok 1e-4, vineppo.k 12) and its update is
@@ -38,7 +38,7 @@ METHODS = ("ppo_return", "vineppo", "asct_uniform", "asct_uct", "asct_agentuct",
 HEADLINE = ("ppo_return", "vineppo", "asct_agentuct")   # the headline comparisons' methods
 GROUPED = {"gigpo": 4}   # method -> group size: the iteration's episodes as groups
 # The pre-registered comparisons (method, baseline) on the held-out utility, paired over
-# the table's seeds (experiments.runner.write_comparisons); a pair whose methods the
+# the table's seeds (experiments.harness.runner.write_comparisons); a pair whose methods the
 # table does not run is left out.
 COMPARISONS = (("asct_uniform", "ppo_return"), ("asct_uct", "ppo_return"),
                ("asct_agentuct", "ppo_return"), ("asct_uniform", "vineppo"),
@@ -50,7 +50,7 @@ COST_COMPARISONS = (("vineppo", "asct_agentuct"),)
 
 
 # The tuned protocol (issue 49; "<scale>_warm_tuned"): each method at the values its
-# validation sweep chose (experiments.sweep on asct_ragspace.py:quick_warm, seed 7,
+# validation sweep chose (experiments.tables.sweep on asct_ragspace.py:quick_warm, seed 7,
 # ragspace's validation questions), {env: {method: {dotted field: value}}}, and the run
 # length in iterations; empty / 0 until the sweep has run (factor_table.py's TUNED explains).
 TUNED = {}

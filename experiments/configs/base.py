@@ -189,7 +189,7 @@ def get_config():
     # authors') fits it before step 1: prefit_batches rollout batches of the initial policy
     # fill the replay (their env calls charged to the run: prefit/* at step 0), then
     # prefit_critic_steps critic-only Adam steps (about 100 at lr 1e-4 fit the tiny model's
-    # head: experiments/critic_fit.py); TAC's credit and the teacher act from step 1.
+    # head: experiments/studies/critic_fit.py); TAC's credit and the teacher act from step 1.
     c.factor.critic_start = "warmup"
     c.factor.prefit_batches = 4
     c.factor.prefit_critic_steps = 100
@@ -232,7 +232,7 @@ def get_config():
     # the directory (the test run sets it to its own .pytest_cache/jax).
     c.train.compilation_cache = os.environ.get("JAX_COMPILATION_CACHE_DIR",
                                                compile_cache.DEFAULT_DIR)
-    # "": a fresh initialisation; else a warm-start directory (experiments.warm_start):
+    # "": a fresh initialisation; else a warm-start directory (experiments.harness.warm_start):
     # the run starts from its params (fresh optimiser state, step 0).
     c.train.init_from = ""
     # Several processes, one program (asct_jax.infra.distributed; docs/multihost.md): one
@@ -249,7 +249,7 @@ def get_config():
     # The warm start (asct_jax/rl/warm_start.py): SFT on the epsilon-noisy expert, then
     # the value head on the warm-started actor's Monte-Carlo returns.
     # Tables (table.warm_start) share one warm start per environment across methods and
-    # seeds, made with warm_start.seed (experiments.warm_start.shared).
+    # seeds, made with warm_start.seed (experiments.harness.warm_start.shared).
     c.warm_start = ml_collections.ConfigDict()
     c.warm_start.seed = 7           # not a reporting seed (42 / 43 / 1337)
     c.warm_start.episodes = 256     # noisy-expert episodes (and value-fit episodes)
@@ -277,7 +277,8 @@ def get_config():
     c.warm_start.reasoning = "empty"
 
     # Tuning one method of a table on the tuning seed and validation episodes
-    # (experiments.sweep; the rules in experiments/tuning.py). Every table config has it.
+    # (experiments.tables.sweep; the rules in experiments/harness/tuning.py). Every table
+    # config has it.
     c.sweep = ml_collections.ConfigDict()
     c.sweep.methods = ()            # () = the table's methods (ablations take FACTOR's)
     c.sweep.envs = ()               # () = the table's environments
@@ -292,78 +293,6 @@ def get_config():
     c.sweep.metric = "env/success"  # eval/<metric>: the validation score
     c.sweep.experiment = ""         # "": sweep_<the table's experiment>
     return c
-
-
-# What fields are to the experiment scripts, in one place (read by experiments.runner and
-# experiments.warm_start; dotted names, a section stands for every field below it):
-# - they do not change what a run computes (a stored run is reused across them);
-BOOKKEEPING_FIELDS = ("table", "sweep", "train.experiment", "train.resume", "train.results_dir",
-                      "train.progress", "train.compilation_cache", "train.distributed",
-                      "warm_start")
-# - added after runs were stored; a config.json without one meant its default
-#   (asct_jax.rl.run_config: actor.continuations "chooser", what a candidate-mode run did;
-#   the few generate-mode runs stored before 2026-12-04 scored their continuations and are
-#   taken as current; actor.logits_chunk and model.attention_block change what is alive
-#   at once, and the values only in float32 summation order; every run before
-#   model.value_detached shared the trunk; policy.prompt_widths only the summation order;
-#   every warm start before warm_start.label_smoothing imitated the expert's label alone,
-#   its 0, and had no hindsight phase, "none", and wrote an empty think part, warm_start
-#   .reasoning "empty"; every run before train.eval_split was
-#   evaluated on the test episodes, "test", where train.validation_seed is not read);
-ADDED_FIELDS = ("train.init_from", "actor.chooser", "actor.response_len", "actor.history",
-                "actor.temperature", "actor.top_p", "actor.invalid_penalty",
-                "actor.continuations", "actor.think", "actor.logits_chunk",
-                "model.attention_block", "model.value_detached", "policy.prompt_widths",
-                "warm_start.label_smoothing", "warm_start.hindsight",
-                "warm_start.hindsight_steps", "warm_start.reasoning", "train.eval_split",
-                "train.validation_seed")
-
-
-# - and FACTOR's (a method's section: the defaults are factor_jax.methods.FactorConfig's):
-#   factor.critic_start "warmup" is what every stored FACTOR run did, and the prefit's
-#   counts are not read under it.
-ADDED_FACTOR_FIELDS = ("factor.critic_start", "factor.prefit_batches",
-                       "factor.prefit_critic_steps")
-
-
-def _added_defaults() -> dict:
-    import dataclasses
-
-    from asct_jax.rl.run_config import default_of
-    from factor_jax.methods import FactorConfig
-
-    factor = {f"factor.{f.name}": f.default for f in dataclasses.fields(FactorConfig)}
-    return {**{name: default_of(name) for name in ADDED_FIELDS},
-            **{name: factor[name] for name in ADDED_FACTOR_FIELDS}}
-
-
-# Not among them: asct.actor_token_unit (issue 38) changes what a run's summary reports
-# (T_aux, J_search: a run stored before it logged word tokens and no ledger) and
-# factor.warmup_scaling what FACTOR computes, so runs stored without them run again.
-ADDED_DEFAULTS = _added_defaults()
-# - retired (issue 35; the code is kept at git tag earlier-variants): a stored run whose
-#   retired fields held the value that is what the code now computes reads as one without
-#   them (`without_retired`): the earlier ASCT variant's fields under asct.variant "paper"
-#   (it ignored them), factor.alloc_tokens "all" and factor.normalise "none"; any other
-#   value keeps them and the run differs.
-RETIRED_FIELDS = ("asct.variant", "asct.centring", "asct.alpha", "asct.beta_start",
-                  "asct.beta_steps", "asct.search")
-RETIRED_AT_DEFAULT = {"factor.alloc_tokens": "all", "factor.normalise": "none"}
-
-
-def without_retired(flat):
-    """A stored run's flattened config without the retired fields that changed nothing
-    in it (RETIRED_FIELDS under asct.variant "paper" or absent; RETIRED_AT_DEFAULT at
-    their value)."""
-    out = {k: v for k, v in flat.items() if RETIRED_AT_DEFAULT.get(k, object()) != v}
-    if out.get("asct.variant", "paper") != "paper":
-        return out
-    return {k: v for k, v in out.items()
-            if not any(k == p or k.startswith(p + ".") for p in RETIRED_FIELDS)}
-
-
-# - a warm start's parameters depend on them (its directory name hashes them).
-WARM_START_FIELDS = ("env", "model", "text", "actor", "warm_start", "ppo.gamma")
 
 
 # Seeds. Every rate, step count and batch is chosen on TUNING_SEED; the tables report on
@@ -381,7 +310,7 @@ WARM_START_LR = 1e-4
 
 def split_arg(arg: str, scales, script: str):
     """A table config's arg: "<scale>" or "<scale>_warm" -> (scale, warm). `warm`: every
-    run starts from the shared warm start (experiments.warm_start.shared) and writes to
+    run starts from the shared warm start (experiments.harness.warm_start.shared) and writes to
     the experiment folder with "_warm" appended; "warm" alone is the full scale warm."""
     warm = arg == "warm" or arg.endswith("_warm")
     scale = "full" if arg == "warm" else arg[:-len("_warm")] if warm else arg
@@ -393,14 +322,14 @@ def split_arg(arg: str, scales, script: str):
 
 def split_protocol(arg: str):
     """A table config's arg with "_tuned" appended -> (the arg without it, True): the
-    table's tuned protocol (experiments/tuning.py); else (arg, False)."""
+    table's tuned protocol (experiments/harness/tuning.py); else (arg, False)."""
     tuned = arg.endswith("_tuned")
     return (arg[:-len("_tuned")] if tuned else arg), tuned
 
 
 def use_protocol(c, tuned: bool, chosen, steps: int, options, eval_every: int = 5):
     """Sets the table's protocol. Tuned: every method at the values its validation sweep
-    chose (`chosen`: {env: {method: {dotted field: value}}}, experiments.sweep), the tuned
+    chose (`chosen`: {env: {method: {dotted field: value}}}, experiments.tables.sweep), the tuned
     run length `steps` (0: not chosen yet), the tuned protocol's named `options` per
     method family ({family: {dotted field: value}}), an evaluation every `eval_every`, the
     experiment folder with "_tuned" appended. The authors' protocol (today's rows):
@@ -428,7 +357,7 @@ def set_tuned(c, chosen, steps: int, options):
 
 
 def _nest(flat):
-    """{"ppo.lr": x} -> {"ppo": {"lr": x}} (experiments.dotted.flatten's inverse)."""
+    """{"ppo.lr": x} -> {"ppo": {"lr": x}} (experiments.harness.dotted.flatten's inverse)."""
     out = {}
     for key, value in flat.items():
         *path, last = key.split(".")
@@ -467,7 +396,7 @@ def get_constraints():
     from asct_jax.rl.methods import GAEConfig, GiGPOConfig, GRPOConfig, ReturnConfig
     from asct_jax.rl.run_config import SECTIONS, SFT_STEPS
     from asct_jax.search.methods import ASCTConfig, VinePPOConfig
-    from experiments import registry
+    from experiments.harness import registry
     from factor_jax.baselines import SerlConfig
     from factor_jax.hindsight.warm_start import HINDSIGHT
     from factor_jax.methods import FactorConfig
@@ -498,7 +427,7 @@ def host_game_constraints(section: str, env_name: str) -> dict:
 
     from asct_jax.infra.typed_config import constraints, has_default
     from asct_jax.rl.host_games import HostGameConfig
-    from experiments import registry
+    from experiments.harness import registry
 
     host_methods = tuple(n for n in registry.names()
                          if not registry.get(n).restores_states_in_step)

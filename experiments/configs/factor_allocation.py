@@ -1,7 +1,7 @@
-"""Where FACTOR's token weights put the credit (experiments/factor_allocation.py).
+"""Where FACTOR's token weights put the credit (experiments/studies/factor_allocation.py).
 
-    python -m experiments.factor_allocation --config experiments/configs/factor_allocation.py
-    python -m experiments.factor_allocation --config experiments/configs/factor_allocation.py:scratch
+    python -m experiments.studies.factor_allocation --config experiments/configs/factor_allocation.py
+    python -m experiments.studies.factor_allocation --config experiments/configs/factor_allocation.py:scratch
 
 The FACTOR table's reduced config (`factor_table.py:quick_warm`, or `:quick` with
 "scratch"), seed 7 (a tuning seed, not a reporting one), one batch of 8 groups x 8 episodes

@@ -1,12 +1,12 @@
-"""FACTOR diagnostics, the paper's Figure 5 (experiments/factor_fig5.py).
+"""FACTOR diagnostics, the paper's Figure 5 (experiments/tables/factor_fig5.py).
 
-    python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py
-    python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py:quick
-    python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py:smoke
-    python -m experiments.factor_fig5 --config experiments/configs/factor_fig5.py:quick_warm
+    python -m experiments.tables.factor_fig5 --config experiments/configs/factor_fig5.py
+    python -m experiments.tables.factor_fig5 --config experiments/configs/factor_fig5.py:quick
+    python -m experiments.tables.factor_fig5 --config experiments/configs/factor_fig5.py:smoke
+    python -m experiments.tables.factor_fig5 --config experiments/configs/factor_fig5.py:quick_warm
 
 "_warm" (or "warm" for the full scale): training starts from the shared warm start of the
-environment (experiments/warm_start.py, results/factor_fig5/warm_start/<env>/), so the
+environment (experiments/harness/warm_start.py, results/factor_fig5/warm_start/<env>/), so the
 "early" parameters are the warm-started actor's; its run and figure carry "_warm".
 
 The base config (experiments/configs/base.py) with method "factor" on `shop`, plus a

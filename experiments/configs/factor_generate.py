@@ -3,9 +3,9 @@
 (asct_jax.rl.generation), an invalid step is penalised. factor_table.py's scales and
 driver; its own experiment folders and the methods of the paper's comparison.
 
-    python -m experiments.factor_table --config experiments/configs/factor_generate.py:quick_warm
-    python -m experiments.factor_table --config experiments/configs/factor_generate.py:smoke_warm
-    python -m experiments.factor_table --config experiments/configs/factor_generate.py:asct_quick_warm
+    python -m experiments.tables.factor_table --config experiments/configs/factor_generate.py:quick_warm
+    python -m experiments.tables.factor_table --config experiments/configs/factor_generate.py:smoke_warm
+    python -m experiments.tables.factor_table --config experiments/configs/factor_generate.py:asct_quick_warm
 
 "asct_<scale>": ASCT+FACTOR beside ASCT-AgentUCT where "where" has several tokens to choose
 among (issue 39; on ragspace every action is one token, so the two are one run): the same
@@ -26,7 +26,7 @@ ASCT_COMPARISONS = (("asct_factor", "asct_agentuct"), ("asct_agentuct", "grpo"),
                     ("asct_factor", "factor"))
 
 
-# The tuned protocol's values for this table (experiments.sweep on
+# The tuned protocol's values for this table (experiments.tables.sweep on
 # factor_generate.py:quick_warm, seed 7, validation; factor_table.py's TUNED explains).
 TUNED = {}
 TUNED_STEPS = 0

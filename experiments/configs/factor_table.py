@@ -1,13 +1,13 @@
 """FACTOR table: GRPO, SERL, extended-compute GRPO, FACTOR and its ablations on the
 household / shop / science analogues (ALFWorld / WebShop / ScienceWorld).
 
-    python -m experiments.factor_table --config experiments/configs/factor_table.py        # full
-    python -m experiments.factor_table --config experiments/configs/factor_table.py:quick  # reduced
-    python -m experiments.factor_table --config experiments/configs/factor_table.py:smoke  # pipeline check
+    python -m experiments.tables.factor_table --config experiments/configs/factor_table.py        # full
+    python -m experiments.tables.factor_table --config experiments/configs/factor_table.py:quick  # reduced
+    python -m experiments.tables.factor_table --config experiments/configs/factor_table.py:smoke  # pipeline check
 
 Each scale with "_warm" appended (`factor_table.py:quick_warm`, `:warm` for the full
 scale) trains every run from the shared warm start of its environment
-(experiments/warm_start.py) into results/<experiment>_warm/.
+(experiments/harness/warm_start.py) into results/<experiment>_warm/.
 """
 import ml_collections
 
@@ -19,7 +19,7 @@ ENVS = ("household", "shop", "science")
 HEADLINE = ("grpo", "serl", "factor")     # the headline comparisons' methods
 TABLE_LR = 1e-2    # the cold-start table's; "_warm" tables: base.WARM_START_LR (get_config)
 # The pre-registered comparisons (method, baseline[, claim]) on the held-out success,
-# paired over the table's seeds (experiments.runner.write_comparisons); a pair whose
+# paired over the table's seeds (experiments.harness.runner.write_comparisons); a pair whose
 # methods the table does not run is left out. The ablations carry the paper's claim, each
 # component helps (a negative difference, -1; asct_jax.infra.paired.Comparison).
 COMPARISONS = (("factor", "serl"), ("serl", "grpo"), ("factor", "grpo"),
@@ -28,14 +28,13 @@ COMPARISONS = (("factor", "serl"), ("serl", "grpo"), ("factor", "grpo"),
 
 
 # The tuned protocol (issue 49; "<scale>_warm_tuned", e.g. factor_table.py:quick_warm_tuned):
-# each method at the values its validation sweep chose (experiments.sweep on this table at
-# seed 7, validation episodes; results/sweep_factor_table_quick_warm/<env>_tuning.json),
-# {env: {method: {dotted field: value}}}. TUNED_STEPS: the run length the sweep chose for
-# each analogue's table ({env: steps}). From the sweep of quick_warm, seed 7, validation
-# episodes (archived in docs/results/data/sweep_factor_table_quick_warm/<env>_tuning.json;
-# grids and scores on docs/results/tuned_protocol.md). FACTOR's ppo.lr is before its
-# lr_scale 0.5 (household: its own 3.1e-6, the grid's lowest after amendment 2, tied with
-# 1.25e-5 at 0.610 and the lower kept; every higher rate scores lower).
+# each method at the values its validation sweep chose, {env: {method: {dotted field:
+# value}}}, and TUNED_STEPS the run length chosen for each analogue's table ({env: steps}):
+# `python -m experiments.tables.sweep` on quick_warm, seed 7, validation episodes (archived
+# in docs/results/data/sweep_factor_table_quick_warm/<env>_tuning.json; grids and scores on
+# docs/results/tuned_protocol.md). FACTOR's ppo.lr is before its lr_scale 0.5 (household:
+# its own 3.1e-6, the grid's lowest after amendment 2, tied with 1.25e-5 at 0.610 and the
+# lower kept; every higher rate scores lower).
 TUNED = {
     "household": {"grpo": {"ppo.lr": 2e-4},
                   "serl": {"ppo.lr": 2e-4, "serl.lam0": 0.05},
@@ -50,7 +49,7 @@ TUNED = {
 # GRPO's validation curve (the best method on each) flattens at 40 steps on science and
 # still rises at the 60-step cap on household and shop.
 TUNED_STEPS = {"household": 60, "shop": 60, "science": 40}
-# The tuned protocol's named options, per method family (experiments.tuning._family):
+# The tuned protocol's named options, per method family (experiments.harness.tuning._family):
 # FACTOR's critic fitted before RL, so TAC's credit acts from step 1 (the authors' 10
 # warm-up steps are "warmup"; docs/results/tuned_protocol.md).
 TUNED_OPTIONS = {"factor": {"factor.critic_start": "prefit"}}
@@ -66,7 +65,7 @@ def get_config(arg: str = "full"):
     # table's (FACTOR trains at half of it, its authors' 5e-7 vs 1e-6). TABLE_LR is the
     # cold-start table's rate (runs from a fresh actor), chosen on seed 7 for GRPO from
     # {1e-3, 3e-3, 1e-2, 3e-2} (shop, quick scale: held-out success after 20 steps 0.078,
-    # 0.141, 0.148, 0.102; experiments.protocol_check --lr_sweep). The warm tables
+    # 0.141, 0.148, 0.102; experiments.checks.protocol_check --lr_sweep). The warm tables
     # ("_warm", the decision tables of docs/results/factor_decision.md) run at
     # base.WARM_START_LR (1e-4; FACTOR 5e-5) instead: base.use_warm_start sets it below.
     c.ppo.lr = TABLE_LR

@@ -1,9 +1,9 @@
 """GRPO, SERL and FACTOR on the real ScienceWorld (the PyPI simulator; host-side rollouts).
 
-    python -m experiments.scienceworld_run --config experiments/configs/scienceworld.py:smoke
-    python -m experiments.scienceworld_run --config experiments/configs/scienceworld.py:quick
-    python -m experiments.scienceworld_run --config experiments/configs/scienceworld.py:decision
-    python -m experiments.scienceworld_run --config experiments/configs/scienceworld.py
+    python -m experiments.tables.scienceworld_run --config experiments/configs/scienceworld.py:smoke
+    python -m experiments.tables.scienceworld_run --config experiments/configs/scienceworld.py:quick
+    python -m experiments.tables.scienceworld_run --config experiments/configs/scienceworld.py:decision
+    python -m experiments.tables.scienceworld_run --config experiments/configs/scienceworld.py
 
 Training games are the first scienceworld.num_train train variations of each task,
 held-out games the first num_eval dev variations (the tasks interleaved). The reward is
@@ -28,8 +28,8 @@ from experiments.configs import base
 
 METHODS = ("grpo", "serl", "factor")
 COMPARISONS = (("factor", "serl"), ("serl", "grpo"), ("factor", "grpo"))
-# Short gold paths whose steps VerbQuotaRule(128) mostly keeps (experiments.scienceworld_gold,
-# docs/results/scienceworld.md).
+# Short gold paths whose steps VerbQuotaRule(128) mostly keeps
+# (experiments.checks.scienceworld_gold, docs/results/scienceworld.md).
 TASKS = ("find-non-living-thing", "lifespan-longest-lived", "find-living-thing")
 
 
@@ -75,7 +75,7 @@ def get_config(arg: str = "full"):
     c.table.methods = METHODS
     c.table.seeds = (42, 43, 1337)
     # Pre-registered (docs/results/scienceworld.md): held-out success, paired over seeds,
-    # the paper's ScienceWorld gaps (experiments.factor_table.PAPER_SUCCESS["science"]).
+    # the paper's ScienceWorld gaps (experiments.tables.factor_table.PAPER_SUCCESS["science"]).
     c.table.comparisons = COMPARISONS
     if arg in ("quick", "decision"):
         c.train.experiment = "scienceworld_quick"

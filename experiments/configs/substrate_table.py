@@ -1,6 +1,6 @@
 """PPO and GRPO on every small JAX environment: does the substrate learn?
 
-    python -m experiments.substrate_table --config experiments/configs/substrate_table.py
+    python -m experiments.tables.substrate_table --config experiments/configs/substrate_table.py
 """
 import ml_collections
 

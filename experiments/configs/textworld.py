@@ -1,9 +1,9 @@
 """FACTOR and GRPO on real TextWorld cooking games (host-side rollouts).
 
-    python -m experiments.textworld_run --config experiments/configs/textworld.py        # full
-    python -m experiments.textworld_run --config experiments/configs/textworld.py:quick  # reduced
+    python -m experiments.tables.textworld_run --config experiments/configs/textworld.py        # full
+    python -m experiments.tables.textworld_run --config experiments/configs/textworld.py:quick  # reduced
 
-The games are tw-cooking (experiments/make_textworld_games.py, generated into
+The games are tw-cooking (experiments/harness/make_textworld_games.py, generated into
 textworld.games_dir when missing): textworld.num_train training games and the next
 textworld.num_eval generation seeds as unseen held-out games.
 

@@ -1,8 +1,8 @@
 """Zero-shot evaluation of a pretrained model on the JAX-native analogues
-(experiments/zero_shot.py).
+(experiments/studies/zero_shot.py).
 
-    python -m experiments.zero_shot --config experiments/configs/zero_shot.py
-    python -m experiments.zero_shot --config experiments/configs/zero_shot.py:quick
+    python -m experiments.studies.zero_shot --config experiments/configs/zero_shot.py
+    python -m experiments.studies.zero_shot --config experiments/configs/zero_shot.py:quick
 
 The base config with model.path = the shipped SmolLM2-135M-Instruct (no LoRA: nothing
 trains), every analogue at size "small" (the tables' size), sampled actions as in the

@@ -12,7 +12,7 @@ One concern per module:
   warm_start       the phase itself (warm_start.hindsight, HINDSIGHT): its rows, their
                    loss, the jitted update and `hindsight_phase`, a
                    asct_jax.rl.warm_start.WarmStartPhase the experiment edge passes to
-                   the substrate's warm start (experiments/warm_start.py).
+                   the substrate's warm start (experiments/harness/warm_start.py).
 
 The environments expose only the neutral feedback frame (asct_jax.envs.prompt:
 FeedbackFrame, PromptTokens.feedback_frame / appended_frame, render_feedback); which

@@ -17,7 +17,7 @@ survives. `VerbQuotaRule` keeps K commands without looking at the gold path:
 
 The result is deterministic in (commands, task, game, turn, seed) and returned in the
 game's order. tests/test_command_rules.py; the share of gold steps it keeps is measured by
-experiments/scienceworld_gold.py.
+experiments/checks/scienceworld_gold.py.
 """
 from __future__ import annotations
 

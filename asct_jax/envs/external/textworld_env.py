@@ -1,4 +1,4 @@
-"""TextWorld games (tw-cooking, generated offline by experiments/make_textworld_games.py).
+"""TextWorld games (tw-cooking, generated offline by experiments/harness/make_textworld_games.py).
 
 Recovery uses the Jericho save state: every HostState carries the z-machine state plus
 TextWorld's logical game state (the facts behind the admissible commands), so restoring
@@ -62,12 +62,12 @@ class TextWorldEnv(TextWorldBackend):
         if not self.games:
             raise FileNotFoundError(
                 f"No TextWorld games (*.z8) at {games!r}; generate them with "
-                "`python -m experiments.make_textworld_games --out DIR`.")
+                "`python -m experiments.harness.make_textworld_games --out DIR`.")
         for g in self.games:
             if not (os.path.isfile(g) and os.path.isfile(os.path.splitext(g)[0] + ".json")):
                 raise FileNotFoundError(
                     f"TextWorld game {g!r} or its .json is missing; regenerate it with "
-                    "`python -m experiments.make_textworld_games`.")
+                    "`python -m experiments.harness.make_textworld_games`.")
         self._envs: Dict[str, object] = {}  # game file -> textworld env (loaded once)
         self._env = None
         self._game = None
