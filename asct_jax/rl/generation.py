@@ -55,7 +55,8 @@ from asct_jax.envs.prompt import GenerationPieces
 from asct_jax.models import cache as cache_lib
 from asct_jax.models import widths
 from asct_jax.models.generate import generate, prompt_pass
-from asct_jax.rl.policy import DistReduce, Policy, TokenOutputs, left_align, pads_to_right
+from asct_jax.rl.padding import left_align, pads_to_right
+from asct_jax.rl.policy import DistReduce, Policy, TokenOutputs
 
 CHOOSERS = ("candidates", "generate")
 # How pi_old acts at restored states (the credit methods' rollouts and continuations):
