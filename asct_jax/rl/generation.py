@@ -349,12 +349,6 @@ class GenerationPolicy(Policy):
         return widths.left_padded(on, prefix, prefix != self.pad_id, self.prompt_widths)
 
 
-def generation_spec(policy) -> GenerationSpec | None:
-    """policy's GenerationSpec when it writes its actions (a GenerationPolicy), else None
-    (a candidate actor, which scores the environment's candidates)."""
-    return getattr(policy, "spec", None)
-
-
 # -- the rollout's chooser ------------------------------------------------------------
 # (key, prompt [N, P], cands, legal, states) -> (response [N, R], logp [N, R], mask [N, R],
 # value [N], extra: dict of [N, ...] for Choice.extra)

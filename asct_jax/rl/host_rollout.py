@@ -23,7 +23,7 @@ Per turn, for every game still running:
     the game);
   * pi_old scores all candidates (Policy.candidate_log_probs), one is sampled, and its
     text is sent to the game.
-A generating actor (policy.chooser == "generate", asct_jax.rl.generation) writes its turn
+A generating actor (asct_jax.rl.actor.generates, asct_jax.rl.generation) writes its turn
 instead: the prompt lists the kept commands and the last k steps, the response ([B, T, R]
 actions, its prompt in `prompts`, `action_mask`, the gen/ statistics) is projected onto
 them in jit; a valid one sends its command, an invalid one is penalised by
@@ -47,9 +47,9 @@ import numpy as np
 
 from asct_jax.envs.external.base import BatchedHostEnv, HostState
 from asct_jax.envs.play import turn_record
+from asct_jax.rl.actor import generates, select_candidate
 from asct_jax.rl.generation import GenerationChooser, model_writer, scripted_writer
 from asct_jax.rl.host_text import CommandEncoder, as_codec, task_text, written_command
-from asct_jax.rl.rollout import select_candidate
 from asct_jax.rl.types import Rollout
 
 # select(commands, task, game, turn) -> the commands kept as candidates (a candidate rule).
@@ -199,7 +199,7 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
     if encoder is None or encoder.action_len != shape.action_len:
         encoder = CommandEncoder(codec, shape.action_len)
     t_max, k_max, a_len = int(shape.max_turns), int(shape.max_candidates), int(shape.action_len)
-    generate = getattr(policy, "chooser", "candidates") == "generate"
+    generate = generates(policy)
     if generate:
         write, spec = _generator(policy, bool(greedy)), policy.spec
         gen_carry = GenerationChooser(spec, None, policy.pad_id).init(b, obs_len, a_len)
