@@ -13,7 +13,8 @@ Two actors share the Policy interface (asct_jax.rl.policy):
 it, or one of the functions below built on it:
 
     chooser(policy, params, greedy)        the turn's choice of N episodes (envs.play's
-                                           chooser): the rollout's, the host games'
+                                           chooser): the rollout's, the host games' (with
+                                           their warm start's forced expert turns)
     generation_spec(policy)                its GenerationSpec, or None
     writes_at_restored_states(policy)      it writes its turns at restored states too
                                            (actor.continuations = "chooser")
@@ -34,7 +35,7 @@ import jax.numpy as jnp
 from asct_jax.envs.play import (Choice, Chooser, PolicyFn, StateActor, candidate_actor,
                                 take_candidates)
 from asct_jax.rl.generation import (GenerationChooser, GenerationPolicy, GenerationSpec,
-                                    generating_actor, model_writer)
+                                    Writer, generating_actor, model_writer, scripted_writer)
 from asct_jax.rl.policy import Policy
 
 
@@ -65,27 +66,56 @@ def select_candidate(key: chex.PRNGKey, cand_logp: chex.Array, greedy: bool) -> 
     return jax.random.categorical(key, cand_logp, axis=-1)
 
 
-def candidate_chooser(policy: Policy, params: Any, greedy: bool = False) -> Chooser:
+def candidate_chooser(policy: Policy, params: Any, greedy: bool = False,
+                      forced: Optional[chex.Array] = None) -> Chooser:
     """The candidate scorer's chooser: score the candidates [N, K, A], sample (or argmax)
-    one; its token log-probs [N, A], the value [N] of x_t."""
+    one; its token log-probs [N, A], the value [N] of x_t. forced: as `chooser`."""
     def choose(key, states, ts, cands, legal, costs) -> Choice:
         cand_logp, token_logp, value = policy.candidate_log_probs(
             params, ts.observation, cands, legal)
         index = select_candidate(key, cand_logp, greedy)
+        if forced is not None:
+            index = jnp.where(forced >= 0, forced, index)
         actions = take_candidates(cands, index)
-        return Choice(response=actions, index=index, logp=take_candidates(token_logp, index),
-                      value=value, scored=policy.scored_tokens(actions))
+        logp = take_candidates(token_logp, index)
+        if forced is not None:
+            logp = jnp.where((forced >= 0)[:, None], 0.0, logp)
+        return Choice(response=actions, index=index, logp=logp, value=value,
+                      scored=policy.scored_tokens(actions))
     return choose
 
 
-def chooser(policy: Policy, params: Any, greedy: bool = False) -> Chooser:
+def _forced_writer(policy: GenerationPolicy, own: Writer, forced: chex.Array) -> Writer:
+    """`own` writer, but where forced [N] >= 0 the canonical response of that candidate
+    (generation.scripted_writer: log-probs and value 0)."""
+    expert = scripted_writer(policy.spec, lambda k, s, c, l: (forced, forced >= 0),
+                             policy.pad_id)
+
+    def writer(key, prompt, cands, legal, states):
+        mine, theirs = (own(key, prompt, cands, legal, states),
+                        expert(key, prompt, cands, legal, states))
+        pick = lambda a, b: jnp.where(  # noqa: E731
+            (forced >= 0).reshape((-1,) + (1,) * (a.ndim - 1)), b, a)
+        return jax.tree.map(pick, mine[:4], theirs[:4]) + ({},)
+    return writer
+
+
+def chooser(policy: Policy, params: Any, greedy: bool = False,
+            forced: Optional[chex.Array] = None) -> Chooser:
     """The actor's chooser (asct_jax.envs.play.Chooser): candidate scoring, or the
     generating actor's stateful chooser (its carry the prompt's history) writing with
-    the model (KV-cached sampling, asct_jax.rl.generation.model_writer)."""
+    the model (KV-cached sampling, asct_jax.rl.generation.model_writer).
+
+    forced: None, or [N] int32: where >= 0 that candidate is played in place of the
+    actor's choice, with log-probs 0 (the expert's turns of the host games' warm start);
+    the generating actor then writes the candidate's canonical response (value 0).
+    """
     if generates(policy):
-        return GenerationChooser(policy.spec, model_writer(policy, params, greedy),
-                                 policy.pad_id)
-    return candidate_chooser(policy, params, greedy)
+        writer = model_writer(policy, params, greedy)
+        if forced is not None:
+            writer = _forced_writer(policy, writer, forced)
+        return GenerationChooser(policy.spec, writer, policy.pad_id)
+    return candidate_chooser(policy, params, greedy, forced)
 
 
 # ----------------------------------------------------------------------------- ONE state
