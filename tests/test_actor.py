@@ -116,4 +116,26 @@ def test_the_turn_choosers_come_from_the_actor_module():
     text = dict(_sources("asct_jax"))
     assert "actor.chooser(" in text["asct_jax/rl/rollout.py"]
     assert "actor.state_actor(" in text["asct_jax/rl/credit.py"]
-    assert "from asct_jax.rl.actor import" in text["asct_jax/rl/host_rollout.py"]
+    assert "actor.chooser(policy, params, greedy, forced)" in text["asct_jax/rl/host_rollout.py"]
+
+
+def test_forced_turns_play_the_given_candidate_with_log_prob_zero():
+    """actor.chooser's forced [N] (the host warm start's expert turns): where >= 0 that
+    candidate is played with log-probs 0; elsewhere the actor's own choice."""
+    from types import SimpleNamespace
+
+    import jax.numpy as jnp
+    import numpy as np
+    policy, params = _policy()
+    key = jax.random.key(3)
+    cands = jax.random.randint(key, (3, 3, SHAPE.action_len), 2, 100)
+    legal = jnp.ones((3, 3), bool)
+    ts = SimpleNamespace(observation=jax.random.randint(jax.random.key(4), (3, 8), 2, 100))
+    own = actor.chooser(policy, params)(key, None, ts, cands, legal, None)
+    forced = jnp.array([-1, 2, 0])
+    got = actor.chooser(policy, params, forced=forced)(key, None, ts, cands, legal, None)
+    np.testing.assert_array_equal(got.index, [own.index[0], 2, 0])
+    np.testing.assert_array_equal(got.response, cands[jnp.arange(3), got.index])
+    np.testing.assert_allclose(got.logp[0], own.logp[0], rtol=1e-6)
+    assert (np.asarray(got.logp[1:]) == 0).all()
+    np.testing.assert_allclose(got.value, own.value, rtol=1e-6)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import chex
-import jax
 import jax.numpy as jnp
 
 from asct_jax.envs.base import Environment
