@@ -96,13 +96,16 @@ def _sources(*folders):
 
 # What only asct_jax/rl/actor.py may say: which actor a policy is.
 WHICH_ACTOR = [r"isinstance\([^)]*GenerationPolicy", r"==\s*[\"']generate[\"']",
-               r"getattr\([^)]*[\"'](spec|chooser)[\"']"]
+               r"getattr\([^)]*[\"'](spec|chooser)[\"']", r"(?<!class )GenerationPolicy\("]
 
 
 def test_only_the_actor_module_asks_which_actor():
+    """Asking whether a policy generates, and building one or the other, happen in
+    asct_jax/rl/actor.py only (build.py reads the run's actor section, then calls it)."""
     found = [(path, pat) for path, text in _sources("asct_jax", "factor_jax")
              for pat in WHICH_ACTOR if re.search(pat, text)]
-    assert found == [("asct_jax/rl/actor.py", WHICH_ACTOR[0])]
+    assert found == [("asct_jax/rl/actor.py", WHICH_ACTOR[0]),
+                     ("asct_jax/rl/actor.py", WHICH_ACTOR[3])]
 
 
 def test_the_turn_choosers_come_from_the_actor_module():

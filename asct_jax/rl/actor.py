@@ -9,7 +9,8 @@ Two actors share the Policy interface (asct_jax.rl.policy):
     "<think>...</think><action>...</action>" and the environment receives the response's
     projection onto the legal candidates.
 
-`generates(policy)` is the one predicate; everything that acts differently by actor asks
+`make_policy` builds one or the other (from the run's `actor` section, read by
+asct_jax.rl.build); `generates(policy)` is the one predicate; everything that acts differently by actor asks
 it, or one of the functions below built on it:
 
     chooser(policy, params, greedy)        the turn's choice of N episodes (envs.play's
@@ -37,6 +38,20 @@ from asct_jax.envs.play import (Choice, Chooser, PolicyFn, StateActor, candidate
 from asct_jax.rl.generation import (GenerationChooser, GenerationPolicy, GenerationSpec,
                                     Writer, generating_actor, model_writer, scripted_writer)
 from asct_jax.rl.policy import Policy
+
+
+def make_policy(graphdef, vocab_size: int, shape: Any, prompt: Any,
+                spec: Optional[GenerationSpec], label_score: str = "sum",
+                prompt_widths: Optional[int] = None) -> Policy:
+    """The actor over a decoder graph: the generating actor when there is a spec (the
+    run's `actor` section, asct_jax.rl.build.generation_spec), else the candidate scorer.
+    shape: the source's TextShape (O, A, F, K); prompt: its PromptTokens."""
+    widths = {} if prompt_widths is None else {"prompt_widths": prompt_widths}
+    if spec is not None:
+        return GenerationPolicy(graphdef, vocab_size, spec, shape.obs_len, shape.action_len,
+                                shape.num_actions, shape.feedback_len, prompt, **widths)
+    return Policy(graphdef, vocab_size, shape.obs_len, shape.action_len, shape.feedback_len,
+                  prompt, label_score=label_score, **widths)
 
 
 def generates(policy: Any) -> bool:
