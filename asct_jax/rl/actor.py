@@ -10,8 +10,8 @@ Two actors share the Policy interface (asct_jax.rl.policy):
     projection onto the legal candidates.
 
 `make_policy` builds one or the other (from the run's `actor` section, read by
-asct_jax.rl.build); `generates(policy)` is the one predicate; everything that acts differently by actor asks
-it, or one of the functions below built on it:
+asct_jax.rl.build); `generates(policy)` is the one predicate; everything that acts
+differently by actor asks it, or one of the functions below built on it:
 
     chooser(policy, params, greedy)        the turn's choice of N episodes (envs.play's
                                            chooser): the rollout's, the host games' (with
