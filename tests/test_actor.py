@@ -14,7 +14,7 @@ from asct_jax.rl.build import build_policy
 from asct_jax.rl.generation import GenerationChooser, GenerationPolicy
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.rollout import rollout
-from asct_jax.rl.sources import TextShape
+from asct_jax.rl.sources import JaxEnvSource, TextShape
 from experiments.configs import base
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -72,8 +72,10 @@ def test_the_rollout_plays_the_chooser_the_actor_gives(monkeypatch):
 def test_restored_states_are_played_by_the_actor(monkeypatch):
     """credit.state_actor / state_policy_fn (what VinePPO, the search's and FACTOR's
     continuations play) are actor.state_actor / state_scorer on the context."""
-    policy, params = _policy()
-    env, ep = make("household")
+    c = base.use_test_model(base.get_config())
+    source = JaxEnvSource(c)
+    env, ep = source.env, source.env_params
+    policy, params = build_policy(c, source.vocab_size, source.shape)
     ctx = credit.CreditContext(policy=policy, env=env, env_params=ep, group_size=1)
     sentinel = StateActor(init=lambda s: (), act=None)
     seen = []
