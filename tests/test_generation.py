@@ -308,10 +308,11 @@ def test_generating_continuations_write_their_turns_and_pay_for_invalid_ones(cre
     actor.continuations = "chooser"): play_from equals the same steps taken by hand, an
     invalid response costs the 0.1 penalty, the token cost is the responses' length; with
     "score" the continuation samples a legal candidate (no penalty, candidate tokens)."""
-    from asct_jax.rl.credit import generates_continuations, state_actor
+    from asct_jax.rl.actor import writes_at_restored_states
+    from asct_jax.rl.credit import state_actor
     from asct_jax.envs.play import play_from
     c, ctx, params, _ = credit_setup(_generate_config("factor"))
-    assert generates_continuations(ctx)
+    assert writes_at_restored_states(ctx.policy)
     env, ep = ctx.env, ctx.env_params
     state, _ = env.reset(jax.random.key(3), ep)
     key = jax.random.key(4)
@@ -326,7 +327,7 @@ def test_generating_continuations_write_their_turns_and_pay_for_invalid_ones(cre
 
     c.actor.continuations = "score"
     _, ctx_s, _, _ = credit_setup(c)
-    assert not generates_continuations(ctx_s)
+    assert not writes_at_restored_states(ctx_s.policy)
     _, _, _, pens_s = _play_by_hand(env, ep, state_actor(ctx_s, params), state, key, 5)
     assert max(pens_s) == 0.0
 

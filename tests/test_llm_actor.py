@@ -13,6 +13,7 @@ from flax import nnx
 
 from asct_jax.models.loading import load_pretrained
 from asct_jax.models.testing import tiny_llm_folder
+from asct_jax.rl import padding
 from asct_jax.rl import policy as policy_lib
 from asct_jax.rl.credit import CreditContext
 from asct_jax.rl.rollout import rollout
@@ -76,7 +77,7 @@ def test_policy_scores_at_a_real_vocabulary_equal_the_full_masked_softmax(folder
         params, obs, cands[None], legal[None])
     model = policy.merge(params)
     header = jnp.asarray(source.prompt.action_header, jnp.int32)
-    prefix = jnp.concatenate([policy_lib.left_align(obs[0], policy.pad_id), header])
+    prefix = jnp.concatenate([padding.left_align(obs[0], policy.pad_id), header])
     for k in range(int(legal.sum())):
         ids = jnp.concatenate([prefix, cands[k]])[None]
         mask = ids != policy.pad_id

@@ -14,8 +14,9 @@ import pytest
 
 from asct_jax.infra.checkpoint import NonFiniteLossError
 from asct_jax.rl.credit import Method
+from asct_jax.rl.padding import left_align
 from asct_jax.rl.policy import (allowed_tokens, candidate_constrained_log_probs,
-                                constrained_log_probs, left_align, trie_live)
+                                constrained_log_probs, trie_live)
 from experiments.configs import base as base_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

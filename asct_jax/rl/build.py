@@ -23,8 +23,9 @@ from asct_jax.infra import distributed
 from asct_jax.infra.checks import ConfigError
 from asct_jax.models import Decoder, get_preset
 from asct_jax.models.loading import load_pretrained, resolve_model_path
+from asct_jax.rl.actor import make_policy
 from asct_jax.rl.credit import CreditContext, Method
-from asct_jax.rl.generation import GenerationPolicy, GenerationSpec
+from asct_jax.rl.generation import GenerationSpec
 from asct_jax.rl.learner import Learner
 from asct_jax.rl.params_io import load_params
 from asct_jax.rl.policy import Policy
@@ -100,13 +101,9 @@ def build_policy(run: RunConfig, vocab_size: int, shape: TextShape,
         params = (params, frozen)
     else:
         graphdef, params = nnx.split(model)
-    if spec is not None:
-        return GenerationPolicy(graphdef, model.config.vocab_size, spec, shape.obs_len,
-                                shape.action_len, shape.num_actions, shape.feedback_len,
-                                prompt, prompt_widths=run.policy.prompt_widths), params
-    policy = Policy(graphdef, model.config.vocab_size, shape.obs_len, shape.action_len,
-                    shape.feedback_len, prompt, label_score=run.policy.label_score,
-                    prompt_widths=run.policy.prompt_widths)
+    policy = make_policy(graphdef, model.config.vocab_size, shape, prompt, spec,
+                         label_score=run.policy.label_score,
+                         prompt_widths=run.policy.prompt_widths)
     return policy, params
 
 

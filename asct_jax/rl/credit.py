@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from asct_jax.infra.typed_config import no_config
+from asct_jax.rl import actor
 from asct_jax.rl import advantages as adv
 from asct_jax.rl.protocol import SUBSTRATE, Protocol
 from asct_jax.rl.types import Credit, Rollout
@@ -212,38 +213,20 @@ def any_over_seeds(x, ctx: CreditContext):
 
 
 def state_policy_fn(ctx: CreditContext, params):
-    """pi_old and the critic at ONE environment state: state -> (logp [K], value []).
+    """pi_old and the critic at ONE environment state: state -> (logp [K], value [])
+    (asct_jax.rl.actor.state_scorer on the context's environment and policy).
 
     The form the search, VinePPO and value calibration consume (vmapped by them).
     """
-    env, env_params, policy = ctx.env, ctx.env_params, ctx.policy
-
-    def fn(state):
-        obs = env.observe(state, env_params)
-        cands, legal = env.legal_actions(state, env_params)
-        cand_logp, _, value = policy.candidate_log_probs(params, obs[None], cands[None],
-                                                         legal[None])
-        return cand_logp[0], value[0]
-    return fn
-
-
-def generates_continuations(ctx: CreditContext) -> bool:
-    """The policy writes its turns at restored states too (a generating actor with
-    actor.continuations = "chooser")."""
-    from asct_jax.rl.generation import generation_spec
-    spec = generation_spec(ctx.policy)
-    return spec is not None and spec.continuations == "chooser"
+    return actor.state_scorer(ctx.env, ctx.env_params, ctx.policy, params)
 
 
 def state_actor(ctx: CreditContext, params):
-    """pi_old acting at ONE restored state (envs.play.StateActor): the generating actor
-    writing its turn (generates_continuations), else a candidate sampled from
-    state_policy_fn. What VinePPO's rollouts and FACTOR's continuations play."""
-    from asct_jax.envs.play import candidate_actor
-    if generates_continuations(ctx):
-        from asct_jax.rl.generation import generating_actor
-        return generating_actor(ctx.env, ctx.env_params, ctx.policy, params)
-    return candidate_actor(ctx.env, ctx.env_params, state_policy_fn(ctx, params))
+    """pi_old acting at ONE restored state (envs.play.StateActor,
+    asct_jax.rl.actor.state_actor): the generating actor writing its turn
+    (actor.writes_at_restored_states), else a candidate sampled from state_policy_fn.
+    What VinePPO's rollouts and FACTOR's continuations play."""
+    return actor.state_actor(ctx.env, ctx.env_params, ctx.policy, params)
 
 
 def turn_states(batch: Rollout, turns):

@@ -55,7 +55,8 @@ from asct_jax.envs.prompt import GenerationPieces
 from asct_jax.models import cache as cache_lib
 from asct_jax.models import widths
 from asct_jax.models.generate import generate, prompt_pass
-from asct_jax.rl.policy import DistReduce, Policy, TokenOutputs, left_align, pads_to_right
+from asct_jax.rl.padding import left_align, pads_to_right
+from asct_jax.rl.policy import DistReduce, Policy, TokenOutputs
 
 CHOOSERS = ("candidates", "generate")
 # How pi_old acts at restored states (the credit methods' rollouts and continuations):
@@ -346,12 +347,6 @@ class GenerationPolicy(Policy):
             pred = jnp.concatenate([first, resp_hidden[:, :-1]], axis=1)     # [N k, R', H]
             return jax.nn.log_softmax(model.logits(pred).astype(jnp.float32), -1), value
         return widths.left_padded(on, prefix, prefix != self.pad_id, self.prompt_widths)
-
-
-def generation_spec(policy) -> GenerationSpec | None:
-    """policy's GenerationSpec when it writes its actions (a GenerationPolicy), else None
-    (a candidate actor, which scores the environment's candidates)."""
-    return getattr(policy, "spec", None)
 
 
 # -- the rollout's chooser ------------------------------------------------------------

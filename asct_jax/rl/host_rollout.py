@@ -21,9 +21,11 @@ Per turn, for every game still running:
     candidate token sequences (words, then EOS, then PAD up to A), at most K of them
     (CommandEncoder.candidates: a deterministic cut that keeps the commands that change
     the game);
-  * pi_old scores all candidates (Policy.candidate_log_probs), one is sampled, and its
-    text is sent to the game.
-A generating actor (policy.chooser == "generate", asct_jax.rl.generation) writes its turn
+  * the actor chooses: the jitted chooser the JAX-native rollout plays
+    (asct_jax.rl.actor.chooser, over the kept commands): pi_old scores all candidates
+    (Policy.candidate_log_probs) and one is sampled; its text is sent to the game.
+The loop keeps only the host's part (encoding the texts, stepping the games, the
+records). A generating actor (asct_jax.rl.actor.generates) writes its turn
 instead: the prompt lists the kept commands and the last k steps, the response ([B, T, R]
 actions, its prompt in `prompts`, `action_mask`, the gen/ statistics) is projected onto
 them in jit; a valid one sends its command, an invalid one is penalised by
@@ -47,9 +49,8 @@ import numpy as np
 
 from asct_jax.envs.external.base import BatchedHostEnv, HostState
 from asct_jax.envs.play import turn_record
-from asct_jax.rl.generation import GenerationChooser, model_writer, scripted_writer
+from asct_jax.rl import actor
 from asct_jax.rl.host_text import CommandEncoder, as_codec, task_text, written_command
-from asct_jax.rl.rollout import select_candidate
 from asct_jax.rl.types import Rollout
 
 # select(commands, task, game, turn) -> the commands kept as candidates (a candidate rule).
@@ -73,49 +74,27 @@ class HostShape:
     max_candidates: int
 
 
-# ----------------------------------------------------------------------------- scoring
+# ----------------------------------------------------------------------------- the choice
 
-_SCORERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CHOOSERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _scorer(policy, greedy: bool):
-    """Jitted (params, obs, cands, legal, key) -> (index, logp [N, A], value, cand_logp)."""
-    per_policy = _SCORERS.setdefault(policy, {})
+def _chooser(policy, greedy: bool):
+    """Jitted (params, obs [N, O], cands [N, K, A], legal [N, K], carry, key, forced [N])
+    -> (Choice, carry): the turn of the N games chosen by the actor's chooser
+    (asct_jax.rl.actor.chooser, what the JAX-native rollout plays), over the games' kept
+    commands; where forced >= 0 that candidate is played (the warm start's expert turns,
+    log-prob 0). carry: the chooser's (the generating actor's prompt history), () for a
+    stateless one."""
+    per_policy = _CHOOSERS.setdefault(policy, {})
     if greedy not in per_policy:
-        def score(params, obs, cands, legal, key):
-            cand_logp, token_logp, value = policy.candidate_log_probs(params, obs, cands, legal)
-            index = select_candidate(key, cand_logp, greedy)
-            logp = jnp.take_along_axis(token_logp, index[:, None, None], axis=1)[:, 0]
-            return index, logp, value, cand_logp
-        per_policy[greedy] = jax.jit(score)
-    return per_policy[greedy]
-
-
-_GENERATORS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _generator(policy, greedy: bool):
-    """Jitted (params, obs, cands, legal, carry, key, forced [N]) -> (Choice, carry) of a
-    generating actor (asct_jax.rl.generation.GenerationChooser over the game's kept
-    commands); where forced >= 0 the response is that candidate's canonical one
-    (generation.scripted_writer: the warm start's expert turns, log-prob 0)."""
-    per_policy = _GENERATORS.setdefault(policy, {})
-    if greedy not in per_policy:
-        def write(params, obs, cands, legal, carry, key, forced):
-            sample = model_writer(policy, params, greedy)
-            expert = scripted_writer(policy.spec, lambda k, s, c, l: (forced, forced >= 0),
-                                     policy.pad_id)
-
-            def writer(key, prompt, cands, legal, states):   # forced >= 0: the expert's
-                own, theirs = (sample(key, prompt, cands, legal, states),
-                               expert(key, prompt, cands, legal, states))
-                pick = lambda a, b: jnp.where(  # noqa: E731
-                    (forced >= 0).reshape((-1,) + (1,) * (a.ndim - 1)), b, a)
-                return jax.tree.map(pick, own[:4], theirs[:4]) + ({},)
-            chooser = GenerationChooser(policy.spec, writer, policy.pad_id)
-            return chooser(key, None, SimpleNamespace(observation=obs), cands, legal, None,
-                           carry)
-        per_policy[greedy] = jax.jit(write)
+        def turn(params, obs, cands, legal, carry, key, forced):
+            choose = actor.chooser(policy, params, greedy, forced)
+            ts = SimpleNamespace(observation=obs)
+            if hasattr(choose, "init"):
+                return choose(key, None, ts, cands, legal, None, carry)
+            return choose(key, None, ts, cands, legal, None), carry
+        per_policy[greedy] = jax.jit(turn)
     return per_policy[greedy]
 
 
@@ -199,13 +178,12 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
     if encoder is None or encoder.action_len != shape.action_len:
         encoder = CommandEncoder(codec, shape.action_len)
     t_max, k_max, a_len = int(shape.max_turns), int(shape.max_candidates), int(shape.action_len)
-    generate = getattr(policy, "chooser", "candidates") == "generate"
-    if generate:
-        write, spec = _generator(policy, bool(greedy)), policy.spec
-        gen_carry = GenerationChooser(spec, None, policy.pad_id).init(b, obs_len, a_len)
-        r_len = int(spec.response_len)
-    else:
-        score, r_len = _scorer(policy, bool(greedy)), a_len
+    choose = _chooser(policy, bool(greedy))
+    generate = actor.generates(policy)   # its response is written text (projected)
+    spec = actor.generation_spec(policy)
+    first = actor.chooser(policy, params, bool(greedy))     # its carry at the first turn
+    carry = first.init(b, obs_len, a_len) if hasattr(first, "init") else ()
+    r_len = int(spec.response_len) if generate else a_len
 
     host_states = [[s] for s in states]
     info_keys = list(infos[0])
@@ -261,15 +239,14 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
             kept[i][j] = cmd
             forced_index[i], forced[i, t] = j, True
         has_cand = legal.any(axis=1)
-        if generate:
-            choice, gen_carry = write(params, obs, cands, legal, gen_carry,
-                                      jax.random.fold_in(key, t), forced_index)
-            choice = jax.device_get(choice)
-            index, logp, value = (np.asarray(choice.index), np.asarray(choice.logp),
-                                  np.asarray(choice.value))
+        choice, carry = choose(params, obs, cands, legal, carry, jax.random.fold_in(key, t),
+                               forced_index)
+        choice = jax.device_get(choice)
+        index, logp, value = (np.asarray(choice.index), np.asarray(choice.logp),
+                              np.asarray(choice.value))
+        chosen, scored = np.asarray(choice.response), np.asarray(choice.scored)
+        if generate:   # a valid response plays its command, an invalid one what it wrote
             valid = index >= 0
-            chosen = np.asarray(choice.response)
-            scored = np.asarray(choice.scored)
             texts = [("" if not live[i] else kept[i][index[i]] if valid[i] else
                       written_command(chosen[i], scored[i], codec, spec)) for i in range(b)]
             acted = live
@@ -278,17 +255,10 @@ def _play(policy, params, host_env, tokenizer, states, infos, group_size, shape:
                 if k not in gen_out:
                     gen_out[k] = np.zeros((b, t_max) + np.shape(v)[1:], np.asarray(v).dtype)
                 gen_out[k][:, t] = v
-        else:
-            index, logp, value, _ = jax.device_get(
-                score(params, obs, cands, legal, jax.random.fold_in(key, t)))
-            index = np.where(forced[:, t], forced_index, np.asarray(index))
-            logp = np.where(forced[:, t, None], 0.0, logp)
+        else:          # a game with no usable command gets the fallback (no action)
             texts = [kept[i][index[i]] if live[i] and has_cand[i]
                      else (FALLBACK_COMMAND if live[i] else "") for i in range(b)]
-            chosen = np.where(has_cand[:, None],
-                              cands[np.arange(b), np.where(has_cand, index, 0)], pad)
             acted = live & has_cand
-            scored = np.asarray(policy.scored_tokens(jnp.asarray(chosen)))
             penalty = np.zeros(b)
         new_states, new_steps = host_env.step(states, texts)
 

@@ -51,19 +51,10 @@ from asct_jax.envs.prompt import PromptTokens
 from asct_jax.models import cache as cache_lib
 from asct_jax.models import widths
 from asct_jax.models.cache import init_cache
+from asct_jax.rl.padding import left_align
 
 NEG_INF = -1e9
 LABEL_SCORES = ("sum", "mean")
-
-
-def left_align(tokens: chex.Array, pad_id: int = PAD_ID) -> chex.Array:
-    """Moves PAD to the left of each row: [..., L] right-padded -> left-padded."""
-    length = tokens.shape[-1]
-    n_real = jnp.sum(tokens != pad_id, axis=-1, keepdims=True)
-    idx = (jnp.arange(length) + n_real) % length
-    # Row i: position p holds tokens[(p + n_real) % L]; for right-padded rows this puts
-    # the n_real real tokens at the end, in order, with PAD before them.
-    return jnp.take_along_axis(tokens, jnp.broadcast_to(idx, tokens.shape), axis=-1)
 
 
 def trie_live(actions: chex.Array, cands: chex.Array, legal: chex.Array,
@@ -439,10 +430,3 @@ class Policy:
         dummy = jnp.zeros((obs.shape[0], 1), obs.dtype)
         return widths.right_padded(lambda x: self._hidden(model, x, dummy)[1:], obs,
                                    self.pad_id, self.prompt_widths)
-
-
-def pads_to_right(tokens: chex.Array, pad_id: int = PAD_ID) -> chex.Array:
-    """Stable-compacts non-PAD tokens to the left (so left_align can re-pad them)."""
-    is_real = tokens != pad_id
-    order = jnp.argsort(~is_real, axis=-1, stable=True)
-    return jnp.take_along_axis(tokens, order, axis=-1)

@@ -2,51 +2,23 @@
 
 The loop is asct_jax.envs.play (one lax.scan over turns, grouped reset keys: a group
 shares its initial state and the environment's randomness); the policy plays it through
-`candidate_chooser` (each turn, score every legal candidate with pi_old in one batched
-decoder pass, see policy.py, and sample one) or, for a GenerationPolicy, through the
-generating chooser (asct_jax.rl.generation: write a response, project it). Everything the credit methods need is kept,
-including the environment state at every turn (recoverable).
+its actor's chooser (asct_jax.rl.actor.chooser: each turn, score every legal candidate
+with pi_old in one batched decoder pass and sample one, or write a response and project
+it). Everything the credit methods need is kept, including the environment state at
+every turn (recoverable).
 """
 from __future__ import annotations
 
 from typing import Any, Optional
 
 import chex
-import jax
 import jax.numpy as jnp
 
 from asct_jax.envs.base import Environment
-from asct_jax.envs.play import Choice, Chooser, Episodes, play, take_candidates
-from asct_jax.rl.generation import GenerationChooser, GenerationPolicy, model_writer
+from asct_jax.envs.play import Episodes, play
+from asct_jax.rl import actor
 from asct_jax.rl.policy import Policy
 from asct_jax.rl.types import Rollout
-
-
-def select_candidate(key: chex.PRNGKey, cand_logp: chex.Array, greedy: bool) -> chex.Array:
-    """Samples (or argmaxes) a candidate index from cand_logp [N, K] -> [N]."""
-    if greedy:
-        return jnp.argmax(cand_logp, axis=-1)
-    return jax.random.categorical(key, cand_logp, axis=-1)
-
-
-def candidate_chooser(policy: Policy, params: Any, greedy: bool = False) -> Chooser:
-    """The policy's chooser: score the candidates [N, K, A], sample (or argmax) one."""
-    def choose(key, states, ts, cands, legal, costs) -> Choice:
-        cand_logp, token_logp, value = policy.candidate_log_probs(
-            params, ts.observation, cands, legal)
-        index = select_candidate(key, cand_logp, greedy)
-        actions = take_candidates(cands, index)
-        return Choice(response=actions, index=index, logp=take_candidates(token_logp, index),
-                      value=value, scored=policy.scored_tokens(actions))
-    return choose
-
-
-def policy_chooser(policy: Policy, params: Any, greedy: bool = False) -> Chooser:
-    """The actor's chooser: candidate scoring, or generation (GenerationPolicy)."""
-    if isinstance(policy, GenerationPolicy):
-        return GenerationChooser(policy.spec, model_writer(policy, params, greedy),
-                                 policy.pad_id)
-    return candidate_chooser(policy, params, greedy)
 
 
 def episodes_to_rollout(eps: Episodes) -> Rollout:
@@ -72,7 +44,7 @@ def rollout(policy: Policy, params: Any, env: Environment, env_params: Any,
     or None: env.reset draws each group's task.
     Returns a Rollout with [B, T, ...] arrays (see types.Rollout).
     """
-    eps = play(env, env_params, policy_chooser(policy, params, greedy), key, num_groups,
+    eps = play(env, env_params, actor.chooser(policy, params, greedy), key, num_groups,
                group_size, policy.pad_id, question_ids)
     return episodes_to_rollout(eps)
 

@@ -55,9 +55,9 @@ from asct_jax.envs.play import Choice, play, take_candidates, uniform_index
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl.advantages import returns_to_go
 from asct_jax.rl.losses import value_loss
-from asct_jax.rl.generation import (GenerationChooser, GenerationSpec, Writer,
-                                    generation_spec, scripted_writer)
-from asct_jax.rl.policy import pads_to_right
+from asct_jax.rl.actor import generation_spec
+from asct_jax.rl.generation import GenerationChooser, GenerationSpec, Writer, scripted_writer
+from asct_jax.rl.padding import pads_to_right
 from asct_jax.rl.rollout import episodes_to_rollout, rollout
 from asct_jax.rl.train_step import join_params, split_params
 from asct_jax.rl.build import build_policy

@@ -47,9 +47,10 @@ import jax.numpy as jnp
 from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
+from asct_jax.rl.actor import writes_at_restored_states
 from asct_jax.rl.credit import (CreditContext, Method, any_over_seeds, from_turn_advantages,
-                                generates_continuations, installs_credit_state, state_actor,
-                                state_policy_fn, turn_states, value_targets_mc)
+                                installs_credit_state, state_actor, state_policy_fn,
+                                turn_states, value_targets_mc)
 from asct_jax.rl.types import Rollout
 from asct_jax.rl.methods import ASCT   # the ASCT paper's protocol (beside PPO_RETURN)
 from asct_jax.rl.types import merge_batch_turns as _flat
@@ -337,7 +338,7 @@ def _vineppo(cfg: VinePPOConfig, ctx: CreditContext):
     chat = ledger_chat(cfg.actor_token_unit, ctx)
 
     def credit(params, batch: Rollout, key, step, mstate=None):
-        if cfg.cache and not generates_continuations(ctx):
+        if cfg.cache and not writes_at_restored_states(ctx.policy):
             v_hat, cache, metrics = vine_values(ctx, params, batch, key, k,
                                                 new_iteration(mstate), cfg.actor_token_unit,
                                                 chat)

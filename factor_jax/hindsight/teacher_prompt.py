@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from asct_jax.envs.prompt import FeedbackFrame, PromptTokens
 from asct_jax.envs.tokenizer import get_tokenizer, word_feedback_frame
-from asct_jax.rl.policy import pads_to_right
+from asct_jax.rl.padding import pads_to_right
 
 TEACHER_PROMPTS = ("serl", "appended")   # factor.teacher_prompt, serl.teacher_prompt
 

@@ -51,7 +51,8 @@ import jax.numpy as jnp
 import optax
 
 from asct_jax.infra.checks import ConfigError, check
-from asct_jax.rl.generation import canonical_response, generation_spec
+from asct_jax.rl.actor import generation_spec
+from asct_jax.rl.generation import canonical_response
 from asct_jax.rl.train_step import join_params
 from asct_jax.rl.types import Rollout, merge_batch_turns
 from factor_jax.hindsight import counterfactual as cf

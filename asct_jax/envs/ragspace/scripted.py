@@ -1,5 +1,6 @@
-"""Scripted policies of `ragspace` (Base, the expert, random) and the index-level runners
-that evaluate a fixed workflow or a policy on one question."""
+"""Scripted policies of `ragspace` (Base, the expert, random) and the runners that
+evaluate a fixed workflow or a policy on one question (the one loop, play_from, with a
+scripted actor)."""
 from __future__ import annotations
 
 from typing import Dict
@@ -9,6 +10,8 @@ import jax
 import jax.numpy as jnp
 
 from asct_jax.envs import _common as C
+from asct_jax.envs.base import PAD_ID
+from asct_jax.envs.play import Choice, StateActor, play_from
 from asct_jax.envs.ragspace.spec import (CONTROL, MAX_HOPS, MAX_ROUNDS, QUERY, RERANK,
                                          RETRIEVER, SELECTION, WIDTH, Q, Qtype, R,
                                          RagSpaceState, num_legal)
@@ -63,32 +66,51 @@ def random_policy(s: RagSpaceState, params, key) -> jax.Array:
 
 
 # ---------------------------------------------------------------------------- evaluation
+# One question played by the one loop (asct_jax.envs.play.play_from) from its initial
+# state (key PRNGKey(0)), at most RUN_TURNS turns: a scripted actor sends the candidate
+# tokens of a slot index, the environment parses them back (the same slot: every stage's
+# labels are distinct) and steps. A turn's key is the actor's own, fold_in(initial key,
+# t); the transition reads no key and no turn counter, so the final state's info is the
+# index-level one (what the stored landscapes were computed with).
+RUN_TURNS = 9   # the longest workflow: query, retriever, selection, width, 3 rounds, rerank, context
+
+
+def _slot_actor(env, params, slot) -> StateActor:
+    """A scripted StateActor: slot(state, t, key) -> [] int32 slot index at turn t (-1: no
+    step, sent as an all-PAD action: "nothing happens"); key = fold_in(initial key, t);
+    its carry (t, initial key)."""
+
+    def act(state, key, carry):
+        t, key0 = carry
+        a = slot(state, t, jax.random.fold_in(key0, t))
+        cands, _ = env.legal_actions(state, params)
+        response = jnp.where(a >= 0, cands[jnp.maximum(a, 0)], PAD_ID)
+        return (Choice(response=response, index=a, penalty=jnp.float32(0.0),
+                       tokens=jnp.float32(0.0)), (t + 1, key0))
+
+    return StateActor(init=lambda state: (jnp.int32(0), state.key), act=act)
+
+
+def _run(env, params, qid, actor) -> Dict[str, chex.Array]:
+    chex.assert_rank(qid, 0)
+    if env.max_turns < RUN_TURNS:
+        raise ValueError(f"ragspace's scripted runs play up to {RUN_TURNS} turns (a whole "
+                         f"workflow) but max_turns is {env.max_turns}")
+    s0 = env.reset_question(jax.random.PRNGKey(0), qid, params)
+    out = play_from(env, params, actor, s0, jax.random.PRNGKey(0), RUN_TURNS)
+    return env.info(out.state, params)
+
+
 def run_workflow(env, params, qid, actions) -> Dict[str, chex.Array]:
     """Final info of question `qid` ([] int32) under slot sequence `actions` ([9] int32,
-    -1 = no step): index-level transitions (no parsing, rendering or turn limit). vmap it
-    over qids and workflows."""
-    chex.assert_shape(actions, (9,))
-    chex.assert_rank(qid, 0)
-    s0 = env.reset_question(jax.random.PRNGKey(0), qid, params)
-
-    def body(s, a):
-        s2, _, _ = env.transition(s, jnp.maximum(a, 0), s.key, params)
-        return C.tree_select((a >= 0) & ~s.done, s2, s), None
-
-    s, _ = jax.lax.scan(body, s0, actions)
-    return env.info(s, params)
+    -1 = no step), played by play_from (see above). vmap it over qids and workflows."""
+    chex.assert_shape(actions, (RUN_TURNS,))
+    return _run(env, params, qid,
+                _slot_actor(env, params, lambda s, t, key: actions[t]))
 
 
 def run_policy(env, params, qid, policy) -> Dict[str, chex.Array]:
     """Final info of question `qid` ([] int32) under `policy(state, params, key) -> []
-    int32 slot` (index level, as run_workflow; step t's key is fold_in(state key, t))."""
-    chex.assert_rank(qid, 0)
-    s0 = env.reset_question(jax.random.PRNGKey(0), qid, params)
-
-    def body(s, t):
-        a = policy(s, params, jax.random.fold_in(s.key, t))
-        s2, _, _ = env.transition(s, a, s.key, params)
-        return C.tree_select(~s.done, s2, s), None
-
-    s, _ = jax.lax.scan(body, s0, jnp.arange(9))
-    return env.info(s, params)
+    int32 slot`, played by play_from (see above; step t's key is fold_in(initial key, t))."""
+    return _run(env, params, qid,
+                _slot_actor(env, params, lambda s, t, key: policy(s, params, key)))
