@@ -264,7 +264,8 @@ def dense_candidate_log_probs(model, obs, cands, legal):
     of every candidate, a one-hot [K, A, V] trie mask per action, masked softmax."""
     import jax.numpy as jnp
     from asct_jax.models.cache import init_cache, repeat
-    from asct_jax.rl.policy import allowed_tokens, constrained_log_probs, left_align
+    from asct_jax.rl.padding import left_align
+    from asct_jax.rl.policy import allowed_tokens, constrained_log_probs
     n, k, a = cands.shape
     prefix = left_align(obs)
     cache = init_cache(model.config, n, prefix.shape[1] + a - 1)
