@@ -3,7 +3,7 @@ state, per XLA flag variant, side by side with the default.
 
 For each method and each flag variant (one fresh process each: XLA_FLAGS are read when the
 backend starts; the persistent compilation cache off), the seed-batched train step of the
-FACTOR table's `smoke_warm` config on `shop` (2 seeds, what `experiments.reproduce --quick`
+FACTOR table's `smoke_warm` config on `shop` (2 seeds, what `experiments.reproduce --config.quick`
 compiles) is lowered, compiled and run: lower s, compile s, the first call, the steady
 state (mean of 3 calls) and a checksum of the parameters after the 4 calls (float64 sum;
 equal to the default's means the flags left the numbers alone). Prints a Markdown table

@@ -104,7 +104,7 @@ def get_config(arg: str = "full"):
         # with 10 its loss ends the warm-up below its targets' variance on all three
         # analogues (docs/results/regime.md, "FACTOR's critic", seed 7).
         c.factor.critic_steps = 10
-        if arg == "smoke":   # `experiments.reproduce --quick` (see asct_ragspace.py)
+        if arg == "smoke":   # `experiments.reproduce --config.quick` (see asct_ragspace.py)
             c.train.experiment = "factor_table_smoke"
             c.train.steps = c.train.eval_every = 10
             c.train.eval_episodes = 64
