@@ -82,8 +82,8 @@ def test_a_rebuild_makes_the_shipped_warm_start_bit_for_bit(name, tmp_path):
     import sys
 
     env = dict(os.environ, XLA_FLAGS=_without_opt_level(os.environ.get("XLA_FLAGS", "")))
-    subprocess.run([sys.executable, "-m", "experiments.harness.warm_start_artifacts", "--out",
-                    str(tmp_path), "--only", name], check=True, env=env)
+    subprocess.run([sys.executable, "-m", "experiments.harness.warm_start_artifacts",
+                    f"--config.out={tmp_path}", f"--config.only={name}"], check=True, env=env)
     out = os.path.join(str(tmp_path), name)
     shipped = os.path.join(warm_start.ARTIFACTS, name)
     new, old = _params(out), _params(shipped)
