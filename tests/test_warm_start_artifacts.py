@@ -92,7 +92,7 @@ def test_a_rebuild_makes_the_shipped_warm_start_bit_for_bit(name, tmp_path):
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (
             f"{name}: {path} differs from the shipped one; regenerate with "
-            f"`{REGENERATE} --force`")
+            f"`{REGENERATE} --config.force`")
     # The fields the warm start reads (its name's): a section it does not read may gain
     # fields since the shipped one was made (e.g. sweep.edge_extensions).
     with open(os.path.join(out, "config.json")) as f, \

@@ -10,10 +10,10 @@ failed section is {"error": ...}, named in "errors", and the exit status is 1):
 * matmul: measured float32 and bfloat16 FLOP/s of a jitted [n, n] x [n, n] in this process
   (experiments.bench.train.matmul_flops_per_s);
 * rl_step: one compiled RL step (rollout -> credit -> update; LoRA, remat, bfloat16) of
-  each method family, one method per package of experiments.harness.registry (--methods; default
+  each method family, one method per package of experiments.harness.registry (`methods`; default
   grpo from asct_jax.rl, asct_agentuct from asct_jax.search, factor from factor_jax),
   data-parallel over every local device: step seconds, compile seconds (the programs are
-  compiled as many at a time as there are cores, --methods + 1), XLA's memory analysis of
+  compiled as many at a time as there are cores, methods + 1), XLA's memory analysis of
   the step, and the process's peak memory so far (device memory_stats where the platform
   has them, else the process's max RSS) (experiments.bench.train's step helpers);
 * fsdp: the same grpo step with train.fsdp = every local device (parameters, optimiser
