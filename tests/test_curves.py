@@ -9,8 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from asct_jax.infra import config_cli
 from asct_jax.infra.curves import mean_band, plateau
 from experiments.harness import curves
+
+CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), curves.CONFIG)
 
 T975 = {1: 12.706204736174707, 2: 4.302652729749464}   # t_{0.975, df}
 
@@ -150,11 +153,13 @@ def test_the_mean_curve_takes_the_steps_every_seed_logged_and_the_cli_runs(tmp_p
     root = str(tmp_path)
     _write_run(root, "shop_grpo_s1", "shop", _curve([0.2, 0.4, 0.6, 0.6, 0.6]))
     _write_run(root, "shop_grpo_s2", "shop", _curve([0.4, 0.6, 0.6]))     # stopped early
-    curves.main(["--dir", root, "--metric", "eval/env/success", "--prefix", "shop_"])
+    curves.main(config_cli.parse_config([f"--config.dir={root}", "--config.prefix=shop_",
+                                         "--config.metric=eval/env/success"], default=CONFIG))
     c = curves.curve_report(root, "eval/env/success", "shop_")["shop"]["curves"]["grpo"]
     np.testing.assert_array_equal(c.steps, [0, 10, 20])
     np.testing.assert_allclose(c.mean, [0.3, 0.5, 0.6])
     assert "best grpo" in capsys.readouterr().out
     assert os.path.exists(os.path.join(root, "curves", "shop_eval_env_success.png"))
     with pytest.raises(SystemExit):
-        curves.main(["--dir", root, "--metric", "eval/env/nothing"])
+        curves.main(config_cli.parse_config([f"--config.dir={root}",
+                                             "--config.metric=eval/env/nothing"], default=CONFIG))
