@@ -153,3 +153,17 @@ def test_holm_steps_down_and_stops_at_the_first_kept_hypothesis():
             {"p": 0.5, "verdict": "inconclusive"}]
     # 0.01 <= 0.05/3 kept; 0.03 > 0.05/2: shown becomes inconclusive
     assert holm_verdicts(rows) == ["refuted", "inconclusive", "inconclusive"]
+
+
+@settings(deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12), st.data())
+def test_holm_over_a_partly_run_family_keeps_only_what_the_full_family_keeps(ps, data):
+    """Rows not yet run at p = 1 (holm_verdicts' family_size): a verdict kept now is kept
+    whatever p the remaining rows turn out to have."""
+    from asct_jax.infra.paired import holm_verdicts
+
+    k = data.draw(st.integers(1, len(ps)))
+    rows = [{"p": p, "verdict": "shown"} for p in ps]
+    partial = holm_verdicts(rows[:k], family_size=len(ps))
+    full = holm_verdicts(rows)
+    assert all(f == "shown" for p, f in zip(partial, full[:k]) if p == "shown")

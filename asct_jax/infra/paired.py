@@ -143,10 +143,18 @@ def holm(pvalues: Sequence[float], alpha: float = 0.05) -> list:
     return rejected
 
 
-def holm_verdicts(results: Sequence[dict], alpha: float = 0.05) -> list:
+def holm_verdicts(results: Sequence[dict], alpha: float = 0.05,
+                  family_size: Optional[int] = None) -> list:
     """The page's verdicts corrected by `holm` over every compare() result given: a
-    shown / refuted verdict stays where its p is rejected, else "inconclusive"."""
-    keep = holm([r["p"] for r in results], alpha)
+    shown / refuted verdict stays where its p is rejected, else "inconclusive".
+
+    family_size: the page's pre-registered number of comparisons when only some have run
+    (None: the results given); each one not yet run counts with p = 1, so no verdict is
+    kept that the full family could take back for want of them."""
+    m = len(results) if family_size is None else int(family_size)
+    if m < len(results):
+        raise ValueError(f"family_size {m} < the {len(results)} comparisons given")
+    keep = holm([r["p"] for r in results] + [1.0] * (m - len(results)), alpha)
     return [r["verdict"] if k else "inconclusive" for r, k in zip(results, keep)]
 
 

@@ -5,7 +5,9 @@
 
 files: the comparisons.json files of the page's family (a tuple of paths or glob
 patterns, required); name:
-results/page_verdicts/<name>.{md,json} (required); results_dir.
+results/page_verdicts/<name>.{md,json} (required); results_dir; authors: the same tables'
+comparisons under the authors' protocol (a verdict column each); family_size: the page's
+pre-registered number of rows when only some have run (0: the rows given).
 """
 import ml_collections
 
@@ -17,4 +19,6 @@ def get_config(arg: str = ""):
     c.files = ()
     c.name = ""
     c.results_dir = "results"
+    c.authors = ()          # the same tables under the authors' protocol (paths or globs)
+    c.family_size = 0       # the page's pre-registered rows (0: the rows of `files`)
     return c
