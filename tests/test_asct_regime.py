@@ -1,6 +1,6 @@
 """experiments/studies/asct_regime.py: the actor's uncertainty, the newly scored decisions of
 VinePPO's continuations, Table 14's centring check and the paper's implied figures, on
-hand-checked cases (TinyWorkflow, tests/tiny_workflow.py)."""
+hand-checked cases (TinyWorkflow, tests/helpers/tiny_workflow.py)."""
 import math
 
 import jax
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import tiny_workflow as tw  # tests/tiny_workflow.py
+from tests.helpers import tiny_workflow as tw
 from experiments.studies import asct_regime as ar
 
 NEG = -1e9

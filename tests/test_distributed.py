@@ -16,7 +16,7 @@ from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import RunLogger
 from experiments.configs import base
 from experiments.harness import launch_local
-from tests.test_rl_train import ROOT, _cli_args, _env, _metrics, build, small_config
+from tests.helpers.rl_train import ROOT, _cli_args, _env, _metrics, build, small_config
 
 BASE = os.path.join(ROOT, "experiments", "configs", "base.py")
 

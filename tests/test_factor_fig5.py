@@ -10,31 +10,16 @@ import pytest
 from asct_jax.infra import config_cli
 from asct_jax.rl.build import build_learner
 from asct_jax.rl.sources import JaxEnvSource
-from experiments.configs import base
-from experiments.configs import factor_fig5 as fig5_config
 from experiments.harness import registry
 from experiments.tables import factor_fig5 as fig5
 from experiments.tables import factor_fig5_panels as panels
+from tests.helpers.factor_fig5 import tiny_config
 
 # The module fixture runs Figure 5's whole diagnostic pipeline: the slow tier.
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "experiments/configs/factor_fig5.py")
-
-
-def tiny_config(tmp_path):
-    c = base.use_test_model(fig5_config.get_config("quick"))
-    c.rollout.num_groups = 2
-    c.rollout.group_size = 4
-    c.fig5.num_groups = 2
-    c.fig5.group_size = 4
-    c.fig5.mc_rollouts = 2
-    c.fig5.perturb_rollouts = 2
-    c.fig5.perturb_actions = 2
-    c.fig5.chunk = 64
-    c.train.results_dir = str(tmp_path)
-    return c
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from asct_jax.rl.build import build_learner
 from asct_jax.rl.sources import JaxEnvSource
 from experiments.harness import registry
 from experiments.tables import factor_fig5 as fig5
-from tests.test_factor_fig5 import tiny_config
+from tests.helpers.factor_fig5 import tiny_config
 from factor_jax.figure5 import credit_step
 from factor_jax.methods import factor_config
 

@@ -18,7 +18,7 @@ from factor_jax.hindsight import warm_start as hw
 from asct_jax.rl import warm_start as ws
 from asct_jax.rl.generation import GenerationSpec, canonical_response
 from asct_jax.envs.projection import Tags
-from tests.test_rl_train import small_config
+from tests.helpers.rl_train import small_config
 
 PAD, EOS = 0, 1
 SPEC = GenerationSpec(tags=Tags((90,), (91,), (92,), (93,)), stop_id=EOS, response_len=12)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 
 from factor_jax.hindsight import warm_start as hw
 from asct_jax.rl import warm_start as ws
-from tests.test_rl_train import small_config
+from tests.helpers.rl_train import small_config
 
 
 def _source(c):

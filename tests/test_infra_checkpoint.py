@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from tests.test_rl_train import _cli_args, small_config
+from tests.helpers.rl_train import _cli_args, small_config
 
 from asct_jax.infra.checkpoint import (CheckpointError, Checkpointer, NonFiniteLossError,
                                        NoReadableCheckpointError, check_finite,

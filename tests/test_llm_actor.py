@@ -20,30 +20,13 @@ from asct_jax.rl.rollout import rollout
 from asct_jax.rl.build import build_policy
 from asct_jax.rl.sources import JaxEnvSource
 from asct_jax.rl.trainer import train
-from experiments.configs import base
 from experiments.harness import registry
+from tests.helpers.llm_actor import llm_config
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     return tiny_llm_folder(str(tmp_path_factory.mktemp("tiny_qwen2")))
-
-
-def llm_config(folder, tmp_path=None, **model):
-    c = base.get_config()
-    c.model.path = folder
-    c.model.update(model)
-    c.env.name = "household"
-    c.rollout.num_groups, c.rollout.group_size = 2, 2
-    c.ppo.minibatches, c.ppo.epochs = 2, 1
-    c.vineppo.k = 2
-    c.factor.continuations = 1
-    c.text.obs_len, c.text.action_len, c.text.feedback_len = 72, 16, 16
-    c.train.compilation_cache = ""
-    c.train.progress = False
-    if tmp_path is not None:
-        c.train.results_dir = str(tmp_path)
-    return c
 
 
 def test_lora_starts_at_the_base_and_only_adapters_and_value_head_train(folder):
@@ -165,7 +148,7 @@ GENERATE_STEP = r"""
 import json, os, sys
 sys.path.insert(0, ROOT)
 from asct_jax.infra.resources import peak_rss_bytes
-from tests.test_llm_actor import llm_config
+from tests.helpers.llm_actor import llm_config
 from asct_jax.rl.trainer import train
 from experiments.harness import registry
 c = llm_config(FOLDER, TMP, lora_rank=2, remat=True, attention_block=128)

@@ -1,6 +1,6 @@
 """Tests of asct_jax.search's loop (search.search: simulate, expand, backward, search, with
 the paper's rules passed as callables), its config and mc_return, on ToyTree and on
-TinyWorkflow (tests/tiny_workflow.py).
+TinyWorkflow (tests/helpers/tiny_workflow.py).
 
 ToyTree's values are enumerable exactly (ToyTree.exact_q), so the search's Q table is
 compared with exact values at a tolerance set by the number of visits: 4 standard errors
@@ -18,7 +18,7 @@ from asct_jax import search as S
 from asct_jax.envs.base import EOS_ID, PAD_ID, Environment
 from asct_jax.envs.toy_tree import ToyTree
 from asct_jax.search.search import node_info, root_active
-import tiny_workflow as tw  # tests/tiny_workflow.py
+from tests.helpers import tiny_workflow as tw
 
 ENV = ToyTree(num_actions=4, depth=3)
 K = ENV.num_actions

@@ -1,7 +1,7 @@
 """Tests of the search's accounting (asct_jax.search.accounting): traversal charging
 without a cache, the ledger with one (each prefix charged once, in tree order; actor
 scoring once per prefix), by cost category and actor-token unit (a hand-counted
-workflow), on ToyTree and TinyWorkflow (tests/tiny_workflow.py)."""
+workflow), on ToyTree and TinyWorkflow (tests/helpers/tiny_workflow.py)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +10,7 @@ import pytest
 from asct_jax import search as S
 from asct_jax.search import accounting
 from asct_jax.search.methods import paper_rules
-from tiny_workflow import (K, P, Q, TOY, WF, make_params, prefix_costs, roots, toy_roots,
+from tests.helpers.tiny_workflow import (K, P, Q, TOY, WF, make_params, prefix_costs, roots, toy_roots,
                            toy_search, uniform_policy, wf_search)
 
 
@@ -146,7 +146,7 @@ def test_actor_continuations_cost_actor_tokens_and_rules_do_not_call_the_actor()
 @pytest.mark.slow
 def test_ledger_by_category_and_unit_hand_counted():
     """The chain 0 -> 1 -> 3 searched from the roots of questions [0, 1, 1] with pi_old
-    continuations, worked by hand (tests/tiny_workflow.py's costs and TINY_CHAT):
+    continuations, worked by hand (tests/helpers/tiny_workflow.py's costs and TINY_CHAT):
     tree 0 (q 0) executes 0 -> 1 (10 + 0) and 1 -> 3 (1 + 0): component 11, question 0;
     tree 1 (q 1) the same edges at + 1 each: component 11, question 2; tree 2 (q 1)
     finds both cached: nothing. One actor decision, at node 1 (turn 1), per question:

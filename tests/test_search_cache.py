@@ -1,12 +1,12 @@
 """Tests of the execution cache and AgentUCT's T_hat (asct_jax.search.cache) on
-TinyWorkflow (tests/tiny_workflow.py) and ToyTree."""
+TinyWorkflow (tests/helpers/tiny_workflow.py) and ToyTree."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from asct_jax import search as S
 from asct_jax.search import cache as C
-from tiny_workflow import P, K, TOY, WF, make_params, roots, toy_roots, uniform_policy
+from tests.helpers.tiny_workflow import P, K, TOY, WF, make_params, roots, toy_roots, uniform_policy
 
 
 def test_t_hat_on_a_hand_built_workflow_tree():
@@ -79,7 +79,7 @@ def test_scored_prefix_is_charged_again_next_step_executed_prefix_is_not():
     + 1 legal candidate of 2 tokens = 6, once per question: (6, 6, 0). Step k + 1, the
     same search: the executed prefixes are free (0, 0, 0), the scoring is charged again
     (6, 6, 0) after new_iteration; only a cache carried as it is would make it free."""
-    from tiny_workflow import wf_search
+    from tests.helpers.tiny_workflow import wf_search
 
     ch = np.full((P, K), -1)
     ch[0, 0], ch[1, 0] = 1, 3

@@ -1,5 +1,5 @@
 """Tests of the search's continuations (asct_jax.search.continuation) on TinyWorkflow
-(tests/tiny_workflow.py): each rule's draw, the trace the ledger reads, the actor's
+(tests/helpers/tiny_workflow.py): each rule's draw, the trace the ledger reads, the actor's
 scoring tokens."""
 import functools
 
@@ -10,7 +10,7 @@ import numpy as np
 from asct_jax import search as S
 from asct_jax.search import cache as C
 from asct_jax.search.continuation import continue_episode
-from tiny_workflow import P, WF, cost_tree, make_params, roots, uniform_policy
+from tests.helpers.tiny_workflow import P, WF, cost_tree, make_params, roots, uniform_policy
 
 
 def test_continuations_follow_their_policy():

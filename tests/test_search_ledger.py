@@ -1,5 +1,5 @@
 """search.ledger: the paper's Table 3 ledger of one iteration, worked by hand on
-TinyWorkflow (tests/tiny_workflow.py), and J_search (Eq. 5) on a hand case."""
+TinyWorkflow (tests/helpers/tiny_workflow.py), and J_search (Eq. 5) on a hand case."""
 import types
 
 import jax
@@ -9,7 +9,7 @@ import pytest
 
 from asct_jax import search as S
 from asct_jax.search import ledger
-from tiny_workflow import K, P, TINY_CHAT, WF, make_params, roots, wf_search
+from tests.helpers.tiny_workflow import K, P, TINY_CHAT, WF, make_params, roots, wf_search
 
 
 def test_j_search_hand_case():

@@ -9,7 +9,7 @@ import pytest
 from asct_jax.envs import make
 from asct_jax.envs.text_interface import LLMView
 from asct_jax.search import scoring
-from tiny_workflow import TINY_CHAT, WF, make_params, roots
+from tests.helpers.tiny_workflow import TINY_CHAT, WF, make_params, roots
 
 
 def test_decision_tokens_hand_counted():

@@ -1,7 +1,7 @@
 """Tests of the staged-workflow protocol (asct_jax.search.workflow): what makes an
 environment a staged workflow for the search."""
 from asct_jax import search as S
-from tiny_workflow import TOY, WF, make_params
+from tests.helpers.tiny_workflow import TOY, WF, make_params
 
 
 def test_workflow_of_asks_the_protocol():

@@ -12,7 +12,7 @@ import pytest
 
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl import warm_start as ws
-from tests.test_rl_train import small_config
+from tests.helpers.rl_train import small_config
 
 
 def _source(c):
