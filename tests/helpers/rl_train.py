@@ -6,8 +6,9 @@ import os
 import sys
 
 from experiments.configs import base as base_config
+from tests.helpers import REPO_ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = REPO_ROOT
 
 
 def small_config(tmp_path, **train):

@@ -1,6 +1,8 @@
 """asct_jax.infra.resources: what a run costs the machine."""
 import os
 
+from tests.helpers import REPO_ROOT
+
 
 def test_peak_rss_is_the_process_own_not_its_parent():
     """A small child of a large parent reports its own peak: ru_maxrss would start at the
@@ -13,7 +15,7 @@ def test_peak_rss_is_the_process_own_not_its_parent():
             "print(peak_rss_bytes())'\n"
             "print(subprocess.run([sys.executable, '-c', child], capture_output=True, "
             "text=True, check=True).stdout)\n")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = REPO_ROOT
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=root, check=True, env={**os.environ, "PYTHONPATH": root})
     assert int(out.stdout.split()[-1]) < 2**29   # jax imported: ~0.2 GB

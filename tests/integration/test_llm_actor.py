@@ -21,6 +21,7 @@ from asct_jax.rl.build import build_policy
 from asct_jax.rl.sources import JaxEnvSource
 from asct_jax.rl.trainer import train
 from experiments.harness import registry
+from tests.helpers import REPO_ROOT
 from tests.helpers.llm_actor import llm_config
 
 
@@ -182,7 +183,7 @@ def test_a_generate_mode_factor_step_at_the_49k_vocabulary_stays_under_4gb(folde
     may use."""
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = REPO_ROOT
     code = (GENERATE_STEP.replace("ROOT", repr(root)).replace("FOLDER", repr(folder))
             .replace("TMP", repr(str(tmp_path))))
     cpus = sorted(os.sched_getaffinity(0))[:2]

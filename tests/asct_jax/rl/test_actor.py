@@ -17,7 +17,7 @@ from asct_jax.rl.rollout import rollout
 from asct_jax.rl.sources import JaxEnvSource, TextShape
 from experiments.configs import base
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 SHAPE = TextShape(obs_len=8, action_len=4, feedback_len=4, num_actions=3, base_vocab_size=100)
 
 

@@ -9,8 +9,9 @@ import pytest
 
 from asct_jax.infra import config_cli
 from asct_jax.infra.config_cli import ConfigError, Range, parse_config
+from tests.helpers import REPO_ROOT
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_ROOT
 
 CONFIG_FILE = textwrap.dedent('''
     import ml_collections

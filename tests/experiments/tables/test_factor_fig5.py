@@ -1,5 +1,5 @@
 """Smoke test of experiments/tables/factor_fig5.py's panel computations (factor_jax.figure5's
-Diagnostics, tested in tests/test_figure5.py) on a tiny config (no training: early = late
+Diagnostics, tested in tests/factor_jax/test_figure5.py) on a tiny config (no training: early = late
 = the initial parameters)."""
 import os
 
@@ -14,11 +14,12 @@ from experiments.harness import registry
 from experiments.tables import factor_fig5 as fig5
 from experiments.tables import factor_fig5_panels as panels
 from tests.helpers.factor_fig5 import tiny_config
+from tests.helpers import REPO_ROOT
 
 # The module fixture runs Figure 5's whole diagnostic pipeline: the slow tier.
 pytestmark = pytest.mark.slow
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = REPO_ROOT
 CONFIG = os.path.join(ROOT, "experiments/configs/factor_fig5.py")
 
 

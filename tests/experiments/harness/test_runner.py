@@ -98,7 +98,7 @@ def test_liveness_table_takes_each_seeds_first_grad_norm_and_means_over_steps(tm
             "".join(json.dumps(r) + "\n" for r in recs))
     text = liveness_table(str(tmp_path), ["m", "absent"], (42, 43), {"k": "K", "q": "Q"})
     lines = text.strip().splitlines()
-    # then the policy-step columns (tests/test_liveness.py; "-" here: no config.json)
+    # then the policy-step columns (tests/experiments/harness/test_runner_liveness.py; "-" here: no config.json)
     head = "| method | grad norm @1 | updates / step | clip share | K | Q |"
     assert lines[0].startswith(head) and len(lines) == 3
     # (2 + 4) / 2; updates (2 + 4 + 3) / 3; (1 + 3 + 5) / 3

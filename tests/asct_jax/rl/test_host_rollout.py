@@ -1,6 +1,6 @@
 """Host-side rollouts of real TextWorld games (asct_jax.rl.host_rollout).
 
-Uses the tw-cooking games of tests/test_external_envs.py (generated once into
+Uses the tw-cooking games of tests/asct_jax/envs/test_external.py (generated once into
 ~/.cache/asct_jax/textworld or $ASCT_JAX_TEXTWORLD_GAMES) and the tiny decoder.
 """
 import os

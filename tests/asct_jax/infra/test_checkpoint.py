@@ -17,8 +17,9 @@ from tests.helpers.rl_train import _cli_args, small_config
 from asct_jax.infra.checkpoint import (CheckpointError, Checkpointer, NonFiniteLossError,
                                        NoReadableCheckpointError, check_finite,
                                        restore_latest_readable)
+from tests.helpers import REPO_ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = REPO_ROOT
 
 
 def _state(seed=0, width=4):

@@ -1,5 +1,5 @@
 """Tests of the JAX-native text environments (small configs): the protocol every one
-keeps, the registry and the settings (the base class: tests/test_env_base.py).
+keeps, the registry and the settings (the base class: tests/asct_jax/envs/test_base.py).
 
 Compiles are kept few: per environment one module fixture jits reset, an agent step
 (policy + step) single and vmapped, and a raw step on given tokens.

@@ -13,8 +13,9 @@ from asct_jax.infra import config_cli
 from asct_jax.infra.checks import ConfigError
 from experiments.configs import base
 from experiments.harness import registry, runner
+from tests.helpers import REPO_ROOT
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_ROOT
 CONFIGS = sorted(os.path.basename(p)[:-3] for p in glob.glob(
     os.path.join(REPO, "experiments", "configs", "*.py")) if not p.endswith("__init__.py"))
 
