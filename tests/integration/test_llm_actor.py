@@ -12,7 +12,6 @@ import pytest
 from flax import nnx
 
 from asct_jax.models.loading import load_pretrained
-from asct_jax.models.testing import tiny_llm_folder
 from asct_jax.rl import padding
 from asct_jax.rl import policy as policy_lib
 from asct_jax.rl.credit import CreditContext
@@ -23,6 +22,7 @@ from asct_jax.rl.trainer import train
 from experiments.harness import registry
 from tests.helpers import REPO_ROOT
 from tests.helpers.llm_actor import llm_config
+from tests.helpers.models import tiny_llm_folder
 
 
 @pytest.fixture(scope="module")

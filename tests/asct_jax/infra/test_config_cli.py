@@ -10,6 +10,7 @@ import pytest
 from asct_jax.infra import config_cli
 from asct_jax.infra.config_cli import ConfigError, Range, parse_config
 from tests.helpers import REPO_ROOT
+from tests.helpers.config import config_to_json
 
 REPO = REPO_ROOT
 
@@ -127,7 +128,7 @@ def test_missing_broken_and_stray(cfg, tmp_path):
 
 def test_config_to_json(cfg):
     c = parse_config(["prog", f"--config={cfg}"])
-    data = json.loads(config_cli.config_to_json(c))
+    data = json.loads(config_to_json(c))
     assert data["optim"] == {"lr": 1e-3, "num_steps": 10}
     assert data["eval_envs"] == ["rag_workflow"] and data["budget"] is None
 

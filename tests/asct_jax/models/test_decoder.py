@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from flax import nnx
 
 from asct_jax import models
-from asct_jax.models import testing
+from tests.helpers import models as testing
 
 KINDS = ("qwen2", "llama")
 

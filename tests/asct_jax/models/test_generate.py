@@ -9,7 +9,8 @@ import torch
 from flax import nnx
 
 from asct_jax import models
-from asct_jax.models import sampling, testing
+from asct_jax.models import sampling
+from tests.helpers import models as testing
 
 # The package re-exports the function `generate`, which shadows the submodule attribute.
 gen_lib = importlib.import_module("asct_jax.models.generate")

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from asct_jax import models
-from asct_jax.models import gguf_io, testing
+from asct_jax.models import gguf_io
+from tests.helpers import models as testing
 
 N_NEW = 24
 

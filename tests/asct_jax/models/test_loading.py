@@ -8,7 +8,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from asct_jax import models
-from asct_jax.models import testing
+from tests.helpers import models as testing
 
 
 @pytest.fixture(scope="module")

@@ -284,7 +284,7 @@ def test_a_pretrained_model_plays_the_games_as_chat_text(setup, tmp_path):
     candidate a command in the model's tokens ending with the end-of-turn token, and the
     command played is the candidate the model scored (token-in, token-out)."""
     from asct_jax.models.loading import load_pretrained
-    from asct_jax.models.testing import tiny_llm_folder
+    from tests.helpers.models import tiny_llm_folder
     from asct_jax.rl.host_games import SYSTEM_PROMPT
     from asct_jax.rl.host_text import ChatCodec
 

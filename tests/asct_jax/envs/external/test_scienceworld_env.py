@@ -58,7 +58,7 @@ def test_gold_path_is_admissible_and_wins(sw_env):
 
 @pytest.mark.slow
 def test_generation_parse_on_the_simulator(sw_env):
-    from asct_jax.envs.external.scienceworld_env import is_unknown_command
+    from tests.helpers.scienceworld import is_unknown_command
     from asct_jax.envs.projection import project
 
     state, _ = sw_env.reset(0)

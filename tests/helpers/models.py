@@ -1,6 +1,6 @@
 """Test helpers: tiny random transformers checkpoints (the PyTorch oracle) and jitted calls.
 
-Needs torch (the `test` extra); imported lazily so the package does not depend on it.
+Needs torch (the `test` extra): only the tests import it (it was asct_jax/models/testing.py).
 """
 from __future__ import annotations
 
