@@ -4,6 +4,10 @@
 Layout: B episodes, T turns, A token slots per turn; the authors' flat token streams with
 action spans map to one action per turn, non-action tokens in any free slot (the
 aggregations are over the whole batch, so where they sit does not matter).
+
+Not named after a module: the authors' kernels span factor_jax's apm, hta, tac, serl,
+schedules and losses (all exported by factor_jax), checked together against the authors'
+numbers.
 """
 import math
 

@@ -1,6 +1,6 @@
 """The ScienceWorld simulator's answer to a command it cannot parse (a generating actor's
-invalid step), as the ScienceWorld tests read it (was in asct_jax.envs.external.scienceworld_env,
-which does not use it)."""
+invalid step), as the ScienceWorld tests read it (was in
+asct_jax.envs.external.scienceworld_env, which does not use it)."""
 UNKNOWN_COMMAND = "No known action matches that input."
 
 

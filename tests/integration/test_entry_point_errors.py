@@ -1,6 +1,9 @@
 """A bad value stops every entry point with one line naming the field (exit 2 from a
 script): the CLI, the table scripts' variants (run_grid, from_warm_start), reproduce and
-the library edge (build_learner via the typed configs)."""
+the library edge (build_learner via the typed configs).
+
+Integration test across packages (asct_jax.infra.config_cli, experiments' scripts and
+harness, asct_jax.rl.build): no one entry point, hence tests/integration."""
 import glob
 import importlib
 import os

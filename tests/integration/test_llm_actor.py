@@ -1,6 +1,9 @@
 """The pretrained-LLM actor: LoRA, real-vocabulary scoring, every credit method, and
 training with checkpoints of the adapters only (a tiny random Qwen2 checkpoint with
-SmolLM2's 49k BPE tokenizer and chat template)."""
+SmolLM2's 49k BPE tokenizer and chat template).
+
+Integration test across packages (asct_jax.models loading, asct_jax.rl policy, credit and
+trainer, every registered method): no one entry point, hence tests/integration."""
 import json
 import os
 import shutil

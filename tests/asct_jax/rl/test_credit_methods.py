@@ -1,5 +1,8 @@
 """Registered credit methods end to end on a small batch: shapes, masks, cost accounting,
-and the chunked VinePPO values against the plain vmapped Monte-Carlo estimate."""
+and the chunked VinePPO values against the plain vmapped Monte-Carlo estimate.
+
+Integration test of every registered method (asct_jax.rl, asct_jax.search, factor_jax),
+kept under its entry point: asct_jax.rl.credit's method contract."""
 import jax
 import jax.numpy as jnp
 import numpy as np

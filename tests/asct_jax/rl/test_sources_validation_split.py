@@ -1,6 +1,9 @@
 """train.eval_split (issue 49): "validation" held-out episodes differ from the "test" ones
 the tables report (another key; an env with a question split plays its "val" split), a
-stored run of before the field reads as "test", host games refuse "validation"."""
+stored run of before the field reads as "test", host games refuse "validation".
+
+Integration test (asct_jax.rl.run_config, sources and host_games, asct_jax.envs' play and
+questions), kept under its entry point: the held-out environment of asct_jax.rl.sources."""
 import dataclasses
 import json
 

@@ -2,7 +2,10 @@
 searched with B trials and full root coverage (no fallback), rule continuations cost no
 actor scoring, the execution cache is the method's state and charges a prefix once,
 VinePPO's actor scoring is charged once per prefix, its J_search and the token ledger in
-both units, and each method's normalisation."""
+both units, and each method's normalisation.
+
+Integration test (asct_jax.search, the ragspace environment, experiments.tables'
+asct_ragspace), kept under its entry point: asct_jax.search.methods."""
 import copy
 
 import jax
