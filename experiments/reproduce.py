@@ -2,10 +2,12 @@
 the RAGSpace analogue, experiments/tables/asct_ragspace.py), the FACTOR table and Figure 5, with
 tables and plots under results/.
 
-    python -m experiments.reproduce --quick   # smoke scale, from the warm start
-    python -m experiments.reproduce           # full scale, from scratch and warm-started
+    python -m experiments.reproduce --config.quick   # smoke scale, from the warm start
+    python -m experiments.reproduce                  # full scale, from scratch and warm-started
 
---quick runs each script's `smoke_warm` config: the shared warm start of each environment
+The options are the fields of experiments/configs/reproduce.py (`--config.<field>=<value>`).
+
+--config.quick runs each script's `smoke_warm` config: the shared warm start of each environment
 (SFT on the noisy scripted expert; ragspace's smoothed, shop's with the hindsight phase),
 then ASCT's 3 iterations of 32 questions (PPO, VinePPO, AgentUCT) and FACTOR's 10 steps of
 2 x 8 episodes on shop (GRPO, SERL, FACTOR, GiGPO), 2 reporting seeds: a scale at which
@@ -15,26 +17,26 @@ the decision tables of docs/results are the scripts' `quick_warm` configs. The f
 reproduction runs each script's full config from scratch (`full`) and
 from the warm start (`warm`).
 
---quick's Figure 5 diagnoses the FACTOR table's shop seed-42 run (fig5.train_run: its
+--config.quick's Figure 5 diagnoses the FACTOR table's shop seed-42 run (fig5.train_run: its
 training fields and last checkpoint) instead of training FACTOR a second time.
 
---jobs 2 (the default) runs the ASCT table in a second process beside the FACTOR table and
+--config.jobs=2 (the default) runs the ASCT table in a second process beside the FACTOR table and
 then Figure 5, its output in results/reproduce_side.log: most of a smoke run is XLA
 compilation, which uses one core, so two processes on 2 cores take less time than one
 (2026-12-03, a slow machine, empty cache: 11.0 min against ~17 min for the same parts one
 after another).
 The numbers do not depend on it.
 
---quick compiles with XLA:CPU's backend optimisation level 1 (`--xla-opt-level`, default
-1 with --quick, XLA's own default otherwise; appended to XLA_FLAGS before JAX starts, and
+--config.quick compiles with XLA:CPU's backend optimisation level 1 (`--config.xla_opt_level`,
+default 1 with quick, XLA's own default otherwise; appended to XLA_FLAGS before JAX starts, and
 inherited by the second process): the smoke run is compile-bound and O1 compiles the train
 steps ~20 % faster for ~5 % slower steps (docs/benchmarks.md). Empty cache, idle machine:
 4.6 min at XLA's default, 4.1 min at O1 (2026-12-04; 6.5 / 5.4 min on 2026-12-03's slower
 machine), every table cell equal but the wall clocks (per-step metrics equal to float
-rounding, not bit for bit). A run is deterministic at either level; `--xla-opt-level
-default` compiles as the full runs do.
+rounding, not bit for bit). A run is deterministic at either level;
+`--config.xla_opt_level=default` compiles as the full runs do.
 
---quick trains from the warm starts shipped with the code (experiments/artifacts/warm_start/,
+--config.quick trains from the warm starts shipped with the code (experiments/artifacts/warm_start/,
 experiments/harness/warm_start_artifacts.py; built at XLA's default level), shows no progress bars
 (train.progress False) but one line per finished run, each part's tables and log in
 results/reproduce_<part>.log (and its .md / .json under results/<experiment>/), and ends
@@ -42,7 +44,6 @@ with one screen (experiments/harness/quick_summary.py, also results/reproduce_qu
 what ran and at what scale, each comparison beside the 10-seed decision table's verdict
 for the same row, and where the pages and plots are.
 """
-import argparse
 import contextlib
 import os
 import subprocess
@@ -53,7 +54,8 @@ from asct_jax.infra import config_cli
 from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_text
 
-SIDE = ("asct",)          # the parts --jobs 2 runs in the second process, in this order
+CONFIG = "experiments/configs/reproduce.py"
+SIDE = ("asct",)          # the parts jobs=2 runs in the second process, in this order
 OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 
 
@@ -64,31 +66,17 @@ def use_xla_opt_level(level):
         return
     flags = os.environ.get("XLA_FLAGS", "")
     if OPT_LEVEL_FLAG in flags:
-        raise ConfigError("--xla-opt-level", f"XLA_FLAGS already sets {OPT_LEVEL_FLAG}",
+        raise ConfigError("xla_opt_level", f"XLA_FLAGS already sets {OPT_LEVEL_FLAG}",
                           "default (keep XLA_FLAGS' level)")
     os.environ["XLA_FLAGS"] = f"{flags} {OPT_LEVEL_FLAG}={level}".strip()
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the reduced reproduction")
-    parser.add_argument("--results-dir", default="results")
-    parser.add_argument("--only", choices=("asct", "factor", "fig5"), action="append",
-                        help="run only these parts (repeatable)")
-    parser.add_argument("--jobs", type=int, choices=(1, 2), default=2,
-                        help="2: the ASCT table in a second process (see above)")
-    parser.add_argument("--xla-opt-level", choices=("default", "0", "1", "2", "3"),
-                        help="XLA:CPU backend optimisation level (default: 1 with --quick, "
-                             "XLA's own otherwise; see above)")
-    parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+def main(args):
+    """Runs the parts `args` asks for (experiments/configs/reproduce.py's config)."""
     level = args.xla_opt_level or ("1" if args.quick else "default")
-    try:
-        use_xla_opt_level(level)
-    except ConfigError as err:
-        config_cli.exit_config_error(err)
+    use_xla_opt_level(level)
     args_ = ("smoke_warm",) if args.quick else ("full", "warm")
-    parts = args.only or ["asct", "factor", "fig5"]
+    parts = list(args.only) or ["asct", "factor", "fig5"]
     side, start = None, time.time()
     side_parts = [p for p in parts if p in SIDE]
     if args.jobs == 2 and side_parts and len(side_parts) < len(parts):
@@ -96,13 +84,13 @@ def main(argv=None):
         os.makedirs(args.results_dir, exist_ok=True)
         log_path = os.path.join(args.results_dir, "reproduce_side.log")
         # The second process inherits this one's XLA_FLAGS (the level already in them).
-        cmd = [sys.executable, "-m", "experiments.reproduce", "--jobs", "1",
-               "--results-dir", args.results_dir, "--xla-opt-level", "default"]
-        cmd += ["--quick", "--side"] if args.quick else []
-        cmd += [a for p in side_parts for a in ("--only", p)]
+        cmd = [sys.executable, "-m", "experiments.reproduce", "--config.jobs=1",
+               f"--config.results_dir={args.results_dir}", "--config.xla_opt_level=default",
+               f"--config.only={tuple(side_parts)!r}"]
+        cmd += ["--config.quick", "--config.side"] if args.quick else []
         print(f"{' then '.join(side_parts)} in a second process, log: {log_path}", flush=True)
         side_log = open(log_path, "w")
-        # --quick: the second process's one-line statuses on this terminal, the rest logged.
+        # quick: the second process's one-line statuses on this terminal, the rest logged.
         side = subprocess.Popen(cmd, stdout=None if args.quick else side_log,
                                 stderr=subprocess.STDOUT if not args.quick else side_log)
 
@@ -178,7 +166,7 @@ def main(argv=None):
 
 
 def final_screen(args, configs, seconds, side_parts) -> str:
-    """experiments/harness/quick_summary.py's screen of this --quick run (the second process's parts
+    """experiments/harness/quick_summary.py's screen of this quick run (the second process's parts
     read from their configs), written to results/reproduce_quick_summary.txt too."""
     from experiments.configs import asct_ragspace as asct_cfg
     from experiments.harness import quick_summary
@@ -199,4 +187,4 @@ def final_screen(args, configs, seconds, side_parts) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

@@ -3,33 +3,33 @@ state, per XLA flag variant, side by side with the default.
 
 For each method and each flag variant (one fresh process each: XLA_FLAGS are read when the
 backend starts; the persistent compilation cache off), the seed-batched train step of the
-FACTOR table's `smoke_warm` config on `shop` (2 seeds, what `experiments.reproduce --quick`
+FACTOR table's `smoke_warm` config on `shop` (2 seeds, what `experiments.reproduce --config.quick`
 compiles) is lowered, compiled and run: lower s, compile s, the first call, the steady
 state (mean of 3 calls) and a checksum of the parameters after the 4 calls (float64 sum;
 equal to the default's means the flags left the numbers alone). Prints a Markdown table
 with each variant's compile and step time as a ratio of the default's; writes JSON
 atomically.
 
-    python -m experiments.bench.compile --methods grpo,factor \
-        --out results/bench/compile.json
+    python -m experiments.bench.compile --config.methods=grpo,factor \
+        --config.out=results/bench/compile.json
 
-With --depths (issue 37: the decoder's layers compiled once), instead: for each decoder
-path (--paths scan,unrolled: the layers scanned, or the Python loop of before) and each
-depth, in a fresh process, the compile seconds of a narrow random decoder's passes
-(training, remat training, cached prefill, one decoding step, generation, scoring) and of
---methods' RL steps on device_check's cpu-small config at that depth; a Markdown table with
-the deepest / shallowest ratio.
+The options are the fields of experiments/configs/bench/compile.py. With depths (issue 37:
+the decoder's layers compiled once), instead: for each decoder path (paths scan,unrolled:
+the layers scanned, or the Python loop of before) and each depth, in a fresh process, the
+compile seconds of a narrow random decoder's passes (training, remat training, cached
+prefill, one decoding step, generation, scoring) and of the methods' RL steps on
+device_check's cpu-small config at that depth; a Markdown table with the deepest /
+shallowest ratio.
 
-    python -m experiments.bench.compile --depths 2,30 --paths scan,unrolled --methods grpo \
-        --against 4bc2fc8 --out results/bench/compile_depth.json
+    python -m experiments.bench.compile --config.depths=2,30 --config.paths=scan,unrolled \
+        --config.methods=grpo --config.against=4bc2fc8 --config.out=results/bench/compile_depth.json
 
---against REV also measures the code of git revision REV (git archive into a temporary
+against=REV also measures the code of git revision REV (git archive into a temporary
 folder; this script imports its package) right after this tree's at each depth, and prints
 this tree's compile seconds over REV's.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -37,6 +37,13 @@ import subprocess
 import sys
 import time
 
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
+
+CONFIG = "experiments/configs/bench/compile.py"
+# Its absolute path, which the children get (an `against` child runs in another tree).
+CONFIG_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "configs", "bench", "compile.py")
 VARIANTS = {
     "default": "",
     "O1": "--xla_backend_optimization_level=1",
@@ -153,7 +160,7 @@ def decoder_passes(num_layers: int) -> dict:
 
 def _layout_import(module: str, flat: str):
     """`module`, or `flat` (its name in the flat experiments/ of revisions before the
-    folders) where this process imports such a revision's package (--against)."""
+    folders) where this process imports such a revision's package (against)."""
     import importlib
     try:
         return importlib.import_module(module)
@@ -166,7 +173,7 @@ def rl_step(method: str, num_layers: int) -> dict:
     (LoRA rank 8, remat, bfloat16, household; its narrow policy) at `num_layers`."""
     from asct_jax.rl.build import build_learner
     from asct_jax.rl.sources import JaxEnvSource
-    # a --against child may import a revision from before the folders (experiments/ flat)
+    # an `against` child may import a revision from before the folders (experiments/ flat)
     registry = _layout_import("experiments.harness.registry", "experiments.registry")
     lower_train_step = _layout_import("experiments.bench.train",
                                       "experiments.bench_train").lower_train_step
@@ -198,7 +205,7 @@ def depth_table(rows) -> str:
 
 def checkout(rev: str) -> str:
     """A temporary copy of the repository's files at git revision `rev` (git archive): the
-    code a --against child imports."""
+    code an `against` child imports."""
     import tempfile
     root = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
                           text=True, check=True).stdout.strip()
@@ -220,7 +227,8 @@ def run_depths(depths, paths, methods, out: str, against: str = "") -> None:
     rows = []
     for d in depths:
         for name, path, tree in codes:
-            args = ["--child-depth", str(d), "--path", path, "--methods", ",".join(methods)]
+            args = [f"--config={CONFIG_PATH}", f"--config.child_depth={d}",
+                    f"--config.path={path}", f"--config.methods={','.join(methods)}"]
             env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_COMPILATION_CACHE="false")
             cmd = [sys.executable, "-m", "experiments.bench.compile", *args]
             if tree:   # this script, importing the package of `tree`
@@ -267,23 +275,9 @@ def depth_child(depth: int, path: str, methods) -> dict:
     return out
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--methods", default="grpo")
-    ap.add_argument("--variants", default=",".join(VARIANTS),
-                    help=f"comma-separated, of {', '.join(VARIANTS)}")
-    ap.add_argument("--out", default="results/bench/compile.json")
-    ap.add_argument("--depths", default="",
-                    help="e.g. 2,30: the decoder's passes and --methods' steps at these depths "
-                         "(instead of the XLA flag variants)")
-    ap.add_argument("--paths", default="scan", help="with --depths: scan,unrolled")
-    ap.add_argument("--child", default="", help=argparse.SUPPRESS)
-    ap.add_argument("--child-depth", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--against", default="",
-                    help="with --depths: a git revision whose code is measured beside "
-                         "this tree's at each depth (e.g. main)")
-    ap.add_argument("--path", default="scan", help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
+def main(a) -> None:
+    """Runs the benchmark of `a` (experiments/configs/bench/compile.py), or one child's
+    measurement."""
     methods = [m for m in a.methods.split(",") if m]
     if a.child_depth:
         print(json.dumps(depth_child(a.child_depth, a.path, methods)))
@@ -298,14 +292,15 @@ def main(argv=None) -> None:
     variants = a.variants.split(",")
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
-        sys.exit(f"--variants: unknown {', '.join(bad)}; allowed: {', '.join(VARIANTS)}")
+        raise ConfigError("variants", f"unknown {', '.join(bad)}", ", ".join(VARIANTS))
     rows = []
     for method in a.methods.split(","):
         for v in variants:
             env = dict(os.environ, XLA_FLAGS=VARIANTS[v], JAX_PLATFORMS="cpu",
                        JAX_ENABLE_COMPILATION_CACHE="false")
             p = subprocess.run([sys.executable, "-m", "experiments.bench.compile",
-                                "--child", method], env=env, capture_output=True, text=True)
+                                f"--config={CONFIG_PATH}", f"--config.child={method}"],
+                               env=env, capture_output=True, text=True)
             if p.returncode != 0:
                 sys.exit(f"{method} / {v} failed:\n{p.stderr[-2000:]}")
             rows.append(dict(json.loads(p.stdout.strip().splitlines()[-1]), variant=v,
@@ -327,4 +322,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

@@ -25,14 +25,13 @@ Compile time (lower + compile) is reported apart from steady-state time (median 
 repeated calls after one warm-up, each call blocked until ready).
 
 Usage:
-  python -m experiments.bench.credit [--sizes 64x8x8,1024x16x32,4096x32x64]
-      [--turn_sizes 64x4,64x40,256x8,1024x16,4096x4,4096x16,4096x40]
-      [--min_time 0.5] [--out results/bench/credit.json]
---turn_sizes (B x T, '' for none) benchmarks only the turn kernels (GAE, returns-to-go).
+  python -m experiments.bench.credit [--config.sizes=64x8x8,1024x16x32,4096x32x64]
+      [--config.turn_sizes=64x4,64x40,256x8,1024x16,4096x4,4096x16,4096x40]
+      [--config.min_time=0.5] [--config.out=results/bench/credit.json]
+turn_sizes (B x T, '' for none) benchmarks only the turn kernels (GAE, returns-to-go).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -46,8 +45,12 @@ import jax.numpy as jnp
 import numpy as np
 
 import factor_jax as fj
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 from experiments.bench.credit_report import factor_summary, print_table
 from factor_jax.synthetic import random_batch
+
+CONFIG = "experiments/configs/bench/credit.py"
 
 FACTOR_INPUTS = ("rewards", "values", "baseline", "turn_mask", "teacher_logp",
                  "student_logp", "token_mask")
@@ -382,28 +385,22 @@ def bench_size(B: int, T: int, A: int, min_time: float, copy_Bps: float) -> List
     return rows
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default="64x8x8,1024x16x32,4096x32x64",
-                   help="comma-separated BxTxA sizes")
-    p.add_argument("--turn_sizes", default="64x4,64x40,256x8,1024x16,4096x4,4096x16,4096x40",
-                   help="comma-separated BxT sizes for the turn kernels only ('' for none)")
-    p.add_argument("--min_time", type=float, default=0.5,
-                   help="seconds of repeated calls per measurement (at least 5 calls)")
-    p.add_argument("--out", default="results/bench/credit.json")
-    args = p.parse_args(argv)
+def main(args):
+    """Runs the benchmark of `args` (experiments/configs/bench/credit.py)."""
     sizes, turn_sizes = [], []
     for s in filter(None, args.turn_sizes.split(",")):
         try:
             B, T = (int(v) for v in s.lower().split("x"))
         except ValueError:
-            raise SystemExit(f"--turn_sizes must be BxT pairs like 64x8, got {s!r}")
+            raise ConfigError("turn_sizes", f"{s!r} is not a BxT pair",
+                              "e.g. 64x8,256x16") from None
         turn_sizes.append((B, T))
     for s in filter(None, args.sizes.split(",")):
         try:
             B, T, A = (int(v) for v in s.lower().split("x"))
         except ValueError:
-            raise SystemExit(f"--sizes must be BxTxA triples like 64x8x8, got {s!r}")
+            raise ConfigError("sizes", f"{s!r} is not a BxTxA triple",
+                              "e.g. 64x8x8,1024x16x32") from None
         sizes.append((B, T, A))
     load_before = os.getloadavg()[0]
     bw = memcpy_bandwidth()
@@ -431,4 +428,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

@@ -6,11 +6,10 @@ batch), and environment steps per second at batch 1 and batch 1024 (the same jit
 rollout with the random policy: legal_actions + policy + step per step; steady state,
 compile time reported apart). Prints a Markdown table and writes JSON.
 
-    python -m experiments.bench.envs [--episodes 1024] [--out results/bench/envs.json]
+    python -m experiments.bench.envs [--config.episodes=1024] [--config.out=results/bench/envs.json]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -19,8 +18,11 @@ import time
 import jax
 import numpy as np
 
-from asct_jax.envs import ENVS as ALL_ENVS, SIZES, make, module_of
+from asct_jax.envs import ENVS as ALL_ENVS, make, module_of
 from asct_jax.envs.evaluate import rollout
+from asct_jax.infra import config_cli
+
+CONFIG = "experiments/configs/bench/envs.py"
 
 ENVS = tuple(e for e in ALL_ENVS if e != "toy_tree")     # the text environments
 
@@ -75,13 +77,8 @@ def markdown(rows) -> str:
     return "\n".join(lines)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--episodes", type=int, default=1024)
-    ap.add_argument("--size", default="small", choices=SIZES)
-    ap.add_argument("--envs", default=",".join(ENVS))
-    ap.add_argument("--out", default="results/bench/envs.json")
-    args = ap.parse_args()
+def main(args):
+    """Runs the benchmark of `args` (experiments/configs/bench/envs.py)."""
     rows = []
     for name in args.envs.split(","):
         rows.append(bench_env(name, args.episodes, args.size))
@@ -104,4 +101,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

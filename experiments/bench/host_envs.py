@@ -3,18 +3,17 @@
 For the serial BatchedHostEnv (the reference) and ParallelHostEnv on each worker count W:
 N ScienceWorld environments play `turns` turns from reset(seeds 0..N-1), a turn being
 legal_actions + step with a uniformly random legal command (numpy generator seeded with
---seed, so every configuration plays the same games and commands). Reported apart:
+`seed`, so every configuration plays the same games and commands). Reported apart:
 start-up (building the batch, spawning the workers, the first reset: the JVM launches and
 task loads) and the steady state (a second reset, then the turns), with its time split
 into reset / legal_actions / step. Environment-turns per second = turns of running games
 / (legal_actions + step seconds). Prints a Markdown table and writes JSON atomically.
 
-    python -m experiments.bench.host_envs --task find-non-living-thing --envs 4 --turns 20 \
-        --workers 1,2,4 --out results/bench/host_envs.json
+    python -m experiments.bench.host_envs --config.task=find-non-living-thing --config.envs=4 \
+        --config.turns=20 --config.workers=1,2,4 --config.out=results/bench/host_envs.json
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -24,7 +23,10 @@ import time
 import numpy as np
 
 from asct_jax.envs.external import BatchedHostEnv, ParallelHostEnv, ScienceWorldEnv
+from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_text
+
+CONFIG = "experiments/configs/bench/host_envs.py"
 
 
 def bench(make_batch, num_envs: int, turns: int, seed: int) -> dict:
@@ -75,15 +77,8 @@ def markdown(rows) -> str:
     return "\n".join(lines)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--task", default="find-non-living-thing")
-    ap.add_argument("--envs", type=int, default=4)
-    ap.add_argument("--turns", type=int, default=20)
-    ap.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="results/bench/host_envs.json")
-    args = ap.parse_args()
+def main(args):
+    """Runs the benchmark of `args` (experiments/configs/bench/host_envs.py)."""
     load_before = os.getloadavg()[0]
     make_env = functools.partial(ScienceWorldEnv, task=args.task, max_turns=args.turns)
     configs = [("serial", lambda: BatchedHostEnv([make_env() for _ in range(args.envs)]))]
@@ -112,4 +107,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

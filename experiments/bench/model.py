@@ -1,20 +1,22 @@
 """Benchmark: tokens/s of batched `generate` and `score`, ours (JAX) vs transformers' PyTorch model.
 
 Same weights, same machine, one process. Compile time (first call minus steady state) is
-reported apart from the steady-state time (median over --repeats calls). The --train-pass
-mode's passes are experiments/bench/model_train_pass.py.
+reported apart from the steady-state time (median over `repeats` calls). The train_pass
+mode's passes are experiments/bench/model_train_pass.py. The options are the fields of
+experiments/configs/bench/model.py, whose arg picks the mode ("", train_pass, rollout).
 
-  python -m experiments.bench.model --models tiny smollm2-135m --batch-sizes 1 4 --out results/bench/model.json
+  python -m experiments.bench.model "--config.models=('tiny', 'smollm2-135m')" \
+      "--config.batch_sizes=(1, 4)" --config.out=results/bench/model.json
 
---policy-scoring adds the policy's constrained candidate scoring (Policy.candidate_log_probs:
+policy_scoring adds the policy's constrained candidate scoring (Policy.candidate_log_probs:
 N observations x K candidates of A tokens, log-probs from the hidden states and the
 LM-head rows of the candidates' tokens) beside the dense reference it replaced (full
 [N K A V] logits, a one-hot [K, A, V] trie mask per action and a masked softmax), in
 candidate tokens per second, at the model's own vocabulary.
 
---train-pass times the training pass instead of generate / score: forward + backward
+train_pass times the training pass instead of generate / score: forward + backward
 (jax.jit(jax.value_and_grad(loss)) on the params from nnx.split; torch: loss.backward(),
-torch threads = the cores unless --torch-threads) at --train-shape [B, S], loss = mean
+torch threads = the cores unless torch_threads) at train_shape [B, S], loss = mean
 next-token cross-entropy of the LM logits. Ours also in bfloat16 compute, and the policy's
 constrained scoring pass (value_and_grad of the sum of Policy.action_log_probs over N
 observations of O tokens, actions of A tokens, K candidates; default N O A K = 8 112 16 8,
@@ -24,30 +26,31 @@ LM head; the policy pass, which forms no [.., V] logits: 6 * (params - V H) * to
 attention scores not counted) and XLA's cost analysis, beside the machine's jitted
 [2048, 2048] x [2048, 2048] float32 matmul (and torch's, and both in bfloat16). Torch's
 model is also timed in bfloat16 (a copy). After one first call each, all these passes run
-in --repeats interleaved rounds, so that each sees the same machine load; torch's bfloat16
+in `repeats` interleaved rounds, so that each sees the same machine load; torch's bfloat16
 passes get their own rounds after the others (once oneDNN has run its AMX bfloat16 kernels
 in the process, our passes spend 1.5-4 s more a pass in the kernel; `system_s` in the rows).
 On a shared machine run it with OMP_WAIT_POLICY=PASSIVE: with libgomp's default spin-wait
 torch's 2 threads lose whole scheduler slices at every barrier once another process holds
 a core (tiny: 1.3 s a pass instead of 46 ms; 1 thread: 36 ms). XLA does not use OpenMP.
 
-  OMP_WAIT_POLICY=PASSIVE python -m experiments.bench.model --train-pass --models tiny smollm2-135m
+  OMP_WAIT_POLICY=PASSIVE python -m experiments.bench.model \
+      --config experiments/configs/bench/model.py:train_pass
 
---rollout times generation at a rollout's shapes instead (issue 23): SmolLM2-135M, batch 8
+rollout times generation at a rollout's shapes instead (issue 23): SmolLM2-135M, batch 8
 and 32, ragged left-padded prompts of real text (3P/4 to P tokens, P = 256; one row full),
 64 new tokens sampled at temperature 1, ours (models.generate, jitted while_loop) vs
 transformers' `generate` (DynamicCache, do_sample, top_k 0) on the same weights, torch threads
 = the cores. Each side's prompt pass is also timed alone (ours: the jitted `generate.prefill`,
 the first part of the same program; torch: one forward with logits_to_keep=1), so the
 split prefill / decode = prefill / (whole - prefill). Compile time apart (first call minus
-the steady median), --repeats interleaved rounds. Then a greedy cross-check: ours and
-torch's greedy tokens on the first --check-rows rows (identical prefix per row).
+the steady median), `repeats` interleaved rounds. Then a greedy cross-check: ours and
+torch's greedy tokens on the first `check_rows` rows (identical prefix per row).
 
-  OMP_WAIT_POLICY=PASSIVE python -m experiments.bench.model --rollout
+  OMP_WAIT_POLICY=PASSIVE python -m experiments.bench.model \
+      --config experiments/configs/bench/model.py:rollout
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -60,7 +63,11 @@ import numpy as np
 import torch
 
 from asct_jax import models
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 from experiments.bench.model_train_pass import bench_train_pass, policy_inputs
+
+CONFIG = "experiments/configs/bench/model.py"
 
 
 def to_hf_llama(cfg: models.ModelConfig):
@@ -169,15 +176,15 @@ def rollout_prompts(tokenizer, batch: int, prompt_len: int, seed: int = 0):
 
 
 def bench_rollout(name, ours, ref, tokenizer, args):
-    """Generation at rollout shapes (see --rollout): ours vs torch's `generate`, same prompts.
+    """Generation at rollout shapes (see rollout): ours vs torch's `generate`, same prompts.
 
     Per batch size: sampling at temperature 1, top_p 1 (ours: models.generate; torch:
     generate(do_sample=True, top_k=0), DynamicCache), and each side's prompt pass alone (ours:
     the jitted `generate.prefill`, torch: one forward with logits_to_keep=1), so decode = whole
-    - prefill. One first call each (ours: compile + run), then --repeats interleaved rounds
+    - prefill. One first call each (ours: compile + run), then `repeats` interleaved rounds
     (median). New tokens / s count batch * new_tokens over the whole call, prefill included
     (no row stops: no stop tokens, torch with min_new_tokens). Then the greedy cross-check: both
-    sides' greedy tokens on the first --check-rows rows of the smallest batch."""
+    sides' greedy tokens on the first `check_rows` rows of the smallest batch."""
     import importlib
     import jax.numpy as jnp
     from flax import nnx
@@ -306,40 +313,9 @@ def bench_policy_scoring(name, ours, args, n=16, k=8, a=8, o=48):
     return rows
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["tiny", "smollm2-135m"])
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 4])
-    parser.add_argument("--prompt-len", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--cont-len", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-torch", action="store_true")
-    parser.add_argument("--policy-scoring", action="store_true",
-                        help="also time the policy's constrained candidate scoring")
-    parser.add_argument("--torch-threads", type=int, default=0,
-                        help="torch intra-op threads (0: torch's default). On a busy machine 1 is steadier.")
-    parser.add_argument("--train-pass", action="store_true",
-                        help="time forward + backward (ours fp32 / bf16 / policy scoring, torch) "
-                             "instead of generate / score")
-    parser.add_argument("--train-shape", nargs=2, type=int, default=[8, 128], metavar=("B", "S"))
-    parser.add_argument("--policy-shape", nargs=4, type=int, default=[8, 112, 16, 8],
-                        metavar=("N", "O", "A", "K"), help="policy scoring training pass (with --train-pass)")
-    parser.add_argument("--out", default=None,
-                        help="default results/bench/model.json (model_train.json with --train-pass)")
-    parser.add_argument("--rollout", action="store_true",
-                        help="generation at rollout shapes instead of generate / score: ragged left-padded "
-                             "text prompts, sampling at T=1, prefill vs decode split, greedy cross-check; "
-                             "defaults --models smollm2-135m --batch-sizes 8 32 --prompt-len 256 "
-                             "--new-tokens 64 --repeats 2, torch threads = the cores")
-    parser.add_argument("--check-rows", type=int, default=4, help="rows of the greedy cross-check (--rollout)")
-    args = parser.parse_args()
-    if args.rollout:   # the rollout mode's own defaults for what was not given
-        given = {a.split("=")[0] for a in __import__("sys").argv[1:]}
-        for flag, value in (("--models", ["smollm2-135m"]), ("--batch-sizes", [8, 32]), ("--prompt-len", 256),
-                            ("--new-tokens", 64), ("--repeats", 2)):
-            if flag not in given:
-                setattr(args, flag[2:].replace("-", "_"), value)
+def main(config):
+    """Runs the benchmark of `config` (experiments/configs/bench/model.py)."""
+    args = config.copy_and_resolve_references()
     args.out = args.out or (f"results/bench/model{'_train' if args.train_pass else ''}"
                             f"{'_rollout' if args.rollout else ''}.json")
     if args.torch_threads:
@@ -360,7 +336,8 @@ def main():
         elif args.rollout:
             path = models.smollm2_gguf_path() if name == "smollm2-135m" else None
             if path is None:
-                raise SystemExit("--rollout needs a model with a tokenizer: --models smollm2-135m")
+                raise ConfigError("models", f"rollout needs a model with a tokenizer, got {name!r}",
+                                  "smollm2-135m")
             from asct_jax.models.loading import load_tokenizer
             rows += bench_rollout(name, ours, ref, load_tokenizer(path), args)
         else:
@@ -369,7 +346,7 @@ def main():
         if args.policy_scoring:
             rows += bench_policy_scoring(name, ours, args)
         del ours, ref, ours_bf16
-    out = dict(env=env, settings=vars(args), results=rows)
+    out = dict(env=env, settings=config_cli.config_to_dict(args), results=rows)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=2)
@@ -377,4 +354,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

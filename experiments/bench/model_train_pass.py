@@ -1,4 +1,4 @@
-"""The --train-pass mode of experiments.bench.model (its docstring describes it): forward +
+"""The train_pass mode of experiments.bench.model (its docstring describes it): forward +
 backward tokens/s of our decoder (float32, bfloat16, the policy's constrained scoring pass)
 against transformers' PyTorch model (float32, bfloat16), beside the machine's matmuls; and
 the policy inputs both the scoring and the training pass time.
@@ -62,7 +62,7 @@ def matmul_passes(n=2048):
 def bench_train_pass(name, ours, ref, ours_bf16, args):
     """Forward + backward tokens/s: ours (float32, bfloat16, policy scoring) vs torch (float32,
     bfloat16), and the [2048]^3 matmuls. After one first call each, the passes are timed in
-    --repeats interleaved rounds, so that every one sees the same machine load (torch's
+    `repeats` interleaved rounds, so that every one sees the same machine load (torch's
     bfloat16 passes in rounds of their own, last; see the module docstring)."""
     import copy
     import jax.numpy as jnp

@@ -6,7 +6,7 @@ and simulation count N:
     cost term, cost-weighted expansion and rule continuations to the end, no depth cap) with an
     execution cache when the environment is a staged workflow (ragspace): no actor pass
     but the root prior; paper_agentuct_actor: the same with pi_old continuations
-    (ASCT-ActorRollout's suffixes). Their ratio with --policy tiny is what rule
+    (ASCT-ActorRollout's suffixes). Their ratio with policy tiny is what rule
     continuations save; trials/s = B * N / steady-state seconds.
   * mctx_muzero: mctx.muzero_policy;
   * mctx_gumbel: mctx.gumbel_muzero_policy (max_num_considered_actions = K);
@@ -17,8 +17,8 @@ for every method. Compile time (lower + compile) is reported apart from steady-s
 (median of repeated calls after one warm-up, each blocked until ready); throughput is
 simulations per second = B * N / steady-state seconds.
 
---step_method (an ASCT method of the paper, e.g. asct_agentuct; on ragspace with the tiny
-decoder, experiments/configs/asct_ragspace.py's quick config at --step_batch episodes):
+step_method (an ASCT method of the paper, e.g. asct_agentuct; on ragspace with the tiny
+decoder, experiments/configs/asct_ragspace.py's quick config at step_batch episodes):
 the share of one compiled training step spent in the search. It times the whole step
 (rollout -> credit -> PPO update, as trainer.train runs it, the method's cache carried
 from step to step), then, at the same batch, the rollout alone and the credit's search
@@ -28,17 +28,17 @@ calls after one warm-up).
 
 The policy: on toy_tree a fixed random logits table; on other environments pi_old is
 uniform over the legal candidates with value 0 (the benchmark measures the search, not a
-network), or with --policy tiny the tiny decoder: the ratio of the two runs' times is the
+network), or with policy tiny the tiny decoder: the ratio of the two runs' times is the
 share of the search spent outside the policy's forward passes.
 
 Usage:
-  python -m experiments.bench.search [--env toy_tree] [--batch_sizes 256,1024]
-      [--num_simulations 16,64] [--methods paper_agentuct,...] [--min_time 0.5]
-      [--step_method asct_agentuct] [--step_batch 8x2] [--out results/bench/search.json]
+  python -m experiments.bench.search [--config.env=toy_tree] [--config.batch_sizes=256,1024]
+      [--config.num_simulations=16,64] [--config.methods=paper_agentuct,...]
+      [--config.min_time=0.5] [--config.step_method=asct_agentuct] [--config.step_batch=8x2]
+      [--config.out=results/bench/search.json]
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -52,7 +52,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from asct_jax import search as S
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 
+CONFIG = "experiments/configs/bench/search.py"
 METHODS = ("paper_agentuct", "paper_agentuct_actor", "mctx_muzero", "mctx_gumbel")
 OURS = ("paper_agentuct", "paper_agentuct_actor")
 NEG = -1e9  # finite "illegal" logit for mctx
@@ -184,7 +187,7 @@ def step_share(method: str, num_groups: int, group_size: int, min_time: float,
     from experiments.harness import registry
 
     if method not in STEP_METHODS:
-        raise ValueError(f"--step_method: {method!r} is not one of {sorted(STEP_METHODS)}")
+        raise ValueError(f"step_method: {method!r} is not one of {sorted(STEP_METHODS)}")
     c = asct_ragspace.get_config("quick")
     c.method = method
     c.rollout.num_groups, c.rollout.group_size = num_groups, group_size
@@ -237,26 +240,12 @@ def step_share(method: str, num_groups: int, group_size: int, min_time: float,
     return out
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--env", default="toy_tree")
-    ap.add_argument("--policy", default="uniform", choices=("uniform", "tiny"),
-                    help="pi_old on environments other than toy_tree")
-    ap.add_argument("--batch_sizes", default="256,1024")
-    ap.add_argument("--num_simulations", default="16,64")
-    ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--min_time", type=float, default=0.5)
-    ap.add_argument("--step_method", default="",
-                    help="also the search's share of a training step of this ASCT method "
-                         f"on ragspace ({', '.join(STEP_METHODS)}; empty: skip)")
-    ap.add_argument("--step_batch", default="8x2",
-                    help="num_groups x group_size episodes of that training step")
-    ap.add_argument("--out", default="results/bench/search.json")
-    a = ap.parse_args(argv)
+def main(a):
+    """Runs the benchmark of `a` (experiments/configs/bench/search.py)."""
     methods = [m for m in a.methods.split(",") if m]
     bad = [m for m in methods if m not in METHODS]
     if bad:
-        raise ValueError(f"--methods: unknown {bad}; allowed: {list(METHODS)}")
+        raise ConfigError("methods", f"unknown {', '.join(bad)}", ", ".join(METHODS))
     batches = [int(x) for x in a.batch_sizes.split(",")]
     sims = [int(x) for x in a.num_simulations.split(",")]
 
@@ -337,4 +326,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

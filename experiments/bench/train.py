@@ -1,10 +1,11 @@
 """Train-step cost per credit method at the same batch, split into rollout, credit and update.
 
-    python -m experiments.bench.train [--env rag_workflow] [--methods grpo,factor] [--repeats 3]
+    python -m experiments.bench.train [--config.env=rag_workflow] [--config.methods=grpo,factor] \
+        [--config.repeats=3]
 
 Each piece is jitted on its own: rollout(params, key), credit(params, batch, key, step) and
 learn(state, batch, key) (= credit + PPO update, so update = learn - credit). Compile time
-(first call) is reported apart from the steady state (median of --repeats calls). The
+(first call) is reported apart from the steady state (median of `repeats` calls). The
 compiled train step fuses the three; its time is reported too. Prints a Markdown table
 and writes JSON (default results/bench/train.json). Budget: each step's environment calls
 (rollout + the credit's own) as a ratio to the baseline (GRPO), and the wall clock per
@@ -17,7 +18,6 @@ same process (jitted f32 jnp.dot [1024, 576] x [576, 1536], and [4096, H] x [H, 
 policy's MLP width). The 1-minute load average is printed with every row: on a shared
 machine compare the rows of one run.
 """
-import argparse
 import os
 import statistics
 import time
@@ -25,6 +25,7 @@ import time
 import jax
 import jax.numpy as jnp
 
+from asct_jax.infra import config_cli
 from asct_jax.rl.rollout import rollout
 from asct_jax.infra.run_logger import atomic_write_json
 from asct_jax.infra.tables import markdown_table
@@ -35,6 +36,7 @@ from experiments.configs import base
 from experiments.harness import registry
 from experiments.harness.dotted import apply_overrides
 
+CONFIG = "experiments/configs/bench/train.py"
 DEFAULT_METHODS = ("ppo_return", "ppo_gae", "grpo", "vineppo", "asct_uniform", "asct_uct",
                    "asct_agentuct", "factor", "serl", "gigpo")
 
@@ -188,22 +190,8 @@ def bench_seeds(method, env_name, counts, repeats, num_groups, group_size):
     return rows
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--env", default="rag_workflow")
-    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--num-groups", type=int, default=8)
-    ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--chooser", default="candidates", choices=("candidates", "generate"),
-                    help="actor.chooser: candidate scoring or the generating actor")
-    ap.add_argument("--continuations", default="chooser", choices=("chooser", "score"),
-                    help="actor.continuations: how a generating actor acts at restored states")
-    ap.add_argument("--out", default="results/bench/train.json")
-    ap.add_argument("--seeds", default="",
-                    help="e.g. 1,4,16: instead, the step wall of that many seeds in one "
-                         "program (the first method), beside 1 seed")
-    args = ap.parse_args(argv)
+def main(args):
+    """Runs the benchmark of `args` (experiments/configs/bench/train.py)."""
     if args.seeds:
         counts = [int(x) for x in args.seeds.split(",")]
         rows = bench_seeds(args.methods.split(",")[0], args.env, counts, args.repeats,
@@ -252,4 +240,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

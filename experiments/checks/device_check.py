@@ -1,6 +1,6 @@
 """One command that measures what this machine's accelerator does with our code.
 
-    python -m experiments.checks.device_check --out results/bench/device_check.json
+    python -m experiments.checks.device_check --config.out=results/bench/device_check.json
 
 Prints each measurement as it goes and writes them all as one JSON (atomically, after
 each section, so that a section that fails or a run cut short keeps the ones before; a
@@ -10,10 +10,10 @@ failed section is {"error": ...}, named in "errors", and the exit status is 1):
 * matmul: measured float32 and bfloat16 FLOP/s of a jitted [n, n] x [n, n] in this process
   (experiments.bench.train.matmul_flops_per_s);
 * rl_step: one compiled RL step (rollout -> credit -> update; LoRA, remat, bfloat16) of
-  each method family, one method per package of experiments.harness.registry (--methods; default
+  each method family, one method per package of experiments.harness.registry (`methods`; default
   grpo from asct_jax.rl, asct_agentuct from asct_jax.search, factor from factor_jax),
   data-parallel over every local device: step seconds, compile seconds (the programs are
-  compiled as many at a time as there are cores, --methods + 1), XLA's memory analysis of
+  compiled as many at a time as there are cores, methods + 1), XLA's memory analysis of
   the step, and the process's peak memory so far (device memory_stats where the platform
   has them, else the process's max RSS) (experiments.bench.train's step helpers);
 * fsdp: the same grpo step with train.fsdp = every local device (parameters, optimiser
@@ -34,19 +34,20 @@ which, and gives every shape it used.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Optional
+
+from asct_jax.infra import config_cli
 
 # Spec dense bfloat16 peak, TFLOP/s, by jax's device_kind (the utilisation's denominator).
 SPEC_BF16_TFLOPS = {"NVIDIA H100 80GB HBM3": 989.0, "NVIDIA H200": 989.0,
                     "NVIDIA A100-SXM4-80GB": 312.0, "NVIDIA A100-SXM4-40GB": 312.0,
                     "TPU v4": 275.0, "TPU v5 lite": 197.0, "TPU v5": 459.0,
                     "TPU v6 lite": 918.0}
+CONFIG = "experiments/configs/checks/device_check.py"
 FAMILIES = ("grpo", "asct_agentuct", "factor")
 CPU_DEVICES = 2
 
@@ -311,14 +312,9 @@ def run(methods=FAMILIES, scale: Optional[str] = None, log=print,
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/bench/device_check.json")
-    ap.add_argument("--methods", default=",".join(FAMILIES),
-                    help="method families of the RL step (experiments.harness.registry names)")
-    ap.add_argument("--scale", choices=tuple(SCALES), default=None,
-                    help="default: cpu-small on CPU, full on an accelerator")
-    args = ap.parse_args(argv)
+def main(args) -> int:
+    """Runs the check of `args` (experiments/configs/checks/device_check.py); 1 if a section
+    failed."""
     import jax
 
     # Before any device is touched: CPU only gets the fake devices FSDP shards over.
@@ -327,7 +323,7 @@ def main(argv=None) -> int:
         jax.config.update("jax_num_cpu_devices", CPU_DEVICES)
     from asct_jax.infra.run_logger import atomic_write_json
 
-    result = run(tuple(m for m in args.methods.split(",") if m), args.scale,
+    result = run(tuple(m for m in args.methods.split(",") if m), args.scale or None,
                  log=lambda line: print(line, flush=True),
                  save=lambda out: atomic_write_json(args.out, out))
     atomic_write_json(args.out, result)
@@ -338,4 +334,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    config_cli.run_main(main, default=CONFIG)

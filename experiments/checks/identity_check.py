@@ -1,27 +1,31 @@
 """Records, and compares, a few steps of every registered method on every JAX environment:
 the guard that a refactor leaves what the runs compute bit for bit unchanged.
 
-    python -m experiments.checks.identity_check --out /tmp/ref            # record (before)
-    python -m experiments.checks.identity_check --out /tmp/new --compare /tmp/ref   # after
+    python -m experiments.checks.identity_check --config.out=/tmp/ref      # record (before)
+    python -m experiments.checks.identity_check --config.out=/tmp/new \
+        --config.compare=/tmp/ref                                           # after
 
 Each case is (method, env, actor.chooser) at the tests' model size, two steps of a tiny
 batch with one held-out evaluation, plus one seed-batched run (train_seeds, two seeds).
-A case's metrics.jsonl (timings dropped) is stored as <out>/<case>.json; --compare
+A case's metrics.jsonl (timings dropped) is stored as <out>/<case>.json; compare
 reports each case whose numbers differ in any field, and exits 1 if one does. A case a
 method cannot run (a ConfigError or ValueError before training) is recorded as such, so
-the comparison also checks that the same cases run. --only runs the cases whose name
-contains any of the given substrings; --jobs runs cases in that many processes.
+the comparison also checks that the same cases run. only runs the cases whose name
+contains any of the given substrings; jobs runs cases in that many processes (the fields of
+experiments/configs/checks/identity_check.py).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
-import sys
 import tempfile
 from typing import Dict, List, Tuple
 
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
+
+CONFIG = "experiments/configs/checks/identity_check.py"
 CANDIDATE_ENVS = ("household", "shop", "science", "ragspace", "rag_workflow")
 GENERATE_ENVS = ("shop",)
 
@@ -108,13 +112,11 @@ def _diff(a, b, path="") -> List[str]:
     return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="folder for the cases' records")
-    p.add_argument("--compare", default="", help="a reference folder to compare against")
-    p.add_argument("--only", nargs="*", default=[], help="substrings of case names")
-    p.add_argument("--jobs", type=int, default=1, help="cases run at once (processes)")
-    args = p.parse_args(argv)
+def main(args) -> int:
+    """Records the cases of `args` (experiments/configs/checks/identity_check.py), then
+    compares them; 1 if one differs."""
+    if not args.out:
+        raise ConfigError("out", "missing", "a folder for the cases' records")
     todo = cases() + [("__batched__", "factor", "candidates")]
     todo = [c for c in todo if not args.only or any(s in _name(*c) for s in args.only)]
     os.makedirs(args.out, exist_ok=True)
@@ -151,4 +153,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    config_cli.run_main(main, default=CONFIG)

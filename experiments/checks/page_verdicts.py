@@ -1,9 +1,12 @@
 """Every comparison of a results page with its verdict corrected for the page's many
 comparisons (Holm; asct_jax.infra.paired.holm).
 
-    python -m experiments.checks.page_verdicts --name factor_decision \
-        docs/results/data/factor_table_quick_warm/household_comparisons.json \
-        docs/results/data/factor_table_quick_warm/shop_comparisons.json ...
+    python -m experiments.checks.page_verdicts --config.name=factor_decision \
+        "--config.files=('docs/results/data/factor_table_quick_warm/household_comparisons.json',
+                         'docs/results/data/factor_table_quick_warm/shop_comparisons.json', ...)"
+
+The options are the fields of experiments/configs/checks/page_verdicts.py; a file may be a
+glob pattern (its matches, sorted).
 
 Each file is a table's comparisons.json (experiments.harness.runner.write_comparisons: the values
 per method and seed, and its rows). Every row is recomputed from the values (the same
@@ -14,15 +17,17 @@ Holm-corrected verdict.
 """
 from __future__ import annotations
 
-import argparse
+import glob
 import json
 import os
 from typing import Any, Dict, List, Sequence
 
-from asct_jax.infra import paired
+from asct_jax.infra import config_cli, paired
+from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table
 
+CONFIG = "experiments/configs/checks/page_verdicts.py"
 COLUMNS = ("table", "comparison", "mean difference", "p", "verdict", "Holm verdict")
 
 
@@ -68,13 +73,13 @@ def page_rows(paths: Sequence[str]) -> List[Dict[str, Any]]:
     return rows
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("files", nargs="+", help="comparisons.json files: the page's family")
-    p.add_argument("--name", required=True, help="results/page_verdicts/<name>.{md,json}")
-    p.add_argument("--results_dir", default="results")
-    args = p.parse_args(argv)
-    rows = page_rows(args.files)
+def main(args):
+    """Writes the page verdicts of `args` (experiments/configs/checks/page_verdicts.py)."""
+    if not args.files:
+        raise ConfigError("files", "missing", "a tuple of comparisons.json files")
+    if not args.name:
+        raise ConfigError("name", "missing", "results/page_verdicts/<name>.{md,json}")
+    rows = page_rows([p for f in args.files for p in sorted(glob.glob(f)) or [f]])
     table = markdown_table([{
         "table": r["table"], "comparison": r["comparison"],
         "mean difference": f"{r['mean']:+.4f}", "p": f"{r['p']:.2g}",
@@ -91,4 +96,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

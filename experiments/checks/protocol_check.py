@@ -1,8 +1,9 @@
 """Does each method train under its authors' protocol? One tuning-seed run per method.
 
-    python -m experiments.checks.protocol_check --table factor   # GRPO, SERL, FACTOR, GiGPO (shop)
-    python -m experiments.checks.protocol_check --table asct     # PPO, VinePPO, AgentUCT (ragspace)
-    python -m experiments.checks.protocol_check --table factor --lr_sweep 3e-4,1e-3,3e-3
+    python -m experiments.checks.protocol_check --config.table=factor  # GRPO, SERL, FACTOR, GiGPO
+    python -m experiments.checks.protocol_check --config.table=asct    # PPO, VinePPO, AgentUCT
+    python -m experiments.checks.protocol_check --config.table=factor \
+        --config.lr_sweep=3e-4,1e-3,3e-3
 
 Each run is the table's quick config (experiments/configs/factor_table.py:quick,
 asct_ragspace.py:quick) at seed 7 (the tuning seed, never a reporting seed), with
@@ -13,15 +14,17 @@ the policy term's at steps 1, 5 and the last (the liveness the issue asks beside
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 from typing import Any, Dict, List
 
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from experiments.configs import asct_ragspace, base, factor_table
 
+CONFIG = "experiments/configs/checks/protocol_check.py"
 TABLES = {
     "factor": (factor_table, ("grpo", "serl", "factor", "gigpo"), "eval/env/success"),
     "asct": (asct_ragspace, ("ppo_return", "vineppo", "asct_agentuct"), "eval/env/utility"),
@@ -66,13 +69,11 @@ def summarise(run_dir: str, score: str) -> Dict[str, Any]:
     return out
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--table", choices=tuple(TABLES), required=True)
-    p.add_argument("--results_dir", default="results")
-    p.add_argument("--lr_sweep", default="", help="comma-separated rates: train the "
-                   "table's first baseline at each (the table's lr is chosen from these)")
-    args = p.parse_args(argv)
+def main(args):
+    """Trains and summarises the runs of `args` (experiments/configs/checks/protocol_check.py)."""
+    if args.table not in TABLES:
+        raise ConfigError("table", f"{args.table!r} is not allowed" if args.table else "missing",
+                          ", ".join(TABLES))
     from experiments.harness.runner import train_run
 
     _, methods, score = TABLES[args.table]
@@ -101,4 +102,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

@@ -1,8 +1,9 @@
 """ScienceWorld's gold paths in admissible spelling, and the share of their steps a
 candidate rule keeps (the ceiling of a candidate-scoring actor that follows them).
 
-    python -m experiments.checks.scienceworld_gold --tasks find-non-living-thing,find-plant \
-        --variations 5 --split train --k 32,64,128 --out results/scienceworld/gold.json
+    python -m experiments.checks.scienceworld_gold \
+        --config.tasks=find-non-living-thing,find-plant --config.variations=5 \
+        --config.split=train --config.k=32,64,128 --config.out=results/scienceworld/gold.json
 
 Per task: gold steps, steps after mapping (asct_jax.envs.external.scienceworld_gold: no-op
 steps dropped, respelled, unmatched, dropped after the end), whether the mapped path wins,
@@ -13,13 +14,16 @@ the gold one and keep another that also solves it, so the shares are lower bound
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import time
 
 import numpy as np
 
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_json
+
+CONFIG = "experiments/configs/checks/scienceworld_gold.py"
 
 
 def measure(tasks, variations: int, split: str, ks, seed: int = 0, simplification="easy"):
@@ -86,28 +90,21 @@ def markdown(res, ks) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", default="find-non-living-thing,lifespan-longest-lived,"
-                   "find-plant,power-component")
-    p.add_argument("--variations", type=int, default=5)
-    p.add_argument("--split", default="train", choices=("train", "dev", "test"))
-    p.add_argument("--k", default="32,64,128")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="results/scienceworld/gold.json")
-    a = p.parse_args(argv)
-    if a.variations < 1:
-        p.error(f"--variations {a.variations}: must be >= 1")
+def main(a):
+    """Measures the tasks of `a` (experiments/configs/checks/scienceworld_gold.py)."""
     from experiments.configs.scienceworld import task_names
 
     tasks = a.tasks.split(",")
     unknown = [t for t in tasks if t not in task_names()]
     if unknown:
-        p.error(f"--tasks: {', '.join(unknown)} not a ScienceWorld task; allowed: "
-                f"{', '.join(task_names())}")
-    ks = [int(k) for k in a.k.split(",")]
+        raise ConfigError("tasks", f"{', '.join(unknown)} not a ScienceWorld task",
+                          ", ".join(task_names()))
+    try:
+        ks = [int(k) for k in a.k.split(",")]
+    except ValueError:
+        raise ConfigError("k", f"{a.k!r} is not comma-separated ints", "e.g. 32,64,128") from None
     if min(ks) < 1:
-        p.error(f"--k {a.k}: every K must be >= 1")
+        raise ConfigError("k", f"{a.k!r}: every K must be >= 1", "ints >= 1")
     res = measure(tasks, a.variations, a.split, ks, a.seed)
     atomic_write_json(a.out, res)
     print(markdown(res, ks))
@@ -115,4 +112,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

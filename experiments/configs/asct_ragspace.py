@@ -115,7 +115,7 @@ def get_config(arg: str = "full"):
         c.train.batch_seeds = True
         c.ppo.lr = QUICK_LR
         if arg == "smoke":
-            # `experiments.reproduce --quick`: the pipeline in a few minutes on 2 cores,
+            # `experiments.reproduce --config.quick`: the pipeline in a few minutes on 2 cores,
             # at a scale where every method moves the greedy actor. Chosen on seed 7
             # (held-out utility of PPO / VinePPO / AgentUCT from 0.5538, execution words
             # from 5222): 2 iterations at 1e-3: 0.5538 / 0.5573 / 0.5555 (PPO's actor

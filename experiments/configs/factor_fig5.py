@@ -48,7 +48,7 @@ def get_config(arg: str = ""):
     c.fig5.warm_start = warm       # train from the shared warm start (see above)
     # "<experiment>/<run>" under train.results_dir: diagnose that finished FACTOR run (its
     # config.json's training fields and its last checkpoint) instead of training one;
-    # `experiments.reproduce --quick` points it at the FACTOR table's shop seed-42 run.
+    # `experiments.reproduce --config.quick` points it at the FACTOR table's shop seed-42 run.
     c.fig5.train_run = ""
     if warm:
         c.ppo.lr = base.WARM_START_LR
@@ -64,7 +64,7 @@ def get_config(arg: str = ""):
     c.fig5.perturb_modes = PERTURB_MODES             # token replacements, see the script
     c.fig5.min_abs_credit = 1e-3   # |A*_t| below this counts as neither sign
     c.fig5.chunk = 512             # lanes per lax.map chunk for the MC rollouts (memory)
-    if arg == "smoke":             # `experiments.reproduce --quick`: half the batches
+    if arg == "smoke":             # `experiments.reproduce --config.quick`: half the batches
         c.train.eval_episodes = 64
         c.rollout.num_groups = c.fig5.num_groups = 2
         c.fig5.mc_rollouts = 4

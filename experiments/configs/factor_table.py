@@ -65,7 +65,7 @@ def get_config(arg: str = "full"):
     # table's (FACTOR trains at half of it, its authors' 5e-7 vs 1e-6). TABLE_LR is the
     # cold-start table's rate (runs from a fresh actor), chosen on seed 7 for GRPO from
     # {1e-3, 3e-3, 1e-2, 3e-2} (shop, quick scale: held-out success after 20 steps 0.078,
-    # 0.141, 0.148, 0.102; experiments.checks.protocol_check --lr_sweep). The warm tables
+    # 0.141, 0.148, 0.102; experiments.checks.protocol_check --config.lr_sweep). The warm tables
     # ("_warm", the decision tables of docs/results/factor_decision.md) run at
     # base.WARM_START_LR (1e-4; FACTOR 5e-5) instead: base.use_warm_start sets it below.
     c.ppo.lr = TABLE_LR
@@ -104,7 +104,7 @@ def get_config(arg: str = "full"):
         # with 10 its loss ends the warm-up below its targets' variance on all three
         # analogues (docs/results/regime.md, "FACTOR's critic", seed 7).
         c.factor.critic_steps = 10
-        if arg == "smoke":   # `experiments.reproduce --quick` (see asct_ragspace.py)
+        if arg == "smoke":   # `experiments.reproduce --config.quick` (see asct_ragspace.py)
             c.train.experiment = "factor_table_smoke"
             c.train.steps = c.train.eval_every = 10
             c.train.eval_episodes = 64

@@ -2,13 +2,15 @@
 one PNG per table / environment, and whether the best method's curve has flattened
 (asct_jax.infra.curves: mean_band, plateau).
 
-    python -m experiments.harness.curves --dir results/factor_table_quick_warm \\
-        --metric eval/env/success --prefix shop_
-    python -m experiments.harness.curves --dir results/factor_table_quick_warm   # one PNG per env
+    python -m experiments.harness.curves --config.dir=results/factor_table_quick_warm \\
+        --config.metric=eval/env/success --config.prefix=shop_
+    python -m experiments.harness.curves --config.dir=results/factor_table_quick_warm  # per env
+
+The options are the fields of experiments/configs/harness/curves.py.
 
 Reads results/<experiment>/<run>/metrics.jsonl (the `eval/<metric>` records: step 0 and
 every train.eval_every steps, and the last step). A run is <group>_s<seed>; its method is
-the group without the prefix (--prefix), or without "<env>_" (its config.json's env.name)
+the group without the prefix (prefix), or without "<env>_" (its config.json's env.name)
 when no prefix is given, so variants (factor_no_hta) are methods of their own. A method's
 mean curve is over the steps every one of its seeds evaluated. The best method has the
 highest mean at its last step; its plateau is the OLS slope of the last `last_fraction`
@@ -19,18 +21,20 @@ Writes <dir>/curves/<table>_<metric>.png and .json (the curves and the verdict),
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 from matplotlib.figure import Figure   # no pyplot: the figure draws on the Agg canvas
 
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.curves import Plateau, mean_band, plateau
 from asct_jax.infra.run_logger import atomic_savefig, atomic_write_json, read_jsonl
 
+CONFIG = "experiments/configs/harness/curves.py"
 RUN_NAME = re.compile(r"^(?P<group>.+)_s(?P<seed>\d+)$")
 Curve = Tuple[np.ndarray, np.ndarray]          # (steps [N], values [N]) of one seed
 
@@ -168,16 +172,10 @@ def write_curves(directory: str, metric: str, prefix: str = "", last_fraction: f
     return report
 
 
-def main(argv: Optional[List[str]] = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dir", required=True, help="results/<experiment>")
-    p.add_argument("--metric", default="eval/env/success", help="an eval/<metric> key")
-    p.add_argument("--prefix", default="", help="only runs named <prefix>...; '' : one "
-                   "PNG per environment")
-    p.add_argument("--last_fraction", type=float, default=0.25,
-                   help="the part of the step range the plateau slope is fitted on")
-    p.add_argument("--out", default="", help="'': <dir>/curves")
-    args = p.parse_args(argv)
+def main(args) -> None:
+    """Writes the curves of `args` (experiments/configs/harness/curves.py)."""
+    if not args.dir:
+        raise ConfigError("dir", "missing", "results/<experiment>")
     report = write_curves(args.dir, args.metric, args.prefix, args.last_fraction,
                           args.out or None)
     if not report:
@@ -188,4 +186,4 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

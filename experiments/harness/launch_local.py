@@ -1,19 +1,20 @@
 """Starts N training processes on this machine, each with M fake CPU devices, as one run.
 
-    python -m experiments.harness.launch_local --processes 2 --devices-per-process 2 -- \
+    python -m experiments.harness.launch_local --config.processes=2 \
+        --config.devices_per_process=2 -- \
         --config experiments/configs/base.py --config.train.run=two_procs
 
-The arguments after `--` go to `python -m <--module>` (default experiments.train), with
+The options before `--` are the fields of experiments/configs/harness/launch_local.py. The
+arguments after `--` go to `python -m <module>` (default experiments.train), with
 config.train.distributed filled in per process (enabled, a free local port as the
 coordinator, num_processes, process_id): the multi-host path of docs/multihost.md on one
 machine, over JAX's CPU collectives (gloo). Process 0 prints to this terminal; the others
-write <--log-dir>/process_<i>.log. Waits for all; when one fails the others are stopped
+write <log_dir>/process_<i>.log. Waits for all; when one fails the others are stopped
 and the launcher exits with its status, naming it, its log and the log's last lines (when
 process 0 fails, every other process's last lines: where they were).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import socket
@@ -22,6 +23,10 @@ import sys
 import tempfile
 import time
 from typing import List, Optional, Sequence
+
+from asct_jax.infra import config_cli
+
+CONFIG = "experiments/configs/harness/launch_local.py"
 
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
 TAIL_LINES = 20
@@ -80,7 +85,7 @@ def _stop(procs: Sequence[subprocess.Popen], grace_s: float = 10.0) -> None:
 def launch(processes: int, devices: int, args: Sequence[str], module: str = "experiments.train",
            log_dir: Optional[str] = None, timeout_s: float = 0.0) -> int:
     """Runs the processes to the end; returns 0, or the exit status of the first that
-    failed (after stopping the others; 124 on --timeout), with its message on stderr."""
+    failed (after stopping the others; 124 on timeout_s), with its message on stderr."""
     log_dir = log_dir or tempfile.mkdtemp(prefix="launch_local_")
     os.makedirs(log_dir, exist_ok=True)
     address = f"127.0.0.1:{free_port()}"
@@ -119,7 +124,7 @@ def launch(processes: int, devices: int, args: Sequence[str], module: str = "exp
                 return 0
             if timeout_s and time.time() - start > timeout_s:
                 _stop(procs)
-                print(f"launch_local: stopped after --timeout {timeout_s:g} s; running: "
+                print(f"launch_local: stopped after timeout {timeout_s:g} s; running: "
                       f"{[i for i, c in enumerate(codes) if c is None]}", file=sys.stderr,
                       flush=True)
                 return 124
@@ -129,25 +134,21 @@ def launch(processes: int, devices: int, args: Sequence[str], module: str = "exp
         return 130
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
-        else (argv, [])
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 usage="%(prog)s [options] -- <arguments of the module>")
-    ap.add_argument("--processes", type=int, default=2)
-    ap.add_argument("--devices-per-process", type=int, default=1)
-    ap.add_argument("--module", default="experiments.train",
-                    help="the entry point every process runs (python -m MODULE)")
-    ap.add_argument("--log-dir", default=None,
-                    help="where processes 1.. write their output (default: a new temp dir)")
-    ap.add_argument("--timeout", type=float, default=0.0,
-                    help="stop every process after this many seconds (0: no limit)")
-    a = ap.parse_args(own)
-    if a.processes < 1 or a.devices_per_process < 1:
-        ap.error("--processes and --devices-per-process must be >= 1")
-    return launch(a.processes, a.devices_per_process, rest, a.module, a.log_dir, a.timeout)
+def main(config, module_args: Sequence[str] = ()) -> int:
+    """Runs `config`'s processes (experiments/configs/harness/launch_local.py), each with
+    `module_args` (the command line's arguments after `--`)."""
+    return launch(config.processes, config.devices_per_process, list(module_args),
+                  config.module, config.log_dir or None, config.timeout)
+
+
+def split_argv(argv: Sequence[str]):
+    """(the launcher's own arguments, argv[0] first; the module's: those after `--`)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    return argv[:argv.index("--")], argv[argv.index("--") + 1:]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    own, rest = split_argv(sys.argv)
+    config_cli.run_main(lambda config: main(config, rest), own, default=CONFIG)

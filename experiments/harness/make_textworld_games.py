@@ -1,6 +1,7 @@
 """Generate TextWorld cooking games (tw-cooking, as `tw-make tw-cooking` does) offline.
 
-    python -m experiments.harness.make_textworld_games --n 8 --out DIR [--recipe 1 --take 1 --go 1]
+    python -m experiments.harness.make_textworld_games --config.n=8 --config.out=DIR \
+        [--config.recipe=1 --config.take=1 --config.go=1]
 
 Idempotent: games already in the directory are kept. Files are named by their settings
 and seed (cooking_r1_t1_g1_s3.z8 + .json + .ni) and moved into place atomically, so
@@ -8,10 +9,13 @@ parallel callers do not clash. Takes about 1 s a game on one CPU core.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 from typing import List
+
+from asct_jax.infra import config_cli
+
+CONFIG = "experiments/configs/harness/make_textworld_games.py"
 
 DEFAULT_OUT = os.path.join("~", ".cache", "asct_jax", "textworld")
 
@@ -58,18 +62,11 @@ def make_games(n: int, out: str = DEFAULT_OUT, start_seed: int = 0, recipe: int 
             for s in range(start_seed, start_seed + n)]
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=8, help="number of games")
-    p.add_argument("--out", default=DEFAULT_OUT, help="output directory")
-    p.add_argument("--start-seed", type=int, default=0)
-    p.add_argument("--recipe", type=int, default=1, help="ingredients in the recipe")
-    p.add_argument("--take", type=int, default=1, help="ingredients to find (<= recipe)")
-    p.add_argument("--go", type=int, default=1, choices=[1, 6, 9, 12], help="locations")
-    args = p.parse_args(argv)
+def main(args) -> None:
+    """Makes the games of `args` (experiments/configs/harness/make_textworld_games.py)."""
     for path in make_games(args.n, args.out, args.start_seed, args.recipe, args.take, args.go):
         print(path)
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

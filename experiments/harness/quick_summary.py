@@ -1,4 +1,4 @@
-"""The last screen of `python -m experiments.reproduce --quick`: what ran and at what scale,
+"""The last screen of `python -m experiments.reproduce --config.quick`: what ran and at what scale,
 each comparison of this smoke run beside the decision table's verdict for the same row
 (docs/results/asct_decision.md, factor_decision.md: their archived comparisons under
 docs/results/data/), whether this run's 95 % interval covers the decision table's mean,
@@ -112,7 +112,7 @@ def screen(configs: Mapping[str, object], results_dir: str, minutes: Optional[fl
     """The final screen. configs: {part ("asct", "factor"): its table config (smoke)} of the
     parts that ran; results_dir: where they wrote; minutes: the whole run's wall clock."""
     took = "" if minutes is None else f", {minutes:.1f} min"
-    out = [f"reproduce --quick: smoke scale, not the decision tables{took}"]
+    out = [f"reproduce --config.quick: smoke scale, not the decision tables{took}"]
     for part, config in configs.items():
         label = PARTS[part][0].split(",")[0]
         env = config.env.name if part == "asct" else ", ".join(config.table.envs)

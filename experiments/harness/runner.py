@@ -26,7 +26,7 @@ from experiments.harness.stored_fields import ADDED_DEFAULTS, BOOKKEEPING_FIELDS
 
 Variant = Tuple[str, Mapping[str, Any]]
 # Where run_grid's status line of a finished run goes when runs show no progress bar
-# (train.progress False: `experiments.reproduce --quick`); None: print.
+# (train.progress False: `experiments.reproduce --config.quick`); None: print.
 STATUS: Optional[Callable[[str], None]] = None
 
 

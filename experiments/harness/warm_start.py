@@ -17,7 +17,7 @@ The keys come from --config.warm_start.seed (not --config.seed).
 Tables and figures share one warm start per environment and model across methods, seeds,
 scales and scripts (`shared`, used by the "_warm" configs): made once under
 results/warm_start/<env>-<hash of the fields it depends on>/, reused after. The warm
-starts of `experiments.reproduce --quick` are shipped with the code, under
+starts of `experiments.reproduce --config.quick` are shipped with the code, under
 experiments/artifacts/warm_start/<the same name>/ (experiments/harness/warm_start_artifacts.py
 writes them): `shared` copies a shipped one instead of making it. The name hashes every
 field the warm start depends on, so a shipped warm start is only ever found by the configs
@@ -177,7 +177,7 @@ def shared(config) -> str:
     one, `artifact(config)`, where there is one; else made with seed config.warm_start.seed
     and evaluated with config's train.eval_*), else reused. Returns the
     directory (for train.init_from). Processes that ask for the same warm start at once
-    (`reproduce --jobs 2`) take turns on a lock file: one makes it, the others reuse it."""
+    (`reproduce --config.jobs=2`) take turns on a lock file: one makes it, the others reuse it."""
     import fcntl
     import shutil
 

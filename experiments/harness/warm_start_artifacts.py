@@ -1,11 +1,14 @@
 """Writes the warm starts shipped with the code (experiments/artifacts/warm_start/), the ones
-`python -m experiments.reproduce --quick` trains from: the shop analogue's of the FACTOR
+`python -m experiments.reproduce --config.quick` trains from: the shop analogue's of the FACTOR
 table's smoke config (warm_start.hindsight "feedback") and the ragspace analogue's of the
 ASCT table's (experiments/configs/{factor_table,asct_ragspace}.py, "smoke_warm").
 
-    python -m experiments.harness.warm_start_artifacts            # the missing ones
-    python -m experiments.harness.warm_start_artifacts --force    # every one, replacing them
-    python -m experiments.harness.warm_start_artifacts --only shop-46d2ff40 --out /tmp/w
+    python -m experiments.harness.warm_start_artifacts                 # the missing ones
+    python -m experiments.harness.warm_start_artifacts --config.force  # every one, replacing them
+    python -m experiments.harness.warm_start_artifacts --config.only=shop-46d2ff40 \
+        --config.out=/tmp/w
+
+The options are the fields of experiments/configs/harness/warm_start_artifacts.py.
 
 Each is exactly what experiments.harness.warm_start.shared would make for its config (its name:
 experiments.harness.warm_start.key), made in a fresh process at XLA's default optimisation level
@@ -18,9 +21,13 @@ warm-start fields copy the same params.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
+
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
+
+CONFIG = "experiments/configs/harness/warm_start_artifacts.py"
 
 # (config module, arg): the tables whose warm starts are shipped.
 SHIPPED = (("factor_table", "smoke_warm"), ("asct_ragspace", "smoke_warm"))
@@ -73,25 +80,18 @@ def build(name: str, config, root: str) -> str:
     return out
 
 
-def main(argv=None):
-    from experiments.harness.warm_start import ARTIFACTS
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=ARTIFACTS)
-    parser.add_argument("--force", action="store_true", help="replace existing ones")
-    parser.add_argument("--only", action="append", help="this warm start only (repeatable)")
-    args = parser.parse_args(argv)
+def main(args):
     configs = shipped_configs()
-    for name in args.only or ():
+    for name in args.only:
         if name not in configs:
-            parser.error(f"--only: unknown warm start {name!r}; allowed: {sorted(configs)}")
+            raise ConfigError("only", f"unknown warm start {name!r}", ", ".join(sorted(configs)))
     for name, config in configs.items():
         if args.only and name not in args.only:
             continue
         out = os.path.join(args.out, name)
         if os.path.exists(out):
             if not args.force:
-                print(f"{out}: exists (--force replaces it)")
+                print(f"{out}: exists (--config.force replaces it)")
                 continue
             shutil.rmtree(out)
         build(name, config, args.out)
@@ -99,4 +99,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

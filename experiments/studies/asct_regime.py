@@ -2,14 +2,18 @@
 at the states it visits, and what that does to VinePPO's and ASCT's auxiliary work,
 beside the figures the ASCT paper's ledger implies (arXiv 2609.35215, Tables 3, 11, 14).
 
-    python -m experiments.studies.asct_regime --name before
-    python -m experiments.studies.asct_regime --name after --set warm_start.label_smoothing=0.5
-    python -m experiments.studies.asct_regime --name end_agentuct_s42 --set method=asct_agentuct \
-        --trained results/asct_ragspace_quick_warm/asct_agentuct_s42     # after training
+    python -m experiments.studies.asct_regime --config.name=before
+    python -m experiments.studies.asct_regime --config.name=after \
+        --config.set=warm_start.label_smoothing=0.5
+    python -m experiments.studies.asct_regime --config.name=end_agentuct_s42 \
+        --config.set=method=asct_agentuct \
+        --config.trained=results/asct_ragspace_quick_warm/asct_agentuct_s42   # after training
 
-The warm start is the shared one of asct_ragspace.py:quick_warm with the --set overrides
-(made if absent: experiments.harness.warm_start.shared; seed 7, the tuning seed). Its actor plays
-one episode on each of the first --episodes training questions, sampling (as an
+The options are the fields of experiments/configs/studies/asct_regime.py (several
+overrides: "--config.set=('a=1', 'b=2')"). The warm start is the shared one of
+asct_ragspace.py:quick_warm with the `set` overrides (made if absent:
+experiments.harness.warm_start.shared; seed 7, the tuning seed). Its actor plays one
+episode on each of the first `episodes` training questions, sampling (as an
 iteration's collection does) and greedily. Measured:
 
   uncertainty   at the visited multi-action states (at least 2 legal labels; ">= 3": the
@@ -51,7 +55,6 @@ Writes results/asct_regime/<name>.{json,md}.
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import os
 import time
@@ -62,8 +65,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 
+CONFIG = "experiments/configs/studies/asct_regime.py"
 # The ASCT paper's ledger (Table 3, Table 11; Table 14 for the counts; millions of tokens
 # over 3 iterations, one seed's mean).
 PAPER = {
@@ -293,7 +299,7 @@ def parse_sets(items) -> Dict[str, Any]:
     for item in items:
         k, sep, v = item.partition("=")
         if not sep:
-            raise argparse.ArgumentTypeError(f"--set {item!r}: expected field=value")
+            raise ConfigError("set", f"{item!r}: expected field=value", "field=value, ...")
         try:
             out[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
@@ -301,18 +307,10 @@ def parse_sets(items) -> Dict[str, Any]:
     return out
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--name", required=True, help="results/asct_regime/<name>.{json,md}")
-    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                    help="an override of asct_ragspace.py:quick_warm (repeatable)")
-    ap.add_argument("--episodes", type=int, default=160,
-                    help="training questions (an iteration of the quick scale)")
-    ap.add_argument("--trained", default="", metavar="RUN_DIR",
-                    help="measure this finished run's actor (results/<experiment>/<run>; "
-                         "--set method=<its method>) instead of the warm start's")
-    ap.add_argument("--out", default="results/asct_regime")
-    a = ap.parse_args(argv)
+def main(a):
+    """Measures the regime of `a` (experiments/configs/studies/asct_regime.py)."""
+    if not a.name:
+        raise ConfigError("name", "missing", "results/asct_regime/<name>.{json,md}")
     res = run(parse_sets(a.set), a.episodes, trained=a.trained)
     atomic_write_json(os.path.join(a.out, a.name + ".json"), res)
     md = to_markdown(res)
@@ -321,4 +319,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

@@ -1,11 +1,12 @@
 """Repeatability of the searched action values (the ASCT paper's Table 15 / Figure 6
 diagnostic) on the RAGSpace analogue.
 
-    python -m experiments.studies.asct_repeatability [--questions 16] [--repeats 4] [--budgets 12 48]
+    python -m experiments.studies.asct_repeatability [--config.questions=16] \
+        [--config.repeats=4] ["--config.budgets=(12, 48)"]
 
-Fixed five-action states: the retriever decision of `--questions` training questions,
+Fixed five-action states: the retriever decision of `questions` training questions,
 reached by the default first choice (original question). Each evaluator searches every
-state `--repeats` times independently (fresh keys and a fresh execution cache each time)
+state `repeats` times independently (fresh keys and a fresh execution cache each time)
 at each budget B. Per evaluator and B:
   Q SD        the sample std of Q_hat(s, a) over the repeats, mean over states and actions;
   agreement   the fraction of actions whose centred credit Q_hat(s, a) - mean_b Q_hat(s, b)
@@ -20,7 +21,6 @@ results/asct_repeatability.{json,md} atomically. Runs on CPU in about a minute.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import time
@@ -30,10 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from asct_jax.envs import make
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.search import SearchConfig, init_cache, search
 from asct_jax.search.methods import paper_rules
 
+CONFIG = "experiments/configs/studies/asct_repeatability.py"
 EVALUATORS = ("root_mc", "uniform", "uct", "agentuct")
 BETA = 1e-4
 
@@ -103,15 +106,10 @@ def to_markdown(res) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--questions", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=4)
-    ap.add_argument("--budgets", type=int, nargs="+", default=[12, 48])
-    ap.add_argument("--out", default="results/asct_repeatability")
-    a = ap.parse_args(argv)
-    if a.repeats < 2 or a.questions < 1 or min(a.budgets) < 1:
-        ap.error("--repeats must be >= 2, --questions and --budgets >= 1")
+def main(a):
+    """Runs the study of `a` (experiments/configs/studies/asct_repeatability.py)."""
+    if not a.budgets or min(a.budgets) < 1:
+        raise ConfigError("budgets", f"{a.budgets!r}: every budget must be >= 1", "ints >= 1")
     res = run(a.questions, a.repeats, tuple(a.budgets))
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     atomic_write_json(a.out + ".json", res)
@@ -121,4 +119,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

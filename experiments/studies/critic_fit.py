@@ -1,7 +1,8 @@
 """How many Adam steps TAC's head needs to fit a FACTOR run's replay (docs/results/
 regime.md, FACTOR's critic).
 
-    python -m experiments.studies.critic_fit <run>/checkpoints/<step>/state [lr ...]
+    python -m experiments.studies.critic_fit --config.state=<run>/checkpoints/<step>/state \
+        ["--config.lrs=(1e-4, 1e-3)"]
 
 Reads the critic's replay from a FACTOR run's checkpoint (the boundary features and the
 Monte-Carlo targets of its last factor.replay_steps steps), holds a quarter of the targets
@@ -14,15 +15,17 @@ V(h) with the target after 1, 10, 30, 100 and 200 steps, beside the targets' var
 from __future__ import annotations
 
 import os
-import sys
 from typing import Dict, List, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 from factor_jax import critic as tac_critic
 
+CONFIG = "experiments/configs/studies/critic_fit.py"
 CHECKS = (1, 10, 30, 100, 200)
 
 
@@ -58,9 +61,12 @@ def fit_curve(features, targets, lr: float, seed: int = 0, width: int = 1024,
     return out
 
 
-def main(argv: Sequence[str]) -> None:
-    features, targets = read_replay(argv[0])
-    lrs = [float(a) for a in argv[1:]] or [1e-4, 3e-4, 1e-3]
+def main(args) -> None:
+    """Fits at each of `args.lrs` (experiments/configs/studies/critic_fit.py)."""
+    if not args.state:
+        raise ConfigError("state", "missing", "<run>/checkpoints/<step>/state")
+    features, targets = read_replay(args.state)
+    lrs = [float(lr) for lr in args.lrs]
     print(f"{len(targets)} targets, mean {targets.mean():.3f}, variance {targets.var():.4f}")
     for lr in lrs:
         row = " | ".join(f"{c['step']}: train {c['train_mse']:.4f} test {c['test_mse']:.4f} "
@@ -69,4 +75,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    config_cli.run_main(main, default=CONFIG)

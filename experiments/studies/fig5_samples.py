@@ -1,6 +1,7 @@
 """Figure 5's regime measures over several diagnostic samples of one run.
 
-    python -m experiments.studies.fig5_samples results/factor_fig5/decision_end_shop_factor_s42*.json
+    python -m experiments.studies.fig5_samples \
+        "--config.paths=results/factor_fig5/decision_end_shop_factor_s42*.json"
 
 Each JSON is one `experiments.tables.factor_fig5` output on the same adopted run (`fig5.train_run`)
 with another `fig5.seed` (the episodes its diagnostics sample). One sample of about 300
@@ -13,16 +14,18 @@ actions minus on no-progress actions, with the feedback, per sample.
 """
 from __future__ import annotations
 
-import argparse
+import glob
 import json
-import sys
 from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 
+from asct_jax.infra import config_cli
+from asct_jax.infra.checks import ConfigError
 from asct_jax.infra.paired import t_half_width
 from experiments.harness.dotted import flatten
 
+CONFIG = "experiments/configs/studies/fig5_samples.py"
 PHASES = (("start", "early"), ("end", "late"))
 # (label, dotted path in the factor_fig5 JSON with {p} = early / late)
 MEASURES = (
@@ -78,12 +81,14 @@ def table(values: Mapping[str, Mapping[str, Sequence[float]]], n: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("paths", nargs="+", help="factor_fig5 JSONs of one run, one per fig5.seed")
-    args = ap.parse_args(argv)
+def main(args) -> int:
+    """Prints the table of `args.paths` (experiments/configs/studies/fig5_samples.py; a glob
+    pattern stands for its matches, sorted)."""
+    paths = [p for x in args.paths for p in sorted(glob.glob(x)) or [x]]
+    if not paths:
+        raise ConfigError("paths", "missing", "factor_fig5 JSONs of one run, one per fig5.seed")
     docs = []
-    for path in args.paths:
+    for path in paths:
         with open(path) as f:
             docs.append(json.load(f))
     runs = {d.get("train_run") for d in docs}
@@ -91,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"paths: the samples must diagnose one run (fig5.train_run), got "
                          f"{sorted(map(str, runs))}")
     try:
-        values = sample_values(docs, args.paths)
+        values = sample_values(docs, paths)
     except KeyError as e:
         raise SystemExit(e.args[0]) from None
     print(f"{runs.pop()}: {len(docs)} diagnostic samples")
@@ -100,4 +105,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    config_cli.run_main(main, default=CONFIG)

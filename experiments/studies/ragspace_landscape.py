@@ -7,11 +7,11 @@ expert adaptive rule (observation only) and the per-question oracle (best of the
 question). Mean U / F1 / execution words / auxiliary tokens / success, overall and per
 difficulty. Writes results/ragspace_landscape.json atomically and prints a table.
 
-    python -m experiments.studies.ragspace_landscape [--split test] [--dataset hotpot] [--all]
+    python -m experiments.studies.ragspace_landscape [--config.split=test] \
+        [--config.dataset=hotpot] [--config.all]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -23,7 +23,9 @@ import numpy as np
 
 from asct_jax.envs import make
 from asct_jax.envs import ragspace as rs
+from asct_jax.infra import config_cli
 
+CONFIG = "experiments/configs/studies/ragspace_landscape.py"
 METRICS = ("utility", "f1", "exec_words", "aux_tokens", "success")
 DIFFICULTY = ("easy", "medium", "hard")
 
@@ -103,13 +105,8 @@ def write_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--split", default="test", choices=rs.SPLITS)
-    ap.add_argument("--dataset", default="hotpot", choices=rs.DATASETS)
-    ap.add_argument("--all", action="store_true", help="every dataset (ignores --dataset)")
-    ap.add_argument("--out", default="results/ragspace_landscape.json")
-    args = ap.parse_args(argv)
+def main(args):
+    """The landscape of `args` (experiments/configs/studies/ragspace_landscape.py)."""
     datasets = rs.DATASETS if args.all else (args.dataset,)
     results = [landscape(d, args.split) for d in datasets]
     text = table(results)
@@ -125,4 +122,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    config_cli.run_main(main, default=CONFIG)

@@ -22,6 +22,7 @@ point's curve; experiments.harness.curves).
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Dict, List, Tuple
 
@@ -156,20 +157,52 @@ def main(config):
               f"{length} (slope over the last quarter {test})", flush=True)
 
 
-def _plot(out_dir: str, env: str, results, metric: str) -> None:
-    """Every point's validation curve in one PNG (experiments.harness.curves.plot_table)."""
+def _plot(out_dir: str, env: str, results, metric: str) -> str:
+    """<env>_validation.png: one panel per method, each grid point's validation curve
+    coloured by its rate (darker: lower), the teacher-weight points dashed, the chosen
+    point thick."""
     import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
 
-    from experiments.harness.curves import MeanCurve, plot_table
+    from asct_jax.infra.run_logger import atomic_savefig
 
-    curves = {}
-    for m, r in results.items():
-        for n, pt in r["points"].items():
-            v = np.asarray(pt["values"], np.float64)
-            curves[n.split(f"{env}_", 1)[-1]] = MeanCurve(
-                np.asarray(pt["steps"], np.int64), v, v, v, 1)
-    plot_table(curves, metric, os.path.join(out_dir, f"{env}_validation.png"),
-               f"{env}: validation {metric}, seed {TUNING_SEED}")
+    fig = Figure(figsize=(4.2 * len(results), 3.6))
+    axes = fig.subplots(1, len(results), sharey=True, squeeze=False)[0]
+    for ax, (method, r) in zip(axes, results.items()):
+        rates = sorted({pt["overrides"]["ppo.lr"] for pt in r["points"].values()})
+        shade = {lr: colormaps["viridis"](i / max(1, len(rates) - 1) * 0.9)
+                 for i, lr in enumerate(rates)}
+        for name, pt in sorted(r["points"].items(),
+                               key=lambda kv: (kv[1]["overrides"]["ppo.lr"], kv[0])):
+            over = pt["overrides"]
+            extra = ", ".join(f"{k.split('.')[-1]} {v:g}" for k, v in over.items()
+                              if k != "ppo.lr")
+            chosen = name == r["chosen_point"]
+            stage_two = name != tuning.point_name(env, method, {"ppo.lr": over["ppo.lr"]})
+            ax.plot(pt["steps"], np.asarray(pt["values"], np.float64), marker=".",
+                    color=shade[over["ppo.lr"]], ls="--" if stage_two else "-",
+                    lw=2.6 if chosen else 1.2,
+                    label=f"{over['ppo.lr']:g}" + (f", {extra}" if extra else "")
+                    + (" (chosen)" if chosen else ""))
+        ax.set_title(f"{method}")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="lower left", title="ppo.lr", title_fontsize=6)
+    axes[0].set_ylabel(metric)
+    fig.suptitle(f"{env}: validation {metric}, seed {TUNING_SEED}", fontsize=10)
+    fig.tight_layout()
+    return atomic_savefig(fig, os.path.join(out_dir, f"{env}_validation.png"))
+
+
+def replot(directory: str, env: str, methods) -> str:
+    """_plot from a sweep folder's <env>_<method>_tuning.json files (an archived sweep)."""
+    results = {}
+    for m in methods:
+        with open(os.path.join(directory, f"{env}_{m}_tuning.json")) as f:
+            results[m] = json.load(f)
+    first = next(iter(results.values()))
+    return _plot(directory, env, results, first["metric"])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`python -m experiments.reproduce --quick`'s terminal: a line per part and per finished
+"""`python -m experiments.reproduce --config.quick`'s terminal: a line per part and per finished
 run (no progress bars, each part's tables in results/reproduce_<part>.log), then the one
 screen of experiments/harness/quick_summary.py. The parts are stand-ins here (no training)."""
 import json
@@ -7,8 +7,15 @@ import os
 import pytest
 
 from experiments import reproduce
+from experiments.configs import reproduce as reproduce_config
 from experiments.harness import runner
 from experiments.tables import asct_ragspace, factor_fig5, factor_table
+
+
+def _config(**fields):
+    config = reproduce_config.get_config()
+    config.update(quick=True, **fields)
+    return config
 
 
 @pytest.fixture
@@ -41,7 +48,7 @@ def fake_parts(monkeypatch):
 
 def test_quick_prints_status_lines_and_one_final_screen(fake_parts, tmp_path, capsys):
     out_dir = str(tmp_path / "r")
-    reproduce.main(["--quick", "--jobs", "1", "--results-dir", out_dir])
+    reproduce.main(_config(jobs=1, results_dir=out_dir))
     out = capsys.readouterr().out
     assert set(fake_parts) == {"asct", "factor", "fig5"}
     assert "| a wide table |" not in out                     # tables go to the logs
@@ -52,7 +59,7 @@ def test_quick_prints_status_lines_and_one_final_screen(fake_parts, tmp_path, ca
     assert "[factor] factor_table_smoke_warm/x_s42: held-out success 0.1 -> 0.2" in out
     # Figure 5 diagnoses the FACTOR table's run
     assert fake_parts["fig5"].fig5.train_run == "factor_table_smoke_warm/shop_factor_s42"
-    screen = out[out.index("reproduce --quick: smoke scale"):]
+    screen = out[out.index("reproduce --config.quick: smoke scale"):]
     assert screen.strip() == open(os.path.join(out_dir, "reproduce_quick_summary.txt")).read(
         ).strip()
     factor = screen[screen.index("FACTOR table, shop analogue"):]
@@ -62,14 +69,13 @@ def test_quick_prints_status_lines_and_one_final_screen(fake_parts, tmp_path, ca
 
 
 def test_only_one_part_screens_that_part(fake_parts, tmp_path, capsys):
-    reproduce.main(["--quick", "--only", "factor", "--results-dir", str(tmp_path)])
+    reproduce.main(_config(only=("factor",), results_dir=str(tmp_path)))
     out = capsys.readouterr().out
     assert set(fake_parts) == {"factor"} and "FACTOR table, shop analogue" in out
     assert "ASCT table" not in out
 
 
 def test_the_side_process_prints_no_screen(fake_parts, tmp_path, capsys):
-    reproduce.main(["--quick", "--side", "--jobs", "1", "--only", "asct",
-                    "--results-dir", str(tmp_path)])
+    reproduce.main(_config(side=True, jobs=1, only=("asct",), results_dir=str(tmp_path)))
     out = capsys.readouterr().out
     assert "[asct] started" in out and "smoke scale" not in out

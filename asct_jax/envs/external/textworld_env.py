@@ -62,7 +62,7 @@ class TextWorldEnv(TextWorldBackend):
         if not self.games:
             raise FileNotFoundError(
                 f"No TextWorld games (*.z8) at {games!r}; generate them with "
-                "`python -m experiments.harness.make_textworld_games --out DIR`.")
+                "`python -m experiments.harness.make_textworld_games --config.out=DIR`.")
         for g in self.games:
             if not (os.path.isfile(g) and os.path.isfile(os.path.splitext(g)[0] + ".json")):
                 raise FileNotFoundError(

@@ -51,7 +51,7 @@ input + output (query2doc, decompose, answer), query-embedding tokens of the den
 rankings (per query), reranker input; by category in `action_cost_parts` (COST_PARTS,
 the ASCT paper's Table 3 rows).
 
-Calibration (test split, `python -m experiments.studies.ragspace_landscape --all`; U / F1 /
+Calibration (test split, `python -m experiments.studies.ragspace_landscape --config.all`; U / F1 /
 words): hotpot Base 0.563 / 0.690 / 5221, best fixed 0.607, expert 0.648 / 0.706 / 2351,
 oracle 0.709; the expert (observation only) beats all 720 fixed workflows on every
 dataset. Base = original / bge_m3 / relevance / 6 / continue once / keep / top4.

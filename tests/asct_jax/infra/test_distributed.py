@@ -100,7 +100,7 @@ def test_launcher_environment_and_arguments():
 
 def test_launcher_names_the_process_that_failed(tmp_path):
     p = subprocess.run([sys.executable, "-m", "experiments.harness.launch_local",
-                        "--processes", "2", "--log-dir", str(tmp_path), "--",
+                        "--config.processes=2", f"--config.log_dir={tmp_path}", "--",
                         "--config=/no/such/config.py"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert p.returncode == 2, p.stderr
@@ -118,9 +118,9 @@ def _one_process(tmp_path, run, steps, extra=()):
 
 
 def _two_processes(tmp_path, run, steps, extra=()):
-    cmd = [sys.executable, "-m", "experiments.harness.launch_local", "--processes", "2",
-           "--devices-per-process", "2", "--log-dir", str(tmp_path / f"logs_{run}"),
-           "--timeout", "900", "--", *_cli_args(tmp_path, run, steps, extra)[3:]]
+    cmd = [sys.executable, "-m", "experiments.harness.launch_local", "--config.processes=2",
+           "--config.devices_per_process=2", f"--config.log_dir={tmp_path / f'logs_{run}'}",
+           "--config.timeout=900", "--", *_cli_args(tmp_path, run, steps, extra)[3:]]
     p = subprocess.run(cmd, env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True,
                        timeout=1000)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -176,7 +176,8 @@ def test_enabled_without_a_cluster_exits_2_with_one_line(tmp_path):
 @pytest.mark.slow
 def test_device_check_runs_on_cpu_and_writes_its_json(tmp_path):
     out = tmp_path / "device_check.json"
-    p = subprocess.run([sys.executable, "-m", "experiments.checks.device_check", "--out", str(out)],
+    p = subprocess.run([sys.executable, "-m", "experiments.checks.device_check",
+                        f"--config.out={out}"],
                        env=dict(_env(tmp_path)), cwd=ROOT, capture_output=True, text=True,
                        timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -273,13 +273,15 @@ def test_label_smoothing_off_is_the_expert_sft_and_on_is_checked():
 
 
 def test_label_smoothing_refuses_a_generating_actor():
-    class Generating:
-        spec = object()
+    from asct_jax.rl.generation import GenerationPolicy
+    from asct_jax.rl.run_config import run_config
+
+    generating = object.__new__(GenerationPolicy)   # asct_jax.rl.actor.generates asks its type
+    object.__setattr__(generating, "spec", object())
     c = small_config("/tmp")
     c.warm_start.label_smoothing = 0.2
-    from asct_jax.rl.run_config import run_config
     with pytest.raises(ConfigError, match=r"^warm_start\.label_smoothing: "):
-        ws.sft_objective(run_config(c), Generating())
+        ws.sft_objective(run_config(c), generating)
 
 
 def test_label_smoothing_off_keeps_the_warm_starts_names():

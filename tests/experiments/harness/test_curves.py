@@ -6,7 +6,11 @@ import os
 import numpy as np
 import pytest
 
+from asct_jax.infra import config_cli
 from experiments.harness import curves
+from tests.helpers import REPO_ROOT
+
+CONFIG = os.path.join(REPO_ROOT, curves.CONFIG)
 
 T975 = {1: 12.706204736174707, 2: 4.302652729749464}   # t_{0.975, df}
 
@@ -74,11 +78,13 @@ def test_the_mean_curve_takes_the_steps_every_seed_logged_and_the_cli_runs(tmp_p
     root = str(tmp_path)
     _write_run(root, "shop_grpo_s1", "shop", _curve([0.2, 0.4, 0.6, 0.6, 0.6]))
     _write_run(root, "shop_grpo_s2", "shop", _curve([0.4, 0.6, 0.6]))     # stopped early
-    curves.main(["--dir", root, "--metric", "eval/env/success", "--prefix", "shop_"])
+    curves.main(config_cli.parse_config([f"--config.dir={root}", "--config.prefix=shop_",
+                                         "--config.metric=eval/env/success"], default=CONFIG))
     c = curves.curve_report(root, "eval/env/success", "shop_")["shop"]["curves"]["grpo"]
     np.testing.assert_array_equal(c.steps, [0, 10, 20])
     np.testing.assert_allclose(c.mean, [0.3, 0.5, 0.6])
     assert "best grpo" in capsys.readouterr().out
     assert os.path.exists(os.path.join(root, "curves", "shop_eval_env_success.png"))
     with pytest.raises(SystemExit):
-        curves.main(["--dir", root, "--metric", "eval/env/nothing"])
+        curves.main(config_cli.parse_config([f"--config.dir={root}",
+                                             "--config.metric=eval/env/nothing"], default=CONFIG))

@@ -1,6 +1,6 @@
-"""The last screen of `experiments.reproduce --quick` (experiments/harness/quick_summary.py): each
-comparison of the smoke run beside the decision table's row, and whether its interval
-covers the decision table's mean."""
+"""The last screen of `experiments.reproduce --config.quick`
+(experiments/harness/quick_summary.py): each comparison of the smoke run beside the decision
+table's row, and whether its interval covers the decision table's mean."""
 import json
 import os
 
@@ -65,7 +65,7 @@ def test_screen_of_the_smoke_configs_fits_one_screen(tmp_path):
         (d / q.PARTS[part][3]).write_text(json.dumps({"rows": run_rows[part], "moved": []}))
     text = q.screen(configs, str(tmp_path), 2.9, fig5_png=str(tmp_path / "f.png"))
     lines = text.splitlines()
-    assert lines[0] == "reproduce --quick: smoke scale, not the decision tables, 2.9 min"
+    assert lines[0] == "reproduce --config.quick: smoke scale, not the decision tables, 2.9 min"
     # (the paths aside: pytest's tmp_path is long)
     assert len(lines) <= 32 and all(len(l) <= q.WIDTH for l in lines
                                     if str(tmp_path) not in l), text

@@ -82,8 +82,8 @@ def test_a_rebuild_makes_the_shipped_warm_start_bit_for_bit(name, tmp_path):
     import sys
 
     env = dict(os.environ, XLA_FLAGS=_without_opt_level(os.environ.get("XLA_FLAGS", "")))
-    subprocess.run([sys.executable, "-m", "experiments.harness.warm_start_artifacts", "--out",
-                    str(tmp_path), "--only", name], check=True, env=env)
+    subprocess.run([sys.executable, "-m", "experiments.harness.warm_start_artifacts",
+                    f"--config.out={tmp_path}", f"--config.only={name}"], check=True, env=env)
     out = os.path.join(str(tmp_path), name)
     shipped = os.path.join(warm_start.ARTIFACTS, name)
     new, old = _params(out), _params(shipped)
@@ -92,7 +92,7 @@ def test_a_rebuild_makes_the_shipped_warm_start_bit_for_bit(name, tmp_path):
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), (
             f"{name}: {path} differs from the shipped one; regenerate with "
-            f"`{REGENERATE} --force`")
+            f"`{REGENERATE} --config.force`")
     # The fields the warm start reads (its name's): a section it does not read may gain
     # fields since the shipped one was made (e.g. sweep.edge_extensions).
     with open(os.path.join(out, "config.json")) as f, \

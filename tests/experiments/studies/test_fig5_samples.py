@@ -4,7 +4,14 @@ import json
 
 import pytest
 
+from experiments.configs.studies import fig5_samples as fig5_samples_config
 from experiments.studies import fig5_samples
+
+
+def _main(paths):
+    config = fig5_samples_config.get_config()
+    config.paths = tuple(paths)
+    return fig5_samples.main(config)
 
 
 def _doc(r_early, r_late, prog, none, run="factor_table_quick_warm/shop_factor_s42"):
@@ -29,7 +36,7 @@ def _write(tmp_path, docs):
 def test_mean_and_t_interval_by_hand(tmp_path, capsys):
     # r 0.2 and 0.4: mean 0.3, SD 0.1414, t_{0.975, 1} = 12.706 -> half-width 1.2706
     paths = _write(tmp_path, [_doc(0.2, 0.1, 0.5, 0.1), _doc(0.4, 0.1, 0.3, 0.2)])
-    assert fig5_samples.main(paths) == 0
+    assert _main(paths) == 0
     out = capsys.readouterr().out
     assert "| feedback control r (target <= 0.3) | 0.30 [-0.97, 1.57] | 0.10 [0.10, 0.10] |" in out
     # the split per sample: 0.4 and 0.1 -> mean 0.25
@@ -39,18 +46,18 @@ def test_mean_and_t_interval_by_hand(tmp_path, capsys):
 
 
 def test_one_sample_prints_its_value(tmp_path, capsys):
-    fig5_samples.main(_write(tmp_path, [_doc(0.55, 0.46, 0.2, 0.1)]))
+    _main(_write(tmp_path, [_doc(0.55, 0.46, 0.2, 0.1)]))
     assert "| feedback control r (target <= 0.3) | 0.55 | 0.46 |" in capsys.readouterr().out
 
 
 def test_samples_of_two_runs_are_refused(tmp_path):
     paths = _write(tmp_path, [_doc(0.2, 0.1, 0.5, 0.1), _doc(0.2, 0.1, 0.5, 0.1, run="other")])
     with pytest.raises(SystemExit, match="paths: the samples must diagnose one run"):
-        fig5_samples.main(paths)
+        _main(paths)
 
 
 def test_a_json_without_the_control_names_the_field(tmp_path):
     d = _doc(0.2, 0.1, 0.5, 0.1)
     del d["feedback_control_late"]
     with pytest.raises(SystemExit, match="no field 'feedback_control_late.pearson_r'"):
-        fig5_samples.main(_write(tmp_path, [d]))
+        _main(_write(tmp_path, [d]))

@@ -116,3 +116,21 @@ def test_beyond_edge_steps_the_grids_ratio_past_either_edge():
     assert tuning.beyond_edge([1e-4, 2e-4, 4e-4], 4e-4) == 8e-4
     assert tuning.beyond_edge([1e-4, 2e-4, 4e-4], 2e-4) is None
     assert tuning.beyond_edge([2.5e-5, 5e-5], 2.5e-5) == 1.25e-5
+
+
+def test_replot_draws_an_archived_sweep_one_panel_per_method(tmp_path):
+    for method, extra in (("grpo", {}), ("factor", {"factor.kl_coef": 0.1})):
+        points = {}
+        for lr in (1e-4, 2e-4):
+            over = {"ppo.lr": lr}
+            points[f"shop_{method}_lr{lr:g}"] = {"overrides": over, "score": lr,
+                                                 "steps": [0, 5], "values": [0.4, 0.5]}
+        if extra:
+            points["shop_factor_lr0.0002_kl_coef0.1"] = {
+                "overrides": {"ppo.lr": 2e-4, **extra}, "score": 0.0, "steps": [0, 5],
+                "values": [0.4, 0.3]}
+        (tmp_path / f"shop_{method}_tuning.json").write_text(json.dumps({
+            "metric": "eval/env/success", "points": points,
+            "chosen_point": f"shop_{method}_lr0.0002"}))
+    path = sweep.replot(str(tmp_path), "shop", ("grpo", "factor"))
+    assert path.endswith("shop_validation.png") and os.path.getsize(path) > 10_000

@@ -1,0 +1,32 @@
+"""The options of the main job (experiments/reproduce.py).
+
+    python -m experiments.reproduce --config.quick               # smoke scale, from the warm start
+    python -m experiments.reproduce                              # full scale
+    python -m experiments.reproduce --config.quick --config.only=factor --config.jobs=1
+
+Fields: quick (the reduced reproduction), results_dir, only (the parts to run, a tuple of
+asct / factor / fig5; () every part), jobs (2: the ASCT table in a second process),
+xla_opt_level (XLA:CPU's backend optimisation level; "": 1 with quick, XLA's own
+otherwise) and side (set on the second process by the first).
+"""
+import ml_collections
+
+PARTS = ("asct", "factor", "fig5")
+OPT_LEVELS = ("", "default", "0", "1", "2", "3")
+
+
+def get_config(arg: str = ""):
+    if arg:
+        raise ValueError(f"reproduce config takes no arg, got {arg!r}")
+    c = ml_collections.ConfigDict()
+    c.quick = False
+    c.results_dir = "results"
+    c.only = ()
+    c.jobs = 2
+    c.xla_opt_level = ""
+    c.side = False
+    return c
+
+
+def get_constraints():
+    return {"only": PARTS, "jobs": (1, 2), "xla_opt_level": OPT_LEVELS}

@@ -1,0 +1,17 @@
+"""The options of experiments/studies/fig5_samples.py.
+
+    python -m experiments.studies.fig5_samples \
+        "--config.paths=results/factor_fig5/decision_end_shop_factor_s42*.json"
+
+paths: the factor_fig5 JSONs of one run, one per fig5.seed (a tuple of paths or glob
+patterns, required).
+"""
+import ml_collections
+
+
+def get_config(arg: str = ""):
+    if arg:
+        raise ValueError(f"fig5_samples config takes no arg, got {arg!r}")
+    c = ml_collections.ConfigDict()
+    c.paths = ()
+    return c
