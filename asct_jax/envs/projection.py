@@ -27,7 +27,7 @@ Two implementations of the same rule:
   sequences (`Tags`); "strip and lower-case" is implicit in comparing ids (the span's tokens
   are the words between the tags, and the vocabulary's words are distinct after lower()).
   It agrees with `project` on the response decoded with its words joined by single spaces
-  (tests/test_projection.py). A pretrained tokenizer that splits a tag differently in some
+  (tests/asct_jax/envs/test_projection.py). A pretrained tokenizer that splits a tag differently in some
   context (e.g. merging it with a neighbouring space) is not matched there.
 
 Token classes for the losses: `action_mask` marks the action tokens (strictly inside the

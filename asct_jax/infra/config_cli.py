@@ -215,8 +215,3 @@ def config_to_dict(config: Any) -> Dict[str, Any]:
     if isinstance(config, ml_collections.ConfigDict):
         return json.loads(config.to_json_best_effort())
     return json.loads(json.dumps(dict(config), default=repr))
-
-
-def config_to_json(config: Any, indent: int = 2) -> str:
-    """Stable JSON text of a config (sorted keys), for config.json."""
-    return json.dumps(config_to_dict(config), indent=indent, sort_keys=True) + "\n"

@@ -14,7 +14,7 @@ Each is exactly what experiments.harness.warm_start.shared would make for its co
 experiments.harness.warm_start.key), made in a fresh process at XLA's default optimisation level
 with train.results_dir "results" (recorded in its config.json). `shared` copies a shipped
 warm start instead of making it; a config whose warm-start fields change gets another
-name, finds nothing shipped and makes its own (tests/test_warm_start_artifacts.py fails
+name, finds nothing shipped and makes its own (tests/experiments/harness/test_warm_start_artifacts.py fails
 until the artifacts are regenerated with this command). Its summary.json evaluates the
 actor as the smoke config does (train.eval_*); the quick and full tables with the same
 warm-start fields copy the same params.

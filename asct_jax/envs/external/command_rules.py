@@ -16,8 +16,8 @@ survives. `VerbQuotaRule` keeps K commands without looking at the gold path:
      then past them while room remains.
 
 The result is deterministic in (commands, task, game, turn, seed) and returned in the
-game's order. tests/test_command_rules.py; the share of gold steps it keeps is measured by
-experiments/checks/scienceworld_gold.py.
+game's order. tests/asct_jax/envs/external/test_command_rules.py; the share of gold steps it
+keeps is measured by experiments/checks/scienceworld_gold.py.
 """
 from __future__ import annotations
 

@@ -28,13 +28,6 @@ from asct_jax.envs.external.base import HostEnv, HostState, LiveStep
 
 SPLITS = ("train", "dev", "test")
 REWARDS = ("success", "score")
-# The simulator's answer to a command it cannot parse (a generating actor's invalid step).
-UNKNOWN_COMMAND = "No known action matches that input."
-
-
-def is_unknown_command(feedback: str) -> bool:
-    """True when the simulator did not understand the command it was sent."""
-    return feedback.strip().startswith(UNKNOWN_COMMAND)
 
 
 @contextlib.contextmanager
