@@ -6,8 +6,8 @@
     python -m experiments.tables.sweep --config experiments/configs/asct_ragspace.py:quick_warm
 
 Any table config and any registered method: the grid and the rules are in
-experiments/harness/tuning.py (the learning rate over sweep.lr_factors x the table's rate, then the
-method's teacher weight where it has one; score = the mean validation metric over the last
+experiments/harness/tuning.py (the learning rate over sweep.lr_factors x the table's rate,
+then the method's teacher weight where it has one; score = the mean validation metric over the last
 quarter of the run; every point at seed base.TUNING_SEED, sweep.steps steps, an
 evaluation every sweep.eval_every on train.eval_split "validation"). Each point is a run
 of experiments.harness.runner.run_grid in results/<sweep.experiment>/ (default
@@ -17,8 +17,8 @@ checkpoints). Methods that take their parent's values (tuning.TUNED_FROM) are no
 
 Writes results/<sweep experiment>/<env>_<method>_tuning.{md,json} (the grid, each point's
 validation score, the chosen values), <env>_tuning.json (every method's choice and the
-run length of the best method's curve: tuning.run_length) and <env>_validation.png (each
-point's curve; experiments.harness.curves).
+run length of the best method's curve: tuning.run_length) and <env>_validation.png (one
+panel per method, each point's curve; `replot` redraws it from an archived sweep).
 """
 from __future__ import annotations
 
