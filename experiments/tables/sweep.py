@@ -7,8 +7,8 @@
 
 Any table config and any registered method: the grid and the rules are in
 experiments/harness/tuning.py (the learning rate over sweep.lr_factors x the table's rate,
-then the method's teacher weight where it has one; score = the mean validation metric over the last
-quarter of the run; every point at seed base.TUNING_SEED, sweep.steps steps, an
+then the method's teacher weight where it has one; score = the mean validation metric over
+the last quarter of the run; every point at seed base.TUNING_SEED, sweep.steps steps, an
 evaluation every sweep.eval_every on train.eval_split "validation"). Each point is a run
 of experiments.harness.runner.run_grid in results/<sweep.experiment>/ (default
 sweep_<the table's experiment>), so a finished point is reused and an interrupted sweep
