@@ -178,7 +178,7 @@ class TextEnvironment(Environment):
         if fn is None:
             have = sorted(k[:-7] for k in dir(self._module()) if k.endswith("_policy")
                           and callable(getattr(self._module(), k)))
-            raise ValueError(f"warm_start.teacher: {self.name} has no {name!r} policy; "
+            raise ValueError(f"warm_start.imitated: {self.name} has no {name!r} policy; "
                              f"allowed: {have}")
         return fn
 

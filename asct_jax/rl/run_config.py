@@ -205,18 +205,18 @@ class WarmStartConfig:
     value_steps: int = option(_AT_LEAST_0, "value-head steps")
     batch: int = option(_AT_LEAST_1, "turns per update")
     lr: float = option(Range(0.0, 1.0, lo_open=True), "Adam learning rate")
-    # The field's name is stored configs' (and warm starts' names): the scripted policy.
-    teacher: str = option(None, "the scripted policy imitated", "expert")
+    imitated: str = option(None, "the scripted policy imitated (the environment's "
+                           "<name>_policy)", "expert")
     label_smoothing: float = option(
         Range(0.0, 1.0, hi_open=True),
         "SFT target (1 - s) onehot(expert) + s uniform over the legal labels (0: the "
         "expert's action alone)", 0.0)
-    # A phase after SFT that a method package supplies and checks (factor_jax's: its
-    # allowed values and the experiment edge's check); here because stored configs and
-    # warm starts' names hold these two fields in this section.
-    hindsight: str = option(None, "a phase after SFT read by a method package ('none': "
-                            "off)", "none")
-    hindsight_steps: int = option(_AT_LEAST_0, "updates of that phase", 100)
+    # A phase after SFT that a method package supplies and checks (its allowed values and
+    # the experiment edge's check are the package's); here because a warm start's name
+    # hashes every field of this section.
+    phase: str = option(None, "a phase after SFT supplied by a method package ('none': "
+                        "off)", "none")
+    phase_steps: int = option(_AT_LEAST_0, "updates of that phase", 100)
     reasoning: str = option(REASONING, "a generating actor's SFT think part: empty, or "
                             "the expert's sub-goal in words", "empty")
 

@@ -81,7 +81,7 @@ class ExpertBatch:
 def noisy_expert_index(env, env_params, epsilon: float, imitated: str = "expert"):
     """(key, states, cands, legal) -> (index [N], expert [N] bool): the epsilon-noisy
     expert's candidate and whether it is the expert's own pick. imitated: which scripted
-    policy is the expert (the config's warm_start.teacher; env.scripted_policy; "expert"
+    policy is the expert (the config's warm_start.imitated; env.scripted_policy; "expert"
     default, ragspace's "base" is the paper's default workflow)."""
     policy = env.expert_policy if imitated == "expert" else env.scripted_policy(imitated)
 
@@ -117,7 +117,7 @@ def check_reasoning(reasoning: str, env, spec: Optional[GenerationSpec],
         raise bad("with a pretrained model's tokenizer: the sub-goal is in the "
                   "environment's words")
     if imitated != "expert":
-        raise bad(f"with warm_start.teacher {imitated!r}: the sub-goal is the expert's")
+        raise bad(f"with warm_start.imitated {imitated!r}: the sub-goal is the expert's")
     if getattr(env, "rationale_len", 0) <= 0:
         raise bad(f"for {env.name}: it has no expert_rationale (shop, household, science)")
     t = spec.tags
@@ -339,14 +339,14 @@ def warm_start(run: RunConfig, source, phases: Sequence[WarmStartPhase] = ()
     ws = run.warm_start
     steps = sft_steps(run)
     policy, params = build_policy(run, source.vocab_size, source.shape, source.prompt)
-    check_reasoning(ws.reasoning, source.env, generation_spec(policy), ws.teacher)
+    check_reasoning(ws.reasoning, source.env, generation_spec(policy), ws.imitated)
     params, frozen = split_params(params)
     key = jax.random.key(ws.seed)
     k_data, k_sft, k_roll, k_value = (jax.random.fold_in(key, i) for i in range(1, 5))
 
     data = jax.jit(expert_episodes, static_argnums=(0, 3, 5, 6, 7, 8))(
         source.env, source.env_params, k_data, int(ws.episodes), float(ws.epsilon),
-        policy.pad_id, ws.teacher, generation_spec(policy), ws.reasoning)
+        policy.pad_id, ws.imitated, generation_spec(policy), ws.reasoning)
     adam = optax.adam(ws.lr)
     sft = make_update(policy, sft_objective(run, policy), adam)
     params, sft_first, sft_last = _fit(sft, params, adam.init(params), data.rollout,

@@ -71,7 +71,7 @@ def get_config(arg: str = "full"):
     # The warm start imitates the default workflow (the paper's Base: its actor starts
     # from a zero-shot LLM that scores like a plausible fixed configuration), not the
     # adaptive rule: what RL has to learn is the question-dependent choice.
-    c.warm_start.teacher = "base"
+    c.warm_start.imitated = "base"
     # ... as uncertain as the paper's zero-shot actor (issue 38): the SFT target smoothed
     # toward uniform over the legal labels; chosen on seed 7 from {0, 0.3, 0.5, 0.7}:
     # VinePPO's newly scored decisions per state 1.8 / 8.9 / 12.4 / 15.1 (the paper's

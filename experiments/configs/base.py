@@ -254,7 +254,7 @@ def get_config():
     c.warm_start.seed = 7           # not a reporting seed (42 / 43 / 1337)
     c.warm_start.episodes = 256     # noisy-expert episodes (and value-fit episodes)
     c.warm_start.epsilon = 0.3      # probability of a uniformly random legal action
-    c.warm_start.teacher = "expert"  # the scripted policy imitated (ragspace: "base")
+    c.warm_start.imitated = "expert"  # the scripted policy imitated (ragspace: "base")
     # SFT target smoothed toward uniform over the legal labels (0: the expert's label
     # alone; ragspace's ASCT table: an actor as uncertain as the paper's zero-shot one).
     c.warm_start.label_smoothing = 0.0
@@ -268,8 +268,8 @@ def get_config():
     # After SFT: "feedback" teaches the teacher prompt (FACTOR's / SERL's) to read the
     # action's feedback (factor_jax/hindsight/warm_start.py), the project's stand-in for a
     # pretrained model's hindsight reading; "none": off (every warm start before issue 38).
-    c.warm_start.hindsight = "none"
-    c.warm_start.hindsight_steps = 100
+    c.warm_start.phase = "none"
+    c.warm_start.phase_steps = 100
     # A generating actor's SFT target "<think> r </think> <action> c </action>": r empty
     # ("empty", every warm start before issue 49), or "subgoal": the scripted expert's
     # current sub-goal in the environment's words (Environment.expert_rationale: shop,
@@ -412,7 +412,7 @@ def get_constraints():
         **constraints(ASCTConfig, "asct"),
         **constraints(VinePPOConfig, "vineppo"), **constraints(FactorConfig, "factor"),
         **constraints(SerlConfig, "serl"),
-        "warm_start.hindsight": HINDSIGHT,   # the substrate's field, factor_jax's values
+        "warm_start.phase": HINDSIGHT,   # the substrate's field, factor_jax's values
         **{f"warm_start.sft_steps.{e}": SFT_STEPS for e in get_config().warm_start.sft_steps},
     }
 

@@ -54,7 +54,7 @@ def get_config(arg: str = ""):
         c.ppo.lr = base.WARM_START_LR
     # The warm start's teacher prompt reads the feedback (factor_table.py's; "none": the
     # warm start before issue 38, docs/results/regime.md).
-    c.warm_start.hindsight = "feedback"
+    c.warm_start.phase = "feedback"
     c.fig5.seed = 7                # diagnostic keys: fold_in(key(seed + fig5.seed), ...)
     c.fig5.num_groups = 4 if quick else 8            # diagnostic batch (G = group_size)
     c.fig5.group_size = 8

@@ -56,7 +56,7 @@ def get_config(arg: str = "quick_warm"):
                                   household=750, shop=1000, science=300)
     # The teacher prompt reads the feedback (factor_table's "feedback", the generating
     # actor's rows: factor_jax/hindsight/generate.py; docs/results/regime.md).
-    c.warm_start.hindsight = "feedback"
+    c.warm_start.phase = "feedback"
     base.set_tuned(c, TUNED, TUNED_STEPS, TUNED_OPTIONS)
     if c.table.protocol == "tuned":
         # Its warm start writes the scripted expert's sub-goal inside <think>, so every

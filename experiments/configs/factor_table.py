@@ -89,7 +89,7 @@ def get_config(arg: str = "full"):
     # The shared warm start teaches the teacher prompt to read the feedback after SFT
     # (factor_jax/hindsight/warm_start.py; docs/results/regime.md): every method of the
     # table (GRPO, SERL, FACTOR, GiGPO) starts from that actor.
-    c.warm_start.hindsight = "feedback"
+    c.warm_start.phase = "feedback"
     if arg in ("quick", "smoke"):
         # The decision table's scale (docs/results/factor_decision.md): 20 steps of 4 x 8
         # episodes, every method on the reporting seeds, 512 held-out episodes.

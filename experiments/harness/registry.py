@@ -47,5 +47,5 @@ def check(config) -> Tuple[Method, RunConfig]:
     method = get(config.method)
     run = run_config(config, method)
     # A substrate field whose values a method package owns (factor_jax.hindsight).
-    check_value("warm_start.hindsight", run.warm_start.hindsight, HINDSIGHT)
+    check_value("warm_start.phase", run.warm_start.phase, HINDSIGHT)
     return method, run

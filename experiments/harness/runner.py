@@ -22,7 +22,7 @@ from asct_jax.infra.run_logger import atomic_write_json, atomic_write_text
 from asct_jax.infra.tables import markdown_table, seed_table
 from experiments.configs.base import TUNING_SEED
 from experiments.harness.dotted import apply_overrides, flatten, under
-from experiments.harness.stored_fields import ADDED_DEFAULTS, BOOKKEEPING_FIELDS, without_retired
+from experiments.harness.stored_fields import BOOKKEEPING_FIELDS, as_current
 
 Variant = Tuple[str, Mapping[str, Any]]
 # Where run_grid's status line of a finished run goes when runs show no progress bar
@@ -35,7 +35,7 @@ def config_differences(stored: Mapping[str, Any], config) -> List[str]:
     """Dotted fields where a finished run's config.json and `config` disagree."""
     from experiments.harness import registry
 
-    a = {**ADDED_DEFAULTS, **without_retired(flatten(stored))}
+    a = as_current(stored)
     b = flatten(registry.check(config)[1].record)     # the ppo protocol resolved
     keys = {k for k in set(a) | set(b) if not under(k, BOOKKEEPING_FIELDS)}
     return sorted(k for k in keys if a.get(k) != b.get(k))

@@ -18,15 +18,15 @@ BOOKKEEPING_FIELDS = ("table", "sweep", "train.experiment", "train.resume", "tra
 #   at once, and the values only in float32 summation order; every run before
 #   model.value_detached shared the trunk; policy.prompt_widths only the summation order;
 #   every warm start before warm_start.label_smoothing imitated the expert's label alone,
-#   its 0, and had no hindsight phase, "none", and wrote an empty think part, warm_start
+#   its 0, and had no phase after SFT, "none", and wrote an empty think part, warm_start
 #   .reasoning "empty"; every run before train.eval_split was
 #   evaluated on the test episodes, "test", where train.validation_seed is not read);
 ADDED_FIELDS = ("train.init_from", "actor.chooser", "actor.response_len", "actor.history",
                 "actor.temperature", "actor.top_p", "actor.invalid_penalty",
                 "actor.continuations", "actor.think", "actor.logits_chunk",
                 "model.attention_block", "model.value_detached", "policy.prompt_widths",
-                "warm_start.label_smoothing", "warm_start.hindsight",
-                "warm_start.hindsight_steps", "warm_start.reasoning", "train.eval_split",
+                "warm_start.label_smoothing", "warm_start.phase",
+                "warm_start.phase_steps", "warm_start.reasoning", "train.eval_split",
                 "train.validation_seed")
 
 
@@ -71,6 +71,27 @@ def without_retired(flat):
         return out
     return {k: v for k, v in out.items()
             if not any(k == p or k.startswith(p + ".") for p in RETIRED_FIELDS)}
+
+
+# - renamed (issue 50: the substrate names no method's teacher): a stored config's old
+#   name reads as the new one (`renamed`); warm starts keep the names that hash the old
+#   ones (experiments.harness.warm_start.key).
+RENAMED_FIELDS = {"warm_start.teacher": "warm_start.imitated",
+                  "warm_start.hindsight": "warm_start.phase",
+                  "warm_start.hindsight_steps": "warm_start.phase_steps"}
+
+
+def renamed(flat: dict) -> dict:
+    """A flattened config with RENAMED_FIELDS' old names read as the new ones."""
+    return {RENAMED_FIELDS.get(k, k): v for k, v in flat.items()}
+
+
+def as_current(stored: dict) -> dict:
+    """A stored run's config.json (nested) as today's flat config: old names renamed,
+    retired fields that changed nothing dropped, added fields at the value they had."""
+    from experiments.harness.dotted import flatten
+
+    return {**ADDED_DEFAULTS, **renamed(without_retired(flatten(stored)))}
 
 
 # - a warm start's parameters depend on them (its directory name hashes them).

@@ -1,6 +1,6 @@
 """Writes the warm start every method can train from: SFT on the epsilon-noisy scripted
 expert, then the value head (asct_jax/rl/warm_start.py), with the phases between them
-that the methods supply (`phases`: factor_jax's hindsight reading, warm_start.hindsight).
+that the methods supply (`phases`: factor_jax's hindsight reading, warm_start.phase).
 
     python -m experiments.harness.warm_start --config experiments/configs/base.py \
         --config.env.name=household
@@ -35,7 +35,8 @@ import jax
 from asct_jax.infra import config_cli
 from asct_jax.infra.run_logger import atomic_write_json
 from experiments.harness.dotted import flatten, under
-from experiments.harness.stored_fields import ADDED_DEFAULTS, WARM_START_FIELDS
+from experiments.harness.stored_fields import (ADDED_DEFAULTS, RENAMED_FIELDS, WARM_START_FIELDS,
+                                               renamed)
 
 KEYS = ("env/success", "env/score", "return", "episode_len")
 GEN_KEYS = ("gen/invalid", "gen/multi_token_action",   # a generating actor's (actor.chooser)
@@ -44,7 +45,7 @@ GEN_KEYS = ("gen/invalid", "gen/multi_token_action",   # a generating actor's (a
 
 def phases():
     """The warm-start phases between SFT and the value fit (asct_jax.rl.warm_start
-    .WarmStartPhase), in order: factor_jax's hindsight phase (warm_start.hindsight; off,
+    .WarmStartPhase), in order: factor_jax's hindsight phase (warm_start.phase; off,
     it returns the params unchanged)."""
     from factor_jax.hindsight.warm_start import hindsight_phase
 
@@ -52,7 +53,7 @@ def phases():
 
 
 def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilons,
-                     teacher: str = "expert"):
+                     imitated: str = "expert"):
     """Held-out metrics of the epsilon-noisy expert for each epsilon of `epsilons` (0: the
     expert, 1.0: uniform random) on the tasks of the trainer's evaluation (key(eval_seed),
     num_episodes episodes); one compiled program, epsilon an argument."""
@@ -64,7 +65,7 @@ def scripted_metrics(source, num_episodes: int, eval_seed: int, epsilons,
     @jax.jit
     def play(key, epsilon):
         data = expert_episodes(source.env, source.env_params, key, num_episodes, epsilon,
-                               source.prompt.pad_id, teacher).rollout
+                               source.prompt.pad_id, imitated).rollout
         return episode_metrics(data)
     key = jax.random.key(eval_seed)
     return [{k: float(v) for k, v in play(key, jnp.float32(e)).items()} for e in epsilons]
@@ -103,11 +104,11 @@ def run(config, out_dir: str = None):
         "eval_seed": tc.eval_seed, "eval_greedy": tc.eval_greedy,
         "warm_start": rc.record["warm_start"], "warm_start_s": wall, **info,
         "actor": {k: actor[f"eval/{k}"] for k in KEYS + GEN_KEYS if f"eval/{k}" in actor},
-        # "expert": the imitated scripted policy (warm_start.teacher), noise-free;
-        # "random": epsilon 1 (the teacher is never asked).
+        # "expert": the imitated scripted policy (warm_start.imitated), noise-free;
+        # "random": epsilon 1 (the scripted policy is never asked).
         **{who: {k: v for k, v in m.items() if k in KEYS} for who, m in zip(
             ("expert", "random"), scripted_metrics(source, tc.eval_episodes, tc.eval_seed,
-                                                   (0.0, 1.0), rc.warm_start.teacher))},
+                                                   (0.0, 1.0), rc.warm_start.imitated))},
     }
     atomic_write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary
@@ -129,9 +130,17 @@ def artifact(config):
 def key(config) -> str:
     """The name of config's shared warm start: <env>-<the first 8 hex digits of a SHA-256 of
     its WARM_START_FIELDS (experiments/harness/stored_fields.py)>; equal fields, same warm start."""
+    return name_of(config.env.name, _depends(config))
+
+
+def name_of(env: str, fields: dict) -> str:
+    """key's name from the environment's name and the fields `depends_on` keeps."""
     import hashlib
 
-    fields = _depends(config)
+    # Hashed under the fields' names before issue 50's renames (stored_fields
+    # .RENAMED_FIELDS), so that every warm start keeps its name.
+    old = {new: old for old, new in RENAMED_FIELDS.items()}
+    fields = {old.get(k, k): v for k, v in fields.items()}
     # The environments' shared vocabulary too: a new environment's words shift the ids.
     from asct_jax.envs import tokenizer
     fields["vocabulary"] = hashlib.sha256(" ".join(tokenizer.vocabulary()).encode()).hexdigest()
@@ -139,7 +148,7 @@ def key(config) -> str:
     # warm starts written in the per-layer layout before it keep their names and are not read.
     fields["params_layout"] = PARAMS_LAYOUT
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode())
-    return f"{config.env.name}-{digest.hexdigest()[:8]}"
+    return f"{env}-{digest.hexdigest()[:8]}"
 
 
 def _depends(config) -> dict:
@@ -154,15 +163,17 @@ KEY_NEUTRAL = {k: ADDED_DEFAULTS[k] for k in ("actor.think", "actor.logits_chunk
                                                "model.attention_block",
                                                "model.value_detached",
                                                "warm_start.label_smoothing",
-                                               "warm_start.hindsight",
-                                               "warm_start.hindsight_steps",
+                                               "warm_start.phase",
+                                               "warm_start.phase_steps",
                                                "warm_start.reasoning")}
 
 
 def depends_on(flat: dict) -> dict:
     """The WARM_START_FIELDS of a flat config that its environment's warm start reads: the
     actor section only for a generating actor (its continuations aside: no warm start
-    restores a state), the SFT steps of its own environment only."""
+    restores a state), the SFT steps of its own environment only; old names renamed
+    (stored_fields.renamed)."""
+    flat = renamed(flat)
     generate = flat.get("actor.chooser", "candidates") != "candidates"
     own_steps = f"warm_start.sft_steps.{flat.get('env.name')}"
     return {k: v for k, v in flat.items() if under(k, WARM_START_FIELDS)

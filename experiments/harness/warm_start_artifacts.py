@@ -1,6 +1,6 @@
 """Writes the warm starts shipped with the code (experiments/artifacts/warm_start/), the ones
 `python -m experiments.reproduce --config.quick` trains from: the shop analogue's of the FACTOR
-table's smoke config (warm_start.hindsight "feedback") and the ragspace analogue's of the
+table's smoke config (warm_start.phase "feedback") and the ragspace analogue's of the
 ASCT table's (experiments/configs/{factor_table,asct_ragspace}.py, "smoke_warm").
 
     python -m experiments.harness.warm_start_artifacts                 # the missing ones

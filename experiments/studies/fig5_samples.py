@@ -47,7 +47,7 @@ SPLIT = "split: Delta progress - no-progress, with the feedback"
 def _get(flat: Mapping, dotted: str, path: str) -> float:
     if dotted not in flat:
         raise KeyError(f"{path}: no field {dotted!r} (a factor_fig5 JSON with the "
-                       "feedback control, warm_start.hindsight = 'feedback')")
+                       "feedback control, warm_start.phase = 'feedback')")
     return float(flat[dotted])
 
 

@@ -330,8 +330,7 @@ def adopt_run(config) -> Tuple[Any, Dict[str, Any]]:
 
     from asct_jax.infra.config_cli import config_to_dict
     from experiments.harness.dotted import apply_overrides, flatten, under
-    from experiments.harness.stored_fields import (ADDED_DEFAULTS, BOOKKEEPING_FIELDS,
-                                                   without_retired)
+    from experiments.harness.stored_fields import BOOKKEEPING_FIELDS, as_current
 
     path = os.path.join(config.train.results_dir, config.fig5.train_run)
     allowed = "'' (train here) or <experiment>/<run> of a finished FACTOR run"
@@ -339,7 +338,7 @@ def adopt_run(config) -> Tuple[Any, Dict[str, Any]]:
         raise config_cli.ConfigError("fig5.train_run", f"{path} holds no finished run",
                                      allowed)
     with open(os.path.join(path, "config.json")) as f:
-        stored = {**ADDED_DEFAULTS, **without_retired(flatten(json.load(f)))}
+        stored = as_current(json.load(f))
     if stored.get("method") != "factor":
         raise config_cli.ConfigError("fig5.train_run",
                                      f"{path} trained {stored.get('method')!r}", allowed)

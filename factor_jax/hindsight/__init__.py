@@ -7,9 +7,9 @@ One concern per module:
                    (factor_jax.teacher) and the phase teaches; TEACHER_PROMPTS.
   progress         the environment's judgement of a step: as good as the scripted
                    expert's own (step_progress, candidate_progress).
-  counterfactual   the counterfactual rows (warm_start.hindsight "counterfactual").
+  counterfactual   the counterfactual rows (warm_start.phase "counterfactual").
   generate         the rows for a generating actor (actor.chooser "generate").
-  warm_start       the phase itself (warm_start.hindsight, HINDSIGHT): its rows, their
+  warm_start       the phase itself (warm_start.phase, HINDSIGHT): its rows, their
                    loss, the jitted update and `hindsight_phase`, a
                    asct_jax.rl.warm_start.WarmStartPhase the experiment edge passes to
                    the substrate's warm start (experiments/harness/warm_start.py).

@@ -1,4 +1,4 @@
-"""The counterfactual rows of the hindsight warm start (warm_start.hindsight
+"""The counterfactual rows of the hindsight warm start (warm_start.phase
 "counterfactual", factor_jax.hindsight.warm_start): rows where the feedback alone decides
 the target at the same x_t.
 

@@ -1,4 +1,4 @@
-"""The hindsight phase's rows for the generating actor (warm_start.hindsight "feedback" or
+"""The hindsight phase's rows for the generating actor (warm_start.phase "feedback" or
 "counterfactual" with actor.chooser "generate"; factor_jax.hindsight.warm_start keeps the
 rows, their targets, the row sampling and the update, factor_jax.hindsight.progress the
 progress rule).
@@ -60,7 +60,7 @@ def check_response_len(spec: GenerationSpec, action_len: int, hindsight: str) ->
     if spec.response_len < need:
         raise ConfigError("actor.response_len", f"{spec.response_len} with warm_start."
                           f"hindsight {hindsight!r} (the canonical response has {need} "
-                          "tokens)", f">= {need}, or warm_start.hindsight 'none'")
+                          "tokens)", f">= {need}, or warm_start.phase 'none'")
 
 
 def env_responses(cand_tokens: chex.Array, action_index: chex.Array) -> chex.Array:

@@ -1,4 +1,4 @@
-"""The hindsight-reading phase of the warm start (warm_start.hindsight "feedback" or
+"""The hindsight-reading phase of the warm start (warm_start.phase "feedback" or
 "counterfactual"): what an
 instruct model brings to FACTOR's and SERL's teachers, taught to the tiny actor after SFT.
 The project's stand-in for a pretrained model's reading of the feedback (docs/methods.md,
@@ -34,7 +34,7 @@ the targets are the candidates' canonical responses "<think> </think> <action> c
 -log(1 - pi(c)) on c's action tokens, the student row the full-vocabulary KL to the SFT
 actor along the taken turn's canonical response.
 
-One jitted update (`make_hindsight_update`), compiled once: warm_start.hindsight_steps
+One jitted update (`make_hindsight_update`), compiled once: warm_start.phase_steps
 Adam steps on warm_start.batch turns drawn from the live turns with a legal target.
 
 Shapes: B episodes, T turns, M = B T flat turns, N sampled turns, O / F / A / K the
@@ -61,7 +61,7 @@ from factor_jax.hindsight.progress import (  # noqa: F401  (re-export)
     _fresh_turns, expert_finish, failure_feedback, scripted, step_progress)
 from factor_jax.hindsight.teacher_prompt import teacher_prefix
 
-# warm_start.hindsight (a field of the substrate's warm_start section, read here): "none",
+# warm_start.phase (a field of the substrate's warm_start section, read here): "none",
 # or "feedback": the teacher prompt taught to read the feedback after SFT (this module);
 # "counterfactual": "feedback" plus rows where each stepped candidate's own feedback
 # decides its target (factor_jax.hindsight.counterfactual).
@@ -249,25 +249,25 @@ def make_hindsight_update(policy, optimizer: optax.GradientTransformation) -> Ca
 
 def hindsight_phase(run, policy, params, data: Rollout, env, env_params, key,
                     frozen: Any = None) -> Tuple[Any, Dict[str, float]]:
-    """warm_start.hindsight "feedback" / "counterfactual": warm_start.hindsight_steps
+    """warm_start.phase "feedback" / "counterfactual": warm_start.phase_steps
     updates of hindsight_loss on the noisy-expert episodes `data`; "none": params
     unchanged, no info. Returns (params, info: the first / last losses, the progress
     fractions)."""
     ws = run.warm_start
-    check("warm_start.hindsight", ws.hindsight, HINDSIGHT)
-    if ws.hindsight == "none":
+    check("warm_start.phase", ws.phase, HINDSIGHT)
+    if ws.phase == "none":
         return params, {}
     spec = generation_spec(policy)
     if (data.prompts is not None) != (spec is not None):
         written = "generated" if spec is None else "candidate"
-        raise ConfigError("warm_start.hindsight", f"{ws.hindsight!r} with a "
+        raise ConfigError("warm_start.phase", f"{ws.phase!r} with a "
                           f"{type(policy).__name__} on {written} episodes",
                           "the episodes of the actor's own chooser, or 'none'")
     if spec is not None:
-        gen.check_response_len(spec, env.action_len, ws.hindsight)
-    num = cf.CANDIDATES if ws.hindsight == "counterfactual" else 0
+        gen.check_response_len(spec, env.action_len, ws.phase)
+    num = cf.CANDIDATES if ws.phase == "counterfactual" else 0
     turns = jax.jit(hindsight_turns, static_argnums=(0, 4, 5, 6, 7))(
-        env, env_params, data, jax.random.fold_in(key, 0), ws.teacher, num, spec,
+        env, env_params, data, jax.random.fold_in(key, 0), ws.imitated, num, spec,
         policy.pad_id)
     turns = jax.jit(with_student, static_argnums=0)(policy, join_params(params, frozen),
                                                     turns)
@@ -275,13 +275,13 @@ def hindsight_phase(run, policy, params, data: Rollout, env, env_params, key,
     update = make_hindsight_update(policy, adam)
     opt_state = adam.init(params)
     first = last = None
-    for i in range(ws.hindsight_steps):
+    for i in range(ws.phase_steps):
         params, opt_state, loss, parts = update(params, opt_state, turns,
                                                 jax.random.fold_in(key, i + 1),
                                                 batch=ws.batch, frozen=frozen)
         if i == 0:
             first = {k: float(v) for k, v in parts.items()}
-        if i == ws.hindsight_steps - 1:
+        if i == ws.phase_steps - 1:
             last = {k: float(v) for k, v in parts.items()}
     live = turns.live
     info = {"hindsight_progress_fraction": float(jnp.sum(turns.progress & live)

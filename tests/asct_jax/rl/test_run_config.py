@@ -92,7 +92,7 @@ def test_added_defaults_come_from_the_typed_defaults():
         "actor.think": "required", "actor.logits_chunk": 2 ** 24,
         "model.attention_block": 0, "model.value_detached": False,
         "policy.prompt_widths": 3, "warm_start.label_smoothing": 0.0,
-        "warm_start.hindsight": "none", "warm_start.hindsight_steps": 100,
+        "warm_start.phase": "none", "warm_start.phase_steps": 100,
         "warm_start.reasoning": "empty",
         "train.eval_split": "test", "train.validation_seed": 20270611,
         # FACTOR's (experiments/harness/stored_fields.py ADDED_FACTOR_FIELDS): the authors' warm-up

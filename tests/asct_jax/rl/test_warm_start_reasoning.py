@@ -134,11 +134,11 @@ def test_subgoal_refuses_what_cannot_write_it():
     rag, _, rag_spec = _env("ragspace")
     cases = [(shop, None, "expert", "candidate-scoring"),
              (shop, GenerationSpec(tags=spec.tags, think="none"), "expert", "actor.think"),
-             (shop, spec, "base", "teacher"),
+             (shop, spec, "base", "imitated"),
              (rag, rag_spec, "expert", "ragspace")]
-    for env, s, teacher, words in cases:
+    for env, s, imitated, words in cases:
         with pytest.raises(ConfigError, match=r"^warm_start\.reasoning: .*" + words) as e:
-            ws.check_reasoning("subgoal", env, s, teacher)
+            ws.check_reasoning("subgoal", env, s, imitated)
         assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match=r"^actor\.response_len: 12 < 19"):
         ws.check_reasoning("subgoal", shop, GenerationSpec(tags=spec.tags, response_len=12))

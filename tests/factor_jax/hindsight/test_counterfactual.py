@@ -146,7 +146,7 @@ def test_the_option_leaves_the_other_rows_and_names_as_they_were(noisy):
     names = set()
     for option in ("none", "feedback", "counterfactual"):
         c = base.get_config()
-        c.warm_start.hindsight = option
+        c.warm_start.phase = option
         names.add(shared_ws.key(c))
     assert len(names) == 3
 
@@ -175,8 +175,8 @@ def test_the_counterfactual_phase_moves_the_teacher_off_what_its_feedback_shows_
     after = {}
     for option in ("feedback", "counterfactual"):
         c = small_config("/tmp")
-        c.warm_start.hindsight = option
-        c.warm_start.hindsight_steps = 150
+        c.warm_start.phase = option
+        c.warm_start.phase_steps = 150
         c.warm_start.batch = 64
         out, info = hw.hindsight_phase(run_config(c), policy, params, data.rollout,
                                        source.env, source.env_params, jax.random.key(0))

@@ -214,7 +214,7 @@ def test_the_phase_runs_end_to_end_for_the_generating_actor(generated, option):
     from asct_jax.rl.run_config import run_config
 
     source, policy, params, data, _ = generated
-    rc = run_config(_config(hindsight=option, hindsight_steps=3, batch=16))
+    rc = run_config(_config(phase=option, phase_steps=3, batch=16))
     out, info = hw.hindsight_phase(rc, policy, params, data, source.env, source.env_params,
                                    jax.random.key(3))
     rows = ("real", "failure", "student") + (("counterfactual",) if option ==
@@ -232,14 +232,14 @@ def test_a_response_too_short_for_the_canonical_one_is_a_one_line_config_error(g
     from asct_jax.rl.build import build_policy
     from asct_jax.rl.run_config import run_config
 
-    c = _config(hindsight="feedback", hindsight_steps=1, batch=4)
+    c = _config(phase="feedback", phase_steps=1, batch=4)
     c.actor.response_len = 6
     rc = run_config(c)
     short, p = build_policy(rc, source.vocab_size, source.shape, source.prompt)
     with pytest.raises(ConfigError, match=r"^actor\.response_len: 6 ") as e:
         hw.hindsight_phase(rc, short, p, data, source.env, source.env_params,
                            jax.random.key(0))
-    assert "\n" not in str(e.value) and "warm_start.hindsight" in str(e.value)
+    assert "\n" not in str(e.value) and "warm_start.phase" in str(e.value)
 
 
 def test_generated_episodes_with_a_candidates_actor_are_a_one_line_config_error(generated):
@@ -247,11 +247,11 @@ def test_generated_episodes_with_a_candidates_actor_are_a_one_line_config_error(
     from asct_jax.rl.run_config import run_config
 
     source, _, _, data, _ = generated
-    c = _config(hindsight="feedback", hindsight_steps=1, batch=4)
+    c = _config(phase="feedback", phase_steps=1, batch=4)
     c.actor.chooser = "candidates"
     rc = run_config(c)
     policy, params = build_policy(rc, source.vocab_size, source.shape, source.prompt)
-    with pytest.raises(ConfigError, match=r"^warm_start\.hindsight: 'feedback' with a "
+    with pytest.raises(ConfigError, match=r"^warm_start\.phase: 'feedback' with a "
                        r"Policy on generated episodes") as e:
         hw.hindsight_phase(rc, policy, params, data, source.env, source.env_params,
                            jax.random.key(0))
@@ -266,13 +266,13 @@ def test_the_generating_table_reads_the_feedback_and_candidate_names_stay():
 
     c = factor_generate.get_config("quick_warm")
     c.env.name = "shop"
-    assert c.warm_start.hindsight == "feedback"
+    assert c.warm_start.phase == "feedback"
     name = shared_ws.key(c)
-    c.warm_start.hindsight = "none"
+    c.warm_start.phase = "none"
     assert shared_ws.key(c) != name
     cand = base.get_config()
     old = base.get_config()
-    del old.warm_start["hindsight"], old.warm_start["hindsight_steps"]
+    del old.warm_start["phase"], old.warm_start["phase_steps"]
     assert shared_ws.key(cand) == shared_ws.key(old)
 
 
@@ -297,7 +297,7 @@ def test_the_phase_teaches_the_generating_teacher_to_read_the_feedback(generated
     from asct_jax.rl.run_config import run_config
 
     source, policy, params, data, turns = generated
-    rc = run_config(_config(hindsight="feedback", hindsight_steps=60, batch=64))
+    rc = run_config(_config(phase="feedback", phase_steps=60, batch=64))
     out, info = hw.hindsight_phase(rc, policy, params, data, source.env, source.env_params,
                                    jax.random.key(0))
     before, after = _taken_gap(policy, params, turns), _taken_gap(policy, out, turns)

@@ -155,9 +155,9 @@ def test_the_option_off_keeps_the_params_and_the_warm_starts_name(noisy):
     c = base.get_config()
     name = shared_ws.key(c)
     old = base.get_config()
-    del old.warm_start["hindsight"], old.warm_start["hindsight_steps"]
+    del old.warm_start["phase"], old.warm_start["phase_steps"]
     assert shared_ws.key(old) == name
-    c.warm_start.hindsight = "feedback"
+    c.warm_start.phase = "feedback"
     assert shared_ws.key(c) != name
 
 
@@ -170,10 +170,10 @@ def test_a_bad_option_is_a_one_line_config_error(noisy):
 
     source, policy, params, data, _ = noisy
     c = small_config("/tmp")
-    c.warm_start.hindsight = "yes"
-    with pytest.raises(ConfigError, match=r"^warm_start\.hindsight: "):
+    c.warm_start.phase = "yes"
+    with pytest.raises(ConfigError, match=r"^warm_start\.phase: "):
         registry.check(c)
-    with pytest.raises(ConfigError, match=r"^warm_start\.hindsight: "):
+    with pytest.raises(ConfigError, match=r"^warm_start\.phase: "):
         hw.hindsight_phase(run_config(c), policy, params, data.rollout, source.env,
                            source.env_params, jax.random.key(0))
 
@@ -201,8 +201,8 @@ def test_the_phase_teaches_the_teacher_to_read_the_feedback(noisy):
 
     source, policy, params, data, turns = noisy
     c = small_config("/tmp")
-    c.warm_start.hindsight = "feedback"
-    c.warm_start.hindsight_steps = 60
+    c.warm_start.phase = "feedback"
+    c.warm_start.phase_steps = 60
     c.warm_start.batch = 64
     out, info = hw.hindsight_phase(run_config(c), policy, params, data.rollout, source.env,
                                    source.env_params, jax.random.key(0))
