@@ -9,23 +9,15 @@ asct / factor / fig5; () every part), jobs (2: the ASCT table in a second proces
 xla_opt_level (XLA:CPU's backend optimisation level; "": 1 with quick, XLA's own
 otherwise) and side (set on the second process by the first).
 """
-import ml_collections
+from experiments.configs.options import tool_options
 
 PARTS = ("asct", "factor", "fig5")
 OPT_LEVELS = ("", "default", "0", "1", "2", "3")
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"reproduce config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.quick = False
-    c.results_dir = "results"
-    c.only = ()
-    c.jobs = 2
-    c.xla_opt_level = ""
-    c.side = False
-    return c
+    return tool_options("reproduce", arg, quick=False, results_dir="results", only=(), jobs=2,
+                        xla_opt_level="", side=False)
 
 
 def get_constraints():

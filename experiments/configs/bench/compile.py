@@ -16,6 +16,8 @@ import ml_collections
 VARIANTS = "default,O1,O0,no_thunk_runtime,no_fusion_emitters"   # experiments.bench.compile's
 
 
+# Not experiments.configs.options.tool_options: an `against` child loads this file with
+# another revision's experiments package, which may lack that module.
 def get_config(arg: str = ""):
     if arg:
         raise ValueError(f"bench compile config takes no arg, got {arg!r}")

@@ -6,15 +6,10 @@ sizes: comma-separated BxTxA sizes; turn_sizes: comma-separated BxT sizes for th
 kernels only ("" for none); min_time: seconds of repeated calls per measurement (at least
 5 calls); out.
 """
-import ml_collections
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"bench credit config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.sizes = "64x8x8,1024x16x32,4096x32x64"
-    c.turn_sizes = "64x4,64x40,256x8,1024x16,4096x4,4096x16,4096x40"
-    c.min_time = 0.5
-    c.out = "results/bench/credit.json"
-    return c
+    return tool_options("bench credit", arg, sizes="64x8x8,1024x16x32,4096x32x64",
+                        turn_sizes="64x4,64x40,256x8,1024x16,4096x4,4096x16,4096x40", min_time=0.5,
+                        out="results/bench/credit.json")

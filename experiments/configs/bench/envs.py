@@ -4,21 +4,14 @@
 
 episodes; size; envs: comma-separated; out.
 """
-import ml_collections
-
 from asct_jax.envs import SIZES
 from experiments.bench.envs import ENVS
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"bench envs config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.episodes = 1024
-    c.size = "small"
-    c.envs = ",".join(ENVS)
-    c.out = "results/bench/envs.json"
-    return c
+    return tool_options("bench envs", arg, episodes=1024, size="small", envs=",".join(ENVS),
+                        out="results/bench/envs.json")
 
 
 def get_constraints():

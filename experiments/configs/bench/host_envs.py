@@ -6,17 +6,9 @@
 task: the ScienceWorld task; envs: environments per batch; turns; workers: comma-separated
 worker counts; seed; out.
 """
-import ml_collections
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"bench host_envs config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.task = "find-non-living-thing"
-    c.envs = 4
-    c.turns = 20
-    c.workers = "1,2,4"
-    c.seed = 0
-    c.out = "results/bench/host_envs.json"
-    return c
+    return tool_options("bench host_envs", arg, task="find-non-living-thing", envs=4, turns=20,
+                        workers="1,2,4", seed=0, out="results/bench/host_envs.json")

@@ -8,25 +8,14 @@ env; methods: comma-separated; repeats; num_groups, group_size: the batch; choos
 1,4,16: instead, the step wall of that many seeds in one program (the first method),
 beside 1 seed.
 """
-import ml_collections
-
 from experiments.bench.train import DEFAULT_METHODS
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"bench train config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.env = "rag_workflow"
-    c.methods = ",".join(DEFAULT_METHODS)
-    c.repeats = 3
-    c.num_groups = 8
-    c.group_size = 8
-    c.chooser = "candidates"
-    c.continuations = "chooser"
-    c.out = "results/bench/train.json"
-    c.seeds = ""
-    return c
+    return tool_options("bench train", arg, env="rag_workflow", methods=",".join(DEFAULT_METHODS),
+                        repeats=3, num_groups=8, group_size=8, chooser="candidates",
+                        continuations="chooser", out="results/bench/train.json", seeds="")
 
 
 def get_constraints():

@@ -6,19 +6,13 @@ out: the JSON written; methods: comma-separated method families of the RL step
 (experiments.harness.registry names); scale: full or cpu-small ("": cpu-small on CPU, full
 on an accelerator).
 """
-import ml_collections
-
 from experiments.checks.device_check import FAMILIES, SCALES
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"device_check config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.out = "results/bench/device_check.json"
-    c.methods = ",".join(FAMILIES)
-    c.scale = ""
-    return c
+    return tool_options("device_check", arg, out="results/bench/device_check.json",
+                        methods=",".join(FAMILIES), scale="")
 
 
 def get_constraints():

@@ -7,15 +7,8 @@ out: the folder for the cases' records (required); compare: a reference folder t
 against ("": none); only: substrings of case names (a tuple; () every case); jobs: cases
 run at once (processes).
 """
-import ml_collections
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"identity_check config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.out = ""
-    c.compare = ""
-    c.only = ()
-    c.jobs = 1
-    return c
+    return tool_options("identity_check", arg, out="", compare="", only=(), jobs=1)

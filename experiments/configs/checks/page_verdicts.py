@@ -9,16 +9,10 @@ results/page_verdicts/<name>.{md,json} (required); results_dir; authors: the sam
 comparisons under the authors' protocol (a verdict column each); family_size: the page's
 pre-registered number of rows when only some have run (0: the rows given).
 """
-import ml_collections
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"page_verdicts config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.files = ()
-    c.name = ""
-    c.results_dir = "results"
-    c.authors = ()          # the same tables under the authors' protocol (paths or globs)
-    c.family_size = 0       # the page's pre-registered rows (0: the rows of `files`)
-    return c
+    return tool_options("page_verdicts", arg, files=(), name="", results_dir="results",
+                        authors=(),  # the same tables under the authors' protocol (paths or globs)
+                        family_size=0)  # the page's pre-registered rows (0: the rows of `files`)

@@ -6,19 +6,12 @@
 table: factor or asct (required); results_dir; lr_sweep: comma-separated rates: train the
 table's first baseline at each (the table's lr is chosen from these).
 """
-import ml_collections
-
 from experiments.checks.protocol_check import TABLES
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"protocol_check config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.table = ""
-    c.results_dir = "results"
-    c.lr_sweep = ""
-    return c
+    return tool_options("protocol_check", arg, table="", results_dir="results", lr_sweep="")
 
 
 def get_constraints():

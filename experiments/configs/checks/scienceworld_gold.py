@@ -7,24 +7,17 @@ tasks: comma-separated ScienceWorld tasks; variations: the first variations of t
 per task; split; k: comma-separated candidate budgets K of VerbQuotaRule; seed; out: the
 JSON written.
 """
-import ml_collections
-
 from asct_jax.infra.checks import Range
+from experiments.configs.options import tool_options
 
 SPLITS = ("train", "dev", "test")
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"scienceworld_gold config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.tasks = "find-non-living-thing,lifespan-longest-lived,find-plant,power-component"
-    c.variations = 5
-    c.split = "train"
-    c.k = "32,64,128"
-    c.seed = 0
-    c.out = "results/scienceworld/gold.json"
-    return c
+    return tool_options(
+        "scienceworld_gold", arg,
+        tasks="find-non-living-thing,lifespan-longest-lived,find-plant,power-component",
+        variations=5, split="train", k="32,64,128", seed=0, out="results/scienceworld/gold.json")
 
 
 def get_constraints():

@@ -7,21 +7,13 @@ dir: results/<experiment> (required); metric: an eval/<metric> key; prefix: only
 named <prefix>... ("": one PNG per environment); last_fraction: the part of the step range
 the plateau slope is fitted on; out: the output folder ("": <dir>/curves).
 """
-import ml_collections
-
 from asct_jax.infra.checks import Range
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"curves config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.dir = ""
-    c.metric = "eval/env/success"
-    c.prefix = ""
-    c.last_fraction = 0.25
-    c.out = ""
-    return c
+    return tool_options("curves", arg, dir="", metric="eval/env/success", prefix="",
+                        last_fraction=0.25, out="")
 
 
 def get_constraints():

@@ -9,21 +9,13 @@ module: the entry point every process runs (python -m MODULE); log_dir: where pr
 1.. write their output ("": a new temp dir); timeout: stop every process after this many
 seconds (0: no limit).
 """
-import ml_collections
-
 from asct_jax.infra.checks import Range
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"launch_local config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.processes = 2
-    c.devices_per_process = 1
-    c.module = "experiments.train"
-    c.log_dir = ""
-    c.timeout = 0.0
-    return c
+    return tool_options("launch_local", arg, processes=2, devices_per_process=1,
+                        module="experiments.train", log_dir="", timeout=0.0)
 
 
 def get_constraints():

@@ -5,23 +5,15 @@
 n: number of games; out: output directory; start_seed: the first game's seed; recipe:
 ingredients in the recipe; take: ingredients to find (<= recipe); go: locations.
 """
-import ml_collections
+from experiments.configs.options import tool_options
 
 GO = (1, 6, 9, 12)
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"make_textworld_games config takes no arg, got {arg!r}")
     from experiments.harness.make_textworld_games import DEFAULT_OUT
-    c = ml_collections.ConfigDict()
-    c.n = 8
-    c.out = DEFAULT_OUT
-    c.start_seed = 0
-    c.recipe = 1
-    c.take = 1
-    c.go = 1
-    return c
+    return tool_options("make_textworld_games", arg, n=8, out=DEFAULT_OUT, start_seed=0, recipe=1,
+                        take=1, go=1)
 
 
 def get_constraints():

@@ -9,17 +9,11 @@ replace existing ones; only: these warm starts only (a tuple of names; () every 
 """
 import os
 
-import ml_collections
+from experiments.configs.options import tool_options
 
 ARTIFACTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "artifacts", "warm_start")
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"warm_start_artifacts config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.out = ARTIFACTS
-    c.force = False
-    c.only = ()
-    return c
+    return tool_options("warm_start_artifacts", arg, out=ARTIFACTS, force=False, only=())

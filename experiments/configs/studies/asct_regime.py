@@ -10,21 +10,13 @@ literal, else a string); episodes: training questions (an iteration of the quick
 trained: measure this finished run's actor (results/<experiment>/<run>; set
 method=<its method>) instead of the warm start's; out: the results folder.
 """
-import ml_collections
-
 from asct_jax.infra.checks import Range
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"asct_regime config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.name = ""
-    c.set = ()
-    c.episodes = 160
-    c.trained = ""
-    c.out = "results/asct_regime"
-    return c
+    return tool_options("asct_regime", arg, name="", set=(), episodes=160, trained="",
+                        out="results/asct_regime")
 
 
 def get_constraints():

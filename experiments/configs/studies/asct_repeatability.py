@@ -6,20 +6,13 @@
 questions: training questions (their five-action states); repeats: independent searches
 per state; budgets: the budgets B (a tuple); out: results path without the .json / .md.
 """
-import ml_collections
-
 from asct_jax.infra.checks import Range
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"asct_repeatability config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.questions = 16
-    c.repeats = 4
-    c.budgets = (12, 48)
-    c.out = "results/asct_repeatability"
-    return c
+    return tool_options("asct_repeatability", arg, questions=16, repeats=4, budgets=(12, 48),
+                        out="results/asct_repeatability")
 
 
 def get_constraints():

@@ -6,12 +6,8 @@
 paths: the factor_fig5 JSONs of one run, one per fig5.seed (a tuple of paths or glob
 patterns, required).
 """
-import ml_collections
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"fig5_samples config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.paths = ()
-    return c
+    return tool_options("fig5_samples", arg, paths=())

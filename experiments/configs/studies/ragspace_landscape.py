@@ -4,20 +4,13 @@
 
 split; dataset; all: every dataset (dataset ignored); out: the JSON written.
 """
-import ml_collections
-
 from asct_jax.envs import ragspace as rs
+from experiments.configs.options import tool_options
 
 
 def get_config(arg: str = ""):
-    if arg:
-        raise ValueError(f"ragspace_landscape config takes no arg, got {arg!r}")
-    c = ml_collections.ConfigDict()
-    c.split = "test"
-    c.dataset = "hotpot"
-    c.all = False
-    c.out = "results/ragspace_landscape.json"
-    return c
+    return tool_options("ragspace_landscape", arg, split="test", dataset="hotpot", all=False,
+                        out="results/ragspace_landscape.json")
 
 
 def get_constraints():
