@@ -1,6 +1,6 @@
 """APM: mean-1 mixture weights for any scores and lengths; the ablations' weights
 (softmax summing to 1, uniform). The authors' hand cases are in
-tests/factor_jax/test_kernels_authors.py."""
+tests/factor_jax/test_hta_authors.py."""
 import functools
 
 import jax

@@ -1,64 +1,26 @@
-"""Tests of asct_jax.search's loop (search.search: simulate, expand, backward, search, with
-the paper's rules passed as callables), its config and mc_return, on ToyTree and on
-TinyWorkflow (tests/helpers/tiny_workflow.py).
+"""Tests of asct_jax.search's loop (search.search, with the paper's rules passed as
+callables), its config and mc_return, on ToyTree (tests/helpers/toy_search.py): the Q
+table against exact values, done roots, the tree's invariants and costs per rule. The
+stages one by one are in test_search_stages.py, the searches on TinyWorkflow in
+test_search_tiny_workflow.py.
 
 ToyTree's values are enumerable exactly (ToyTree.exact_q), so the search's Q table is
 compared with exact values at a tolerance set by the number of visits: 4 standard errors
 of the pooled mean, the per-sample std from the exact second moment.
 """
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from asct_jax import search as S
 from asct_jax.envs.base import EOS_ID, PAD_ID, Environment
-from asct_jax.envs.toy_tree import ToyTree
-from asct_jax.search.search import node_info, root_active
 from tests.helpers import tiny_workflow as tw
-
-ENV = ToyTree(num_actions=4, depth=3)
-K = ENV.num_actions
-
-
-def _logits(seed=0):
-    return np.random.default_rng(seed).normal(size=(ENV.num_nodes, K)).astype(np.float32)
-
-
-def _roots(params, b, seed=0):
-    keys = jax.random.split(jax.random.PRNGKey(seed), b)
-    states, _ = jax.vmap(ENV.reset, in_axes=(0, None))(keys, params)
-    return states
-
-
-def _rules(selection, expansion=S.uniform_expansion, continuation=S.uniform_continuation):
-    return S.SearchRules(selection, expansion, continuation)
-
-
-UNIFORM_ACTOR = _rules(S.uniform, continuation=S.actor_continuation)   # pi_old suffixes
-
-
-@functools.lru_cache(maxsize=None)
-def _jit_search(rules, config):
-    """One compiled search per (rules, config); policy logits and params are traced
-    inputs."""
-
-    def fn(params, logits, values, states, key):
-        pi = ENV.policy_fn(params, logits, values)
-        return S.search(ENV, params, states, pi, key, rules, config)
-
-    return jax.jit(fn)
-
-
-def _run(rules, config, params, b, logits=None, values=None, seed=0):
-    logits = _logits() if logits is None else logits
-    values = np.zeros(ENV.num_nodes, np.float32) if values is None else values
-    out = _jit_search(rules, config)(
-        params, logits, values, _roots(params, b, seed), jax.random.PRNGKey(seed + 1))
-    return jax.device_get(out)
+from tests.helpers.toy_search import (  # noqa: F401 (rule_runs: a module-scoped fixture)
+    DEPTH2_UNIFORM, ENV, K, RULE_CFGS, UNIFORM_ACTOR, jit_search as _jit_search,
+    make_rules as _rules, random_logits as _logits, roots as _roots, rule_runs,
+    run_search as _run)
 
 
 # --------------------------------------------------------------------------- ToyTree
@@ -135,9 +97,6 @@ def test_q_converges_depth1_rollout():
         assert abs(est - ex["q"][0, a]) <= 4 * std / np.sqrt(n) + 1e-5, (a, est, ex["q"][0, a], n)
 
 
-DEPTH2_UNIFORM = S.SearchConfig(num_simulations=64, max_depth=2, node_policy=True)
-
-
 def test_q_converges_depth2_uniform_mixture():
     """max_depth=2, Uniform rule, pi_old suffixes: the first simulation through a ends at
     the new child (r(a) + rollout of pi_old: Q^pi), every later one takes the least-visited
@@ -180,23 +139,6 @@ def test_done_roots_are_not_searched_and_compile_once():
 
 
 # ------------------------------------------------------------- tree invariants, costs
-RULE_CFGS = {  # rule -> (SearchRules, SearchConfig): the paper's, with a depth cap of 3
-    "uniform": (_rules(S.uniform), S.SearchConfig(num_simulations=64, max_depth=3)),
-    "uct": (_rules(functools.partial(S.uct, c_exp=1.0)), S.SearchConfig(num_simulations=64, max_depth=3)),
-    "agentuct": (_rules(functools.partial(S.agentuct, c_exp=1.0, c_tok=0.1),
-                        functools.partial(S.cost_weighted_expansion, c_tok=0.1),
-                        functools.partial(S.cost_weighted_continuation, c_tok=0.1)),
-                 S.SearchConfig(num_simulations=64, max_depth=3)),
-    "uniform_actor": (UNIFORM_ACTOR, DEPTH2_UNIFORM),
-}
-
-
-@pytest.fixture(scope="module")
-def rule_runs():
-    params = ENV.make_params(seed=0)  # costs 1, 3, 9, 27; all 4 root actions legal
-    return params, {r: _run(*sc, params, b=32, seed=11) for r, sc in RULE_CFGS.items()}
-
-
 @pytest.mark.parametrize("rule", list(RULE_CFGS))
 def test_visit_counts_add_up(rule_runs, rule):
     params, runs = rule_runs
@@ -276,239 +218,3 @@ def test_config_errors_name_the_field(field, value):
         S.search(ENV, params, _roots(params, 1), ENV.policy_fn(params, _logits()),
                  jax.random.PRNGKey(0), UCT, S.SearchConfig(),
                  cache=S.init_cache(tw.WF, tw.make_params()))
-
-
-# ------------------------------------------------------------------ search stages
-def _model(params, logits=None, values=None):
-    logits = _logits() if logits is None else logits
-    return S.EnvModel(ENV, params, ENV.policy_fn(params, logits, values))
-
-
-def _fresh_tree(model, roots, num_nodes):
-    """Trees holding only their roots (what `search` starts from)."""
-    info = jax.vmap(functools.partial(node_info, model))(roots)
-    return S.init_tree(num_nodes, roots, info.prior_logp, info.value, info.legal,
-                       info.searchable, info.costs, roots.done)
-
-
-def _last_selectable(key, node):
-    """A custom selection function: always the highest-index selectable candidate."""
-    del key
-    k = node.mask.shape[0]
-    return (k - 1 - jnp.argmax(node.mask[::-1])).astype(jnp.int32)
-
-
-def _np_tree(tree):
-    return {f: np.asarray(getattr(tree, f)) for f in (
-        "node_visits", "node_value_sum", "raw_value", "parents", "action_from_parent", "depth",
-        "terminal", "children_index", "children_visits", "children_value_sum",
-        "children_rewards", "prior_logp", "legal", "searchable", "costs")}
-
-
-def test_simulate_and_expand_on_a_fresh_tree():
-    params = ENV.make_params(seed=1)
-    model = _model(params)
-    roots = _roots(params, 3)
-    roots = roots.replace(done=jnp.array([False, True, False]))
-    tree = _fresh_tree(model, roots, num_nodes=4)
-    active = np.asarray(root_active(tree))
-    assert active.tolist() == [True, False, True]
-    keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    sel = jax.device_get(S.simulate(keys, tree, _last_selectable, 3))
-    last = int(np.flatnonzero(np.asarray(params.legal[0]))[-1])
-    # An active root: the descent stops at once at the new edge (root, last) to expand.
-    assert sel.parent.tolist() == [0, 0, 0] and sel.action[0] == last and sel.action[2] == last
-    assert sel.expand.tolist() == [True, False, True] and sel.leaf.tolist() == [-1, 0, -1]
-    expanded = jnp.asarray(sel.expand & active)
-    tree2 = S.expand(tree, model, jnp.asarray(sel.parent), jnp.asarray(sel.action), jnp.int32(1), expanded)
-    t0, t1 = _np_tree(tree), _np_tree(tree2)
-    for b in (0, 2):
-        assert t1["children_index"][b, 0, last] == 1 and t1["parents"][b, 1] == 0
-        assert t1["action_from_parent"][b, 1] == last and t1["depth"][b, 1] == 1
-        assert t1["children_rewards"][b, 0, last] == pytest.approx(float(params.rewards[0, last]))
-        assert int(tree2.states.node[b, 1]) == last + 1  # ToyTree: child of the root via k is k + 1
-        np.testing.assert_array_equal(t1["legal"][b, 1], np.asarray(params.legal[last + 1]))
-    for f in t0:  # the tree that did not expand is unchanged; nothing written to slots 2, 3
-        np.testing.assert_array_equal(t1[f][1], t0[f][1], err_msg=f)
-        np.testing.assert_array_equal(t1[f][:, 2:], t0[f][:, 2:], err_msg=f)
-    # Now (root, last) exists: with D = 1 the descent re-evaluates the child, with D = 3
-    # it goes through it and stops at a new edge below it.
-    s1 = jax.device_get(S.simulate(keys, tree2, _last_selectable, 1))
-    assert s1.expand[[0, 2]].tolist() == [False, False] and s1.leaf[[0, 2]].tolist() == [1, 1]
-    s3 = jax.device_get(S.simulate(keys, tree2, _last_selectable, 3))
-    child_legal = np.asarray(params.legal[last + 1])
-    if child_legal.any() and not bool(tree2.terminal[0, 1]):
-        assert s3.parent[0] == 1 and s3.expand[0] and s3.action[0] == np.flatnonzero(child_legal)[-1]
-
-
-def test_backward_updates_exactly_the_path(rule_runs):
-    """backward adds one visit and G to the leaf, every ancestor and the edges between
-    them, and nothing anywhere else; an inactive tree is unchanged."""
-    _, runs = rule_runs
-    t = runs["uct"].tree
-    tree = jax.tree.map(jnp.asarray, t)
-    b = t.node_visits.shape[0]
-    used = t.node_visits > 0
-    leaf = np.argmax(np.where(used, t.depth, -1), axis=1).astype(np.int32)  # a deepest node
-    assert np.all(t.depth[np.arange(b), leaf] >= 2)
-    value = np.random.default_rng(0).normal(size=b).astype(np.float32)
-    active = np.ones(b, bool)
-    active[5] = False
-    new, path = S.backward(tree, jnp.asarray(leaf), jnp.asarray(value), jnp.asarray(active), 3)
-    n0, n1 = _np_tree(tree), _np_tree(new)
-    exp = {f: n0[f].copy() for f in ("node_visits", "node_value_sum", "children_visits", "children_value_sum")}
-    for i in np.flatnonzero(active):
-        node, g = leaf[i], np.float64(value[i])
-        exp["node_visits"][i, node] += 1
-        exp["node_value_sum"][i, node] += g
-        while node != 0:
-            p, a = t.parents[i, node], t.action_from_parent[i, node]
-            g += t.children_rewards[i, p, a]
-            exp["node_visits"][i, p] += 1
-            exp["node_value_sum"][i, p] += g
-            exp["children_visits"][i, p, a] += 1
-            exp["children_value_sum"][i, p, a] += g
-            node = p
-    for f in ("node_visits", "children_visits"):
-        np.testing.assert_array_equal(n1[f], exp[f], err_msg=f)
-    # Visit counts add up: D_leaf + 1 nodes and D_leaf edges per active tree.
-    path_len = t.depth[np.arange(b), leaf] * active
-    np.testing.assert_array_equal((n1["node_visits"] - n0["node_visits"]).sum(1), path_len + active)
-    np.testing.assert_array_equal((n1["children_visits"] - n0["children_visits"]).sum((1, 2)), path_len)
-    for f in ("node_value_sum", "children_value_sum"):
-        np.testing.assert_allclose(n1[f], exp[f], rtol=1e-6, atol=1e-5, err_msg=f)
-        changed = n1[f] != n0[f]
-        assert not changed[~active].any()
-    for f in n0:
-        if f not in exp:
-            np.testing.assert_array_equal(n1[f], n0[f], err_msg=f)
-    valid = np.asarray(path.valid)
-    np.testing.assert_array_equal(valid.sum(1), t.depth[np.arange(b), leaf] * active)
-    i = int(np.flatnonzero(active)[0])
-    np.testing.assert_array_equal(np.asarray(path.nodes)[i][valid[i]][0], t.parents[i, leaf[i]])
-
-
-def test_custom_selection_fn_is_used():
-    """search follows the selection function it is given (no expansion rule): always the
-    last selectable candidate makes one chain per tree, every simulation through the same
-    root action; with the uniform expansion rule untried root actions come first."""
-    params = ENV.make_params(seed=0)  # all 4 root actions legal
-    cfg = S.SearchConfig(num_simulations=8, max_depth=3)
-    out = _run(_rules(_last_selectable, None), cfg, params, b=4)
-    t = out.tree
-    assert np.all(out.visits[:, K - 1] == 8) and np.all(out.visits[:, : K - 1] == 0)
-    b, n, a = np.nonzero(t.children_index >= 0)
-    last = K - 1 - np.argmax(t.searchable[b, n][:, ::-1], axis=1)
-    np.testing.assert_array_equal(a, last)
-    assert np.all(np.bincount(b, minlength=4) <= 3)  # a chain: at most D edges per tree
-    expanding = _run(_rules(_last_selectable), cfg, params, b=4)
-    assert np.all(expanding.visits >= 1)
-
-
-# ------------------------------------------------------------ root actions, visits
-@pytest.mark.slow
-@pytest.mark.parametrize("rule", tw.RULES)
-def test_every_root_action_first(rule):
-    """Trial s writes its expansion at slot s + 1: the first |A(s)| slots are the root's
-    children, one per legal root action, so after |A| trials each has exactly 1 visit.
-    TinyWorkflow with the root's a0 masked, and (AgentUCT, T_hat = action_costs) ToyTree,
-    seed 3: root actions {0, 1, 3} legal."""
-    ch = np.asarray(tw.make_params().children).copy()
-    ch[0, 0] = -1
-    out = jax.device_get(tw.wf_search(rule)(tw.make_params(children=ch), tw.roots([0, 1, 1]),
-                                         jax.random.PRNGKey(2)))
-    assert np.all(out.tree.parents[:, 1:3] == 0)
-    assert np.all(np.sort(out.tree.action_from_parent[:, 1:3], 1) == [1, 2])
-    assert np.all(out.visits[:, 0] == 0) and np.all(out.visits.sum(1) == 12)
-    if rule != "agentuct":
-        return
-    params = tw.TOY.make_params(seed=3, legal_prob=0.6)
-    legal = np.asarray(params.legal[0])
-    out = jax.device_get(tw.toy_search(rule, 12)(params, tw.toy_roots(params, 8), jax.random.PRNGKey(1)))
-    na = int(legal.sum())
-    assert na == 3
-    t = out.tree
-    assert np.all(t.parents[:, 1:na + 1] == 0)
-    for b in range(8):
-        assert sorted(t.action_from_parent[b, 1:na + 1]) == list(np.flatnonzero(legal))
-    assert np.all(out.visits.sum(1) == 12) and np.all(out.visits[:, legal] >= 1)
-
-
-KEEP_ROOT = st.lists(st.booleans(), min_size=3, max_size=3).filter(any)
-KEEP_INNER = st.lists(st.sampled_from([(True, True), (True, False), (False, True)]),
-                      min_size=3, max_size=3)
-
-
-def _masked(keep_root, keep_inner):
-    """TinyWorkflow with the candidates of the root (keep_root [3]) and of prefixes 1, 2, 5
-    (keep_inner: 3 x which of their 2 children) masked; each keeps >= 1 legal child."""
-    ch = np.asarray(tw.make_params().children).copy()
-    ch[0] = np.where(keep_root, ch[0], -1)
-    for node, kp in zip((1, 2, 5), keep_inner):
-        ch[node, :2] = np.where(kp, ch[node, :2], -1)
-    return ch, tw.make_params(children=ch)
-
-
-@settings(max_examples=10)
-@given(b=st.sampled_from([4, 12]), rule=st.sampled_from(tw.RULES), keep_root=KEEP_ROOT,
-       keep_inner=KEEP_INNER, seed=st.integers(0, 999))
-@pytest.mark.slow
-def test_visit_counts_add_up_on_a_workflow(b, rule, keep_root, keep_inner, seed):
-    """Drawn: B in {4, 12}, the rule, the legal root actions (|A| in 1..3) and inner
-    candidates of TinyWorkflow, the key. Root visits sum to B, every legal root action is
-    tried (B > |A|), and every expanded non-terminal node has 1 + the sum of its children's
-    visits (no depth cap); an edge's visits are its child's."""
-    ch, params = _masked(keep_root, keep_inner)
-    out = jax.device_get(tw.wf_search(rule, b)(params, tw.roots([0, 1, 0]), jax.random.PRNGKey(seed)))
-    t = out.tree
-    legal = ch[0] >= 0
-    assert np.all(out.visits.sum(1) == b) and np.all(t.node_visits[:, 0] == b)
-    assert np.all(out.visits[:, legal] >= 1) and np.all(out.visits[:, ~legal] == 0)
-    used = t.node_visits > 0
-    used[:, 0] = False
-    inner = used & ~t.terminal & t.searchable.any(-1)
-    assert np.all(t.node_visits[inner] == 1 + t.children_visits.sum(-1)[inner])
-    bb, n, a = np.nonzero(t.children_index >= 0)
-    assert np.all(t.children_visits[bb, n, a] == t.node_visits[bb, t.children_index[bb, n, a]])
-    np.testing.assert_allclose(out.search_value, (out.q * out.visits).sum(1) / b, atol=1e-5)
-
-
-# --------------------------------------------------------------------------- masks
-@settings(max_examples=10)
-@given(keep_root=KEEP_ROOT, keep_inner=KEEP_INNER, rule=st.sampled_from(tw.RULES),
-       seed=st.integers(0, 999))
-def test_masks_really_mask(keep_root, keep_inner, rule, seed):
-    """Drawn: the legal candidates as in test_visit_counts_add_up, the rule, the key.
-    Illegal root actions are never visited, tree edges are legal, and no continuation
-    takes an illegal action (it would return -100)."""
-    ch, params = _masked(keep_root, keep_inner)
-    out = jax.device_get(tw.wf_search(rule)(params, tw.roots([0, 1, 0]), jax.random.PRNGKey(seed)))
-    legal = ch[0] >= 0
-    assert np.all(out.visits[:, ~legal] == 0) and np.all(~out.q_mask[:, ~legal])
-    t = out.tree
-    b, n, a = np.nonzero(t.children_index >= 0)
-    assert np.all(ch[t.states.node[b, n], a] >= 0)
-    assert np.all(out.q >= 0) and np.all(t.children_value_sum >= 0)
-
-
-# --------------------------------------------------------------- UCT vs AgentUCT
-@settings(max_examples=10)
-@given(b=st.sampled_from([4, 12]), u01=st.tuples(st.floats(0, 0.85), st.floats(0, 0.85)),
-       gap=st.floats(0.05, 0.15), c_big=st.floats(4e4, 1e5), seed=st.integers(0, 999))
-def test_uct_and_agentuct_visit_differently(b, u01, gap, c_big, seed):
-    """Drawn: B in {4, 12} (> |A| = 3), the utilities u0, u1 in [0, 0.85] of the cheap root
-    actions, the expensive action's margin u2 = max(u0, u1) + gap, its nominal tokens
-    c_big in [4e4, 1e5], the key. After the 3 forced first tries U_bar = u exactly; UCT
-    then takes a2 (the best, equal bonuses), while AgentUCT never does again:
-    c_tok T_hat(a2) >= 4 exceeds any bonus gap + utility gap (<= 1.4 sqrt(log 13) + 1)."""
-    u = [u01[0], u01[1], max(u01) + gap]
-    params = tw.cost_tree(c_big, u)
-    st_ = tw.roots([0, 1, 1])
-    key = jax.random.PRNGKey(seed)
-    out_uct = jax.device_get(tw.wf_search("uct", b)(params, st_, key))
-    out_agent = jax.device_get(tw.wf_search("agentuct", b)(params, st_, key))
-    assert np.all(out_uct.visits[:, 2] >= 2)
-    assert np.all(out_agent.visits[:, 2] == 1)
-    assert np.all(out_uct.visits.sum(1) == b) and np.all(out_agent.visits.sum(1) == b)
-    np.testing.assert_allclose(out_agent.q[:, 2], u[2], rtol=1e-6)
-    assert np.all(out_agent.env_tokens < out_uct.env_tokens)
