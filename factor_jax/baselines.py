@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import factor_jax as fj
 from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
-from asct_jax.rl import advantages as adv
+from asct_jax.rl import group_advantages as gadv
 from asct_jax.rl import losses
 from asct_jax.rl.credit import CreditContext, Method, any_over_seeds, value_targets_mc
 from asct_jax.rl.methods import GRPO, PENALTY_PLACEMENTS, VERL, group_rewards
@@ -48,7 +48,7 @@ class SerlConfig:
                                    "(False: SERL's, 50 and 10 steps)", default=False)
     teacher_prompt: str = option(TEACHER_PROMPTS, "the teacher's prompt: serl (SERL's "
                                  "wording) or appended (the earlier one)", default="serl")
-    stats: str = option(adv.GROUP_STATS, "samples of GRPO's group mean / std: steps (one "
+    stats: str = option(gadv.GROUP_STATS, "samples of GRPO's group mean / std: steps (one "
                         "per real turn, theirs) or episodes", "steps")
     penalty: str = option(PENALTY_PLACEMENTS, "invalid-action penalty: step (off the step's "
                           "own score, theirs) or reward (in r_t)", "step")
@@ -68,7 +68,7 @@ def serl_schedules(sc: SerlConfig):
 
 
 def _serl(sc: SerlConfig, ctx: CreditContext):
-    """SERL's credit: the GRPO advantage A of each step sample (`adv.grpo_step_advantages`,
+    """SERL's credit: the GRPO advantage A of each step sample (`gadv.grpo_step_advantages`,
     [B, T]), the teacher's log-probs and the reweighted
     tokens for the policy loss (serl_policy_loss recomputes w with the current policy);
     coef = A ((1 - lam) + lam w) with Delta from pi_old, for logging only."""
@@ -76,8 +76,8 @@ def _serl(sc: SerlConfig, ctx: CreditContext):
 
     def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
         r, p = group_rewards(batch, sc.penalty)
-        a = adv.grpo_step_advantages(r, batch.turn_mask, ctx.group_size, penalties=p,
-                                     stats=sc.stats)                        # [B, T]
+        a = gadv.grpo_step_advantages(r, batch.turn_mask, ctx.group_size, penalties=p,
+                                      stats=sc.stats)                       # [B, T]
         lam = fj.serl_lambda(step + 1, sc.lam0, decay)
         teacher_params = _join_like(mstate["teacher"], params)
         run = any_over_seeds(lam > 0, ctx)          # lam = 0: pure GRPO, no teacher pass

@@ -11,7 +11,7 @@ TrajectoryBatch.construct_rewards), inside each group of K trajectories of one t
   "raw"           (ScienceWorld): A_seq = G_i,  terminal = G_i,  V~(x_0) = 0
 
 Shapes: [B] per episode, B = num_groups * K; groups are contiguous (episode i is in group
-i // K), as in asct_jax.rl.advantages.grpo_advantages.
+i // K), as in asct_jax.rl.group_advantages.grpo_advantages.
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import functools
 from asct_jax.infra.checks import Range
 from asct_jax.infra.typed_config import from_section, option
 from asct_jax.rl import advantages as adv
+from asct_jax.rl import group_advantages as gadv
 from asct_jax.rl.protocol import SUBSTRATE, Protocol
 from asct_jax.rl.credit import (Credit, CreditContext, CreditFn, Method, Rollout,
                                 from_turn_advantages, value_targets_mc)
@@ -79,7 +80,7 @@ class GAEConfig:
 class GRPOConfig:
     """GRPO's fields (section grpo); defaults verl-agent's (compute_grpo_outcome_advantage)."""
 
-    stats: str = option(adv.GROUP_STATS, "samples of the group mean / std: steps (one per "
+    stats: str = option(gadv.GROUP_STATS, "samples of the group mean / std: steps (one per "
                         "real turn, theirs: compute_mean_std_cross_steps) or episodes", "steps")
     penalty: str = option(PENALTY_PLACEMENTS, "invalid-action penalty: step (off the step's "
                           "own score, theirs) or reward (in r_t)", "step")
@@ -96,9 +97,9 @@ class GiGPOConfig:
 
     gamma: float = option(Range(0.0, 1.0), "discount of the step return R_t in the anchor term")
     omega: float = option(Range(0.0, None), "weight of the anchor-state (step) advantage")
-    mode: str = option(adv.GIGPO_MODES, "mean_norm: x - mean; mean_std_norm: (x - mean) / "
-                                        "(std + 1e-6), in both terms")
-    episode_stats: str = option(adv.GIGPO_EPISODE_STATS,
+    mode: str = option(gadv.GIGPO_MODES, "mean_norm: x - mean; mean_std_norm: (x - mean) / "
+                                         "(std + 1e-6), in both terms")
+    episode_stats: str = option(gadv.GIGPO_EPISODE_STATS,
                                 "samples of the episode term's mean / std: steps (one per "
                                 "real turn, theirs) or episodes (one per episode)")
     penalty: str = option(PENALTY_PLACEMENTS, "invalid-action penalty: step (off the "
@@ -129,12 +130,12 @@ def _ppo_gae(cfg: GAEConfig, ctx: CreditContext) -> CreditFn:
 
 def _grpo(cfg: GRPOConfig, ctx: CreditContext) -> CreditFn:
     """GRPO over verl-agent's step samples: A_{i,t} = (R(tau_i) - p_{i,t} - mean) / (std +
-    eps) on every token of turn t of episode i (`adv.grpo_step_advantages`)."""
+    eps) on every token of turn t of episode i (`gadv.grpo_step_advantages`)."""
 
     def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
         r, p = group_rewards(batch, cfg.penalty)
-        a = adv.grpo_step_advantages(r, batch.turn_mask, ctx.group_size, penalties=p,
-                                     stats=cfg.stats)
+        a = gadv.grpo_step_advantages(r, batch.turn_mask, ctx.group_size, penalties=p,
+                                      stats=cfg.stats)
         return from_turn_advantages(batch, a, value_targets_mc(batch))
     return credit
 
@@ -142,14 +143,14 @@ def _grpo(cfg: GRPOConfig, ctx: CreditContext) -> CreditFn:
 def _gigpo(cfg: GiGPOConfig, ctx: CreditContext) -> CreditFn:
     """GiGPO: the group-relative episode advantage (statistics over the group's turn
     samples by default) plus omega times the anchor-state advantage of each turn
-    (`adv.gigpo_advantages`, verl-agent's compute_gigpo_outcome_advantage)."""
+    (`gadv.gigpo_advantages`, verl-agent's compute_gigpo_outcome_advantage)."""
     gamma, omega = float(cfg.gamma), float(cfg.omega)
 
     def credit(params, batch: Rollout, key, step, mstate=None) -> Credit:
         r, p = group_rewards(batch, cfg.penalty)
-        a = adv.gigpo_advantages(r, batch.obs, batch.turn_mask, ctx.group_size,
-                                 gamma=gamma, omega=omega, mode=cfg.mode,
-                                 episode_stats=cfg.episode_stats, penalties=p)
+        a = gadv.gigpo_advantages(r, batch.obs, batch.turn_mask, ctx.group_size,
+                                  gamma=gamma, omega=omega, mode=cfg.mode,
+                                  episode_stats=cfg.episode_stats, penalties=p)
         return from_turn_advantages(batch, a, value_targets_mc(batch))
     return credit
 

@@ -5,7 +5,8 @@ Not a test: a script that measures, side by side in one process,
     -> hta_scores -> apm_weights at eta = ETA -> token_coefficients), vs a vectorised
     NumPy reference of the same maths;
   * the reverse scans over turns of asct_jax.rl.advantages (jitted): `gae` (closed form,
-    A = delta @ U) vs its previous reverse-lax.scan form (`gae_scan_reference`),
+    A = delta @ U) vs its previous reverse-lax.scan form (`gae_scan_reference`, kept in
+    experiments/bench/scan_references.py),
     rlax.truncated_generalized_advantage_estimation (vmapped over episodes, jitted),
     rlax.lambda_returns (vmapped, jitted) and a NumPy GAE (reverse loop over turns,
     vectorised over episodes); and `returns_to_go` (gamma = 1) vs its scan form,
@@ -186,6 +187,7 @@ def _turn_impls():
     """{name: (kernel, fn, reference rlax impl or None)} of the jitted turn kernels."""
     from asct_jax.rl import advantages as adv
     import rlax
+    from experiments.bench.scan_references import gae_scan_reference, returns_to_go_scan_reference
 
     def gae_pair(fn):
         return lambda r, v, m: fn(r, v, m, 1.0, GAE_LAMBDA)
@@ -223,17 +225,17 @@ def _turn_impls():
                             "rlax.discounted_returns (vmap)")
     return {
         "asct gae adv": ("gae adv", gae_adv(adv.gae), R_ADV),
-        "asct gae_scan_reference adv (old)": ("gae adv", gae_adv(adv.gae_scan_reference), R_ADV),
+        "asct gae_scan_reference adv (old)": ("gae adv", gae_adv(gae_scan_reference), R_ADV),
         R_ADV: ("gae adv", rlax_gae, R_ADV),
         "rlax.lambda_returns - V (vmap)": ("gae adv", lambda r, v, m: rlax_lambda(r, v, m)
                                            - v * m.astype(r.dtype), R_ADV),
         "asct_jax.rl.advantages.gae": ("gae adv+targets", gae_pair(adv.gae), R_PAIR),
-        "asct gae_scan_reference (old)": ("gae adv+targets", gae_pair(adv.gae_scan_reference),
+        "asct gae_scan_reference (old)": ("gae adv+targets", gae_pair(gae_scan_reference),
                                           R_PAIR),
         R_PAIR: ("gae adv+targets", rlax_gae_pair, R_PAIR),
         "asct returns_to_go": ("rtg", lambda r, m: adv.returns_to_go(r, m, GAMMA_RTG), R_RTG),
         "asct returns_to_go_scan_reference (old)": (
-            "rtg", lambda r, m: adv.returns_to_go_scan_reference(r, m, GAMMA_RTG), R_RTG),
+            "rtg", lambda r, m: returns_to_go_scan_reference(r, m, GAMMA_RTG), R_RTG),
         R_RTG: ("rtg", rlax_rtg, R_RTG),
     }
 

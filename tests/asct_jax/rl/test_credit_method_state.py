@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from asct_jax.rl import advantages as adv
+from asct_jax.rl import group_advantages as gadv
 from asct_jax.rl.credit import Method, from_turn_advantages, value_targets_mc
 from asct_jax.rl.train_step import TrainState, fsdp_shardings, make_mesh
 from asct_jax.rl.trainer import train, train_seeds
@@ -32,7 +33,7 @@ def _credit(cfg, ctx):
     """GRPO's advantage scaled by a factor the state sets: the state changes training."""
     def credit(params, batch, key, step, mstate):
         g = adv.episode_returns(batch.rewards, batch.turn_mask)
-        a = adv.grpo_advantages(g, ctx.group_size) * (1.0 + jnp.tanh(mstate["ema"][0]))
+        a = gadv.grpo_advantages(g, ctx.group_size) * (1.0 + jnp.tanh(mstate["ema"][0]))
         per_turn = jnp.broadcast_to(a[:, None], batch.turn_mask.shape)
         return from_turn_advantages(batch, per_turn, value_targets_mc(batch))
     return credit
