@@ -19,10 +19,11 @@ from experiments.harness import registry, runner
 from tests.helpers import REPO_ROOT
 
 REPO = REPO_ROOT
-# The run configs (reproduce.py holds the main job's options, the folders the tools').
+# The run configs (reproduce.py holds the main job's options, the folders the tools',
+# options.py their shape).
 CONFIGS = sorted(os.path.basename(p)[:-3] for p in glob.glob(
     os.path.join(REPO, "experiments", "configs", "*.py"))
-    if not p.endswith(("__init__.py", "reproduce.py")))
+    if not p.endswith(("__init__.py", "reproduce.py", "options.py")))
 
 
 @pytest.mark.parametrize("name", CONFIGS)
