@@ -1,8 +1,9 @@
 """experiments.harness.dotted: `flatten` (nested dict -> dotted field names, undone by
-splitting the names on "."), `apply_overrides` (a copy with dotted fields set: the other
-fields, the leaves' types and the original untouched; an unknown field or a value of the
-wrong type for a ConfigDict field is a one-line ConfigError naming the field and what is
-allowed) and `under` (a key is one of the prefixes or a field below one, on "." bounds)."""
+its inverse experiments.configs.base._nest), `apply_overrides` (a copy with dotted fields
+set: the other fields, the leaves' types and the original untouched; an unknown field or
+a value of the wrong type for a ConfigDict field is a one-line ConfigError naming the
+field and what is allowed) and `under` (a key is one of the prefixes or a field below
+one, on "." bounds)."""
 import copy
 
 import ml_collections
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from asct_jax.infra.checks import ConfigError
+from experiments.configs.base import _nest as unflatten     # "flatten's inverse"
 from experiments.harness.dotted import apply_overrides, flatten, under
 
 NAME = st.text(alphabet="abcxyz_", min_size=1, max_size=4)   # a field name: no "."
@@ -19,17 +21,6 @@ LEAF = st.one_of(st.integers(-5, 5), st.floats(-2, 2, allow_nan=False), st.text(
 NODE = st.recursive(LEAF, lambda inner: st.dictionaries(NAME, inner, min_size=1, max_size=3),
                     max_leaves=6)
 TREE = st.dictionaries(NAME, NODE, min_size=1, max_size=3)
-
-
-def _unflatten(flat):
-    out = {}
-    for dotted, value in flat.items():
-        *path, last = dotted.split(".")
-        node = out
-        for p in path:
-            node = node.setdefault(p, {})
-        node[last] = value
-    return out
 
 
 def _leaves(tree, path=()):
@@ -47,7 +38,7 @@ def test_flatten_names_every_leaf_by_its_path_and_unflattens_back(tree):
     assert set(flat) == {".".join(p) for p in leaves}
     for path, value in leaves.items():
         assert flat[".".join(path)] is value          # the leaf itself: type and all
-    assert _unflatten(flat) == tree
+    assert unflatten(flat) == tree
     assert flatten(tree, "run.") == {"run." + k: v for k, v in flat.items()}
 
 
