@@ -101,6 +101,7 @@ def check_choice(field: str, value: Any, allowed: Iterable, allow_callable: bool
 def check_range(field: str, value: Any, lo: Optional[float] = None,
                 hi: Optional[float] = None, lo_open: bool = False, hi_open: bool = False,
                 integer: bool = False) -> None:
-    """Raises ConfigError when a static number lies outside the interval (tracers pass)."""
-    if is_static_number(value):
+    """Raises ConfigError when a static number lies outside the interval, or the value is
+    None or a string; arrays (tracers) pass."""
+    if is_static_number(value) or value is None or isinstance(value, (str, bytes)):
         check(field, value, Range(lo, hi, lo_open, hi_open, integer))

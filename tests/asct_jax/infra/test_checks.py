@@ -100,6 +100,12 @@ def test_static_numpy_scalars_are_checked_and_tracers_pass():
     assert float(out) == -1.0                          # a traced value is not checked
 
 
+@pytest.mark.parametrize("value", ["10", None, b"1"])
+def test_check_range_refuses_strings_and_none(value):
+    with pytest.raises(ConfigError, match=r"^steps: .*; allowed: \[1, inf\)$"):
+        check_range("steps", value, lo=1)
+
+
 ALLOWED = st.lists(st.text(alphabet="abcd\n ", min_size=1, max_size=3), min_size=1,
                    max_size=4, unique=True)
 
