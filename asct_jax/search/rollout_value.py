@@ -29,7 +29,8 @@ def rollout_return(
 ) -> Tuple[chex.Array, chex.Array, chex.Array]:
     """One rollout of pi_old from `state` to the end (at most env.max_turns steps).
 
-    Returns (return G = sum of rewards [] f32, aux_tokens [] f32, env_calls [] i32).
+    Returns (return G = sum of rewards net of the penalties the actor reports each turn
+    (play_from) [] f32, aux_tokens [] f32, env_calls [] i32).
     """
     if rekey:
         key, env_key = jax.random.split(key)
