@@ -6,7 +6,7 @@ import os
 
 from hypothesis import given, strategies as st
 
-from experiments.configs.base import get_config
+from experiments.configs.base import _nest, get_config
 from experiments.harness import stored_fields, warm_start
 from experiments.harness.dotted import flatten
 from experiments.harness.stored_fields import RENAMED_FIELDS, as_current, renamed
@@ -17,24 +17,13 @@ def _old_named(flat):
     return {old.get(k, k): v for k, v in flat.items()}
 
 
-def _nested(flat):
-    out = {}
-    for k, v in flat.items():
-        *head, last = k.split(".")
-        d = out
-        for h in head:
-            d = d.setdefault(h, {})
-        d[last] = v
-    return out
-
-
 def test_a_config_stored_under_the_old_names_reads_as_today():
     from asct_jax.infra.config_cli import config_to_dict
 
     today = flatten(config_to_dict(get_config()))
     stored = _old_named(today)
     assert set(RENAMED_FIELDS) <= set(stored) and not set(RENAMED_FIELDS.values()) & set(stored)
-    current = as_current(_nested(stored))
+    current = as_current(_nest(stored))
     assert {k: current[k] for k in today} == today
 
 
