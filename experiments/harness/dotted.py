@@ -27,19 +27,16 @@ def apply_overrides(config, overrides: Mapping[str, Any]):
     for dotted, value in overrides.items():
         node = c
         *path, last = dotted.split(".")
-        for i, p in enumerate(path):
-            if not hasattr(node, "keys") or p not in node:
-                here = ".".join(path[:i]) or "the config"
-                raise ConfigError(dotted, f"unknown section {p!r} (override) in {here}",
-                                  ", ".join(sorted(node.keys())) if hasattr(node, "keys")
-                                  else "no field below a value")
-            node = node[p]
-        if not hasattr(node, "keys"):
-            raise ConfigError(dotted, "unknown field (override): its parent is a value",
-                              "no field below a value")
-        if last not in node:
-            raise ConfigError(dotted, "unknown field (override)",
-                              ", ".join(sorted(node.keys())))
+        for i, p in enumerate(path + [last]):
+            if not hasattr(node, "keys"):
+                raise ConfigError(dotted, f"{'.'.join(path[:i])} is a value, not a section "
+                                  "(override)", "no field below a value")
+            if p not in node:
+                what = "field" if i == len(path) else "section"
+                raise ConfigError(dotted, f"unknown {what} (override)",
+                                  ", ".join(sorted(node.keys())))
+            if i < len(path):
+                node = node[p]
         try:
             node[last] = value
         except (TypeError, ValueError) as e:   # ConfigDict's own type check
