@@ -94,8 +94,15 @@ def check(field: str, value: Any, rule: Any, allow_callable: bool = False) -> No
 
 
 def check_choice(field: str, value: Any, allowed: Iterable, allow_callable: bool = False):
-    """Raises ConfigError naming `field` and the allowed values when `value` is not one."""
-    check(field, value, tuple(allowed), allow_callable=allow_callable)
+    """Raises ConfigError naming `field` and the allowed values when `value` is not one.
+
+    A single-valued field: a tuple or list passes only when it is itself an allowed value
+    (`check` lets a sequence of allowed values through, for fields that hold several)."""
+    allowed = tuple(allowed)
+    if isinstance(value, (tuple, list)) and value not in allowed:
+        raise ConfigError(field, f"expected one value, got {value!r}",
+                          ", ".join(map(str, allowed)))
+    check(field, value, allowed, allow_callable=allow_callable)
 
 
 def check_range(field: str, value: Any, lo: Optional[float] = None,

@@ -1,7 +1,8 @@
 """asct_jax.infra.checks: `check_range` / `Range` accept exactly the numbers inside the
 interval (closed or open ends, unbounded sides, integer ranges; bools, non-numbers and nan
-never), `check_choice` / `check` exactly the allowed values (every element of a tuple or
-list value, a callable where allowed; a rule that is not a collection is a TypeError);
+never), `check_choice` / `check` exactly the allowed values (`check`: every element of a
+tuple or list value; `check_choice`, a single-valued field: a tuple or list only when it is
+itself allowed; a callable where allowed; a rule that is not a collection is a TypeError);
 every refusal is a ConfigError whose text is one line, `<field>: <problem>; allowed:
 <allowed>`, naming the field and the allowed values or interval. Static NumPy scalars are
 checked, tracers pass."""
@@ -136,6 +137,18 @@ def test_a_tuple_or_list_passes_when_each_element_is_allowed(allowed, data):
     with pytest.raises(ConfigError) as e:
         check("methods", value, allowed)
     assert (e.value.field, e.value.problem) == ("methods", f"{bad!r} is not allowed")
+
+
+@given(FIELD, ALLOWED, st.data())
+def test_check_choice_takes_one_value_never_a_sequence_of_allowed_ones(field, allowed, data):
+    good = data.draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=3))
+    for kind in (tuple, list):
+        with pytest.raises(ConfigError) as e:
+            check_choice(field, kind(good), allowed)
+        assert e.value.field == field and "\n" not in str(e.value)
+        assert e.value.problem == f"expected one value, got {kind(good)!r}"
+        assert e.value.allowed == ", ".join(allowed)
+    check_choice("shape", (1, 2), [(1, 2), (3,)])        # an allowed tuple is one value
 
 
 def test_an_allowed_tuple_passes_whole_and_dict_and_set_rules_list_their_values():
