@@ -93,14 +93,27 @@ def check(field: str, value: Any, rule: Any, allow_callable: bool = False) -> No
                                                               if allow_callable else ""))
 
 
+def np_bool():
+    """NumPy's bool scalar type when NumPy is imported (this module imports only the
+    standard library), else bool."""
+    import sys
+    np = sys.modules.get("numpy")
+    return np.bool_ if np is not None else bool
+
+
 def check_choice(field: str, value: Any, allowed: Iterable, allow_callable: bool = False):
     """Raises ConfigError naming `field` and the allowed values when `value` is not one.
 
     A single-valued field: a tuple or list passes only when it is itself an allowed value
-    (`check` lets a sequence of allowed values through, for fields that hold several)."""
+    (`check` lets a sequence of allowed values through, for fields that hold several); a
+    field whose allowed values are bools takes a bool (1 == True would pass otherwise)."""
     allowed = tuple(allowed)
     if isinstance(value, (tuple, list)) and value not in allowed:
         raise ConfigError(field, f"expected one value, got {value!r}",
+                          ", ".join(map(str, allowed)))
+    if allowed and all(isinstance(a, bool) for a in allowed) and not isinstance(
+            value, (bool, np_bool())):       # 1 == True: a flag takes a bool, not a number
+        raise ConfigError(field, f"{value!r} is not allowed",
                           ", ".join(map(str, allowed)))
     check(field, value, allowed, allow_callable=allow_callable)
 

@@ -151,6 +151,15 @@ def test_check_choice_takes_one_value_never_a_sequence_of_allowed_ones(field, al
     check_choice("shape", (1, 2), [(1, 2), (3,)])        # an allowed tuple is one value
 
 
+@pytest.mark.parametrize("value", [1, 0, 1.0, "True", None])
+def test_a_flag_takes_a_bool_not_a_number_equal_to_one(value):
+    with pytest.raises(ConfigError, match=r"^describe: .* is not allowed; allowed: True, False$"):
+        check_choice("describe", value, (True, False))
+    for ok in (True, False, np.bool_(True)):
+        check_choice("describe", ok, (True, False))
+    check_choice("num_actions", 8, (8, 10))             # numbers keep numeric equality
+
+
 def test_an_allowed_tuple_passes_whole_and_dict_and_set_rules_list_their_values():
     check("shape", (1, 2), [(1, 2), (3,)])               # the tuple is one allowed value
     with pytest.raises(ConfigError, match=r"^shape: 1 is not allowed; allowed: \(1, 2\), \(3,\)$"):
