@@ -17,9 +17,10 @@ Only the dataclass's fields are read, so several configs may share a section.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any, Dict, Mapping, Optional, Type, TypeVar
 
-from asct_jax.infra.checks import ConfigError, check
+from asct_jax.infra.checks import ConfigError, Range, check, check_choice
 
 T = TypeVar("T")
 _RULE, _DOC = "rule", "doc"
@@ -66,8 +67,10 @@ def from_section(cls: Type[T], config: Any, section: str, **extra: Any) -> T:
             raise ConfigError(name, "missing", "a value for this field")
         value = _plain(node[f.name])
         rule = f.metadata.get(_RULE)
-        if rule is not None:
-            check(name, value, rule)
+        if rule is not None and (isinstance(rule, Range) or holds_several(f)):
+            check(name, value, rule)            # a tuple field: each element allowed
+        elif rule is not None:
+            check_choice(name, value, rule)     # one value, never a list of allowed ones
         kwargs[f.name] = value
     return cls(**kwargs)
 
@@ -94,12 +97,25 @@ def _get(config: Any, dotted: str, what: str) -> Mapping[str, Any]:
             raise ConfigError(what, "missing section", "a config built from "
                               "experiments/configs/base.py")
         node = node[part]
+    if not hasattr(node, "keys"):
+        raise ConfigError(what, f"a value ({node!r}), not a section",
+                          "a config built from experiments/configs/base.py")
     return node
 
 
 def no_config(config: Any) -> Optional[Any]:
     """The typed config of a method that reads no field: None."""
     return None
+
+
+def holds_several(f: dataclasses.Field) -> bool:
+    """Whether a field holds several values (annotated Tuple / tuple / Sequence / List)."""
+    t = f.type      # a string under `from __future__ import annotations`, else the type
+    if isinstance(t, str):
+        kind = t.replace("typing.", "").split("[")[0].strip()
+    else:
+        kind = getattr(typing.get_origin(t) or t, "__name__", "")
+    return kind in ("Tuple", "tuple", "Sequence", "List", "list")
 
 
 def option_rule(f: dataclasses.Field) -> Any:

@@ -50,6 +50,8 @@ class ModelConfig:
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in _DTYPES:
                 raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}; allowed: {sorted(_DTYPES)}")
+        if self.num_kv_heads < 1:
+            raise ValueError(f"ModelConfig.num_kv_heads={self.num_kv_heads}; allowed: >= 1")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                     f"ModelConfig: num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
@@ -138,6 +140,9 @@ def from_hf_config(hf_config: Any, **overrides: Any) -> ModelConfig:
         qkv_bias = True
     else:
         qkv_bias = bool(getattr(hf_config, "attention_bias", False))
+        if qkv_bias:   # Llama's attention_bias also puts a bias on o_proj, which has none here
+            raise ValueError("Unsupported: attention_bias=True for llama (a bias on o_proj); "
+                             "allowed: False")
     fields = dict(
             vocab_size=hf_config.vocab_size,
             hidden_size=hf_config.hidden_size,

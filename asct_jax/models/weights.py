@@ -61,7 +61,7 @@ def _variable(model: Decoder, name: str, source: str) -> tuple[nnx.Variable, boo
             else:
                 node = getattr(node, part)
         leaf = parts[-1]
-        if leaf == "bias":
+        if leaf == "bias" and getattr(node, "bias", None) is not None:
             return node.bias, False, layer
         if leaf == "weight" and isinstance(node, nnx.Linear):
             return node.kernel, True, layer

@@ -201,12 +201,6 @@ def test_a_tensor_with_no_place_is_one_line_naming_source_and_tensor(name):
                             "(wrong model_type or config?)")
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError, reason="weights._variable returns "
-                   "node.bias for any '.bias', which is None on a bias-free Linear: assign "
-                   "raises AttributeError ('NoneType' object has no attribute 'shape'). A "
-                   "transformers Llama checkpoint with attention_bias=True holds "
-                   "self_attn.o_proj.bias (from_hf_config maps it to qkv_bias only), so "
-                   "load_pretrained of one fails with that AttributeError")
 @pytest.mark.parametrize("name", ["model.layers.0.self_attn.o_proj.bias",
                                   "model.layers.0.mlp.gate_proj.bias",
                                   "model.layers.0.self_attn.q_proj.bias"])
