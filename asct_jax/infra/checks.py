@@ -93,12 +93,12 @@ def check(field: str, value: Any, rule: Any, allow_callable: bool = False) -> No
                                                               if allow_callable else ""))
 
 
-def np_bool():
-    """NumPy's bool scalar type when NumPy is imported (this module imports only the
-    standard library), else bool."""
+def _bool_types() -> tuple:
+    """bool, and NumPy's bool scalar once NumPy is imported (this module imports only the
+    standard library)."""
     import sys
     np = sys.modules.get("numpy")
-    return np.bool_ if np is not None else bool
+    return (bool,) if np is None else (bool, np.bool_)
 
 
 def check_choice(field: str, value: Any, allowed: Iterable, allow_callable: bool = False):
@@ -112,7 +112,7 @@ def check_choice(field: str, value: Any, allowed: Iterable, allow_callable: bool
         raise ConfigError(field, f"expected one value, got {value!r}",
                           ", ".join(map(str, allowed)))
     if allowed and all(isinstance(a, bool) for a in allowed) and not isinstance(
-            value, (bool, np_bool())):       # 1 == True: a flag takes a bool, not a number
+            value, _bool_types()):           # 1 == True: a flag takes a bool, not a number
         raise ConfigError(field, f"{value!r} is not allowed",
                           ", ".join(map(str, allowed)))
     check(field, value, allowed, allow_callable=allow_callable)

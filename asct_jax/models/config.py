@@ -136,13 +136,11 @@ def from_hf_config(hf_config: Any, **overrides: Any) -> ModelConfig:
         raise ValueError("Unsupported: mlp_bias=True")
     num_heads = hf_config.num_attention_heads
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // num_heads
-    if model_type == "qwen2":
-        qkv_bias = True
-    else:
-        qkv_bias = bool(getattr(hf_config, "attention_bias", False))
-        if qkv_bias:   # Llama's attention_bias also puts a bias on o_proj, which has none here
-            raise ValueError("Unsupported: attention_bias=True for llama (a bias on o_proj); "
-                             "allowed: False")
+    if model_type != "qwen2" and getattr(hf_config, "attention_bias", False):
+        # Llama's attention_bias puts a bias on o_proj too, which this decoder has not.
+        raise ValueError("Unsupported: attention_bias=True for llama (a bias on o_proj); "
+                         "allowed: False")
+    qkv_bias = model_type == "qwen2"
     fields = dict(
             vocab_size=hf_config.vocab_size,
             hidden_size=hf_config.hidden_size,
