@@ -18,9 +18,9 @@ from hypothesis import given, strategies as st
 from asct_jax.infra.checks import ConfigError
 from asct_jax.rl import methods as rl_methods
 from asct_jax.rl.credit import CreditContext
-from asct_jax.rl.types import Rollout
 from factor_jax import baselines
 from factor_jax.baselines import SerlConfig
+from tests.helpers.rollouts import random_rollout
 
 G, B, T, A, F = 2, 4, 3, 3, 2
 PAD = 0
@@ -34,30 +34,8 @@ def _sc(**kw):
 
 
 def _batch(seed):
-    """A random Rollout: prefix turn masks (every episode >= 1 turn), tokens of the real
-    turns, some invalid-action penalties, some turns without feedback, an action mask
-    (a generating actor: the last token of a turn is reasoning)."""
-    rng = np.random.default_rng(seed)
-    turns = rng.integers(1, T + 1, B)
-    turn_mask = np.arange(T)[None] < turns[:, None]
-    token_mask = turn_mask[..., None] & (np.arange(A) < rng.integers(1, A + 1, (B, T, 1)))
-    action_mask = np.ones((B, T, A), bool)
-    action_mask[..., -1] = rng.random((B, T)) < 0.5
-    penalties = np.where(turn_mask & (rng.random((B, T)) < 0.3), 0.1, 0.0)
-    rewards = np.where(turn_mask, rng.normal(size=(B, T)), 0.0) - penalties
-    feedback = np.where(rng.random((B, T, F)) < 0.5, 7, PAD)
-    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
-    zeros = jnp.zeros((B, T), jnp.float32)
-    return Rollout(
-        obs=jnp.zeros((B, T, 2), jnp.int32), feedback=jnp.asarray(feedback, jnp.int32),
-        responses=jnp.ones((B, T, A), jnp.int32), action_index=jnp.zeros((B, T), jnp.int32),
-        token_mask=jnp.asarray(token_mask), turn_mask=jnp.asarray(turn_mask),
-        logp_old=f32(np.where(token_mask, -rng.exponential(size=(B, T, A)), 0.0)),
-        values=zeros, rewards=f32(rewards), penalties=f32(penalties),
-        dones=jnp.zeros((B, T), bool), cand_tokens=jnp.zeros((B, T, 1, A), jnp.int32),
-        cand_mask=jnp.ones((B, T, 1), bool), cand_costs=jnp.zeros((B, T, 1)), states=(),
-        final_info={}, group=jnp.repeat(jnp.arange(B // G), G), env_calls=jnp.int32(0),
-        action_mask=jnp.asarray(action_mask))
+    return random_rollout(seed, num_groups=B // G, group_size=G, turns=T, action_len=A,
+                          feedback_len=F, pad_id=PAD)
 
 
 def _ref_grpo(batch, stats, penalty):
