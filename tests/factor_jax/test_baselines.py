@@ -185,10 +185,7 @@ def test_serl_config_reads_the_section_and_train_steps():
     ("resync_every", 0, "int in [1, inf)"), ("clip", -0.1, "[0.0, inf)"),
     ("stats", "turns", "steps, episodes"), ("penalty", "tokens", "step, reward"),
     ("teacher_prompt", "hindsight", "serl, appended"), ("scale_schedules", "yes", "True, False"),
-    pytest.param("scale_schedules", 1, "True, False", marks=pytest.mark.xfail(
-        strict=True, reason="bug: typed_config.from_section validates with checks.check, "
-        "where 1 in (True, False) passes: serl.scale_schedules = 1 is accepted (kept as "
-        "the int 1); check_choice refuses it since e3b74c2, check does not")),
+    ("scale_schedules", 1, "True, False"),                   # a flag takes a bool
 ])
 def test_bad_serl_field_is_a_one_line_error_naming_it(field, value, allowed):
     with pytest.raises(ConfigError) as e:
