@@ -153,19 +153,19 @@ class Schedule:
         of 150) scaled, at least 1 step: eta_k = eta0 max(1 - (k - 1) / D, 0), k <= D.
         factor.critic_start "prefit" (the critic fitted before step 1): the same schedule
         from step 1, with the critic's Polyak decay (scaled under scale_schedules)."""
-        if critic and fc.critic_start == "prefit":
+        if not critic:      # scaled or not (from_step_one reads scale_schedules)
+            return Schedule.from_step_one(fc, fc.critic_polyak)
+        if fc.critic_start == "prefit":
             return Schedule.from_step_one(fc, Schedule.polyak_of(fc))
         if not fc.scale_schedules:
             return Schedule(fc.warmup_steps, fc.eta_start, fc.eta_end, fc.eta_decay,
                             fc.kl_decay, fc.critic_polyak)
         n = fc.train_steps
         scaled = fj.scale_steps(fc.warmup_steps, n) if fc.warmup_steps else 0
-        if not critic:
-            return Schedule.from_step_one(fc, fc.critic_polyak)
         # "keep": the critic gets the authors' count of steps before its credit is used
         # (a count of Adam steps on the head, not a share of the run); eta's window,
         # which starts after the warm-up, moves by as much.
-        keep = critic and fc.warmup_scaling == "keep"
+        keep = fc.warmup_scaling == "keep"
         warmup = fc.warmup_steps if keep else scaled
         origin = warmup - scaled
         return Schedule(warmup=warmup,

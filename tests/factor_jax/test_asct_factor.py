@@ -132,12 +132,6 @@ def test_eta_schedule_by_hand():
     np.testing.assert_allclose([float(sched.eta(k, 0.7)) for k in (1, 2)], [0.7, 0.0])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: Schedule.of(fc, critic=False) returns the authors' windowed schedule (eta = 0 "
-    "for k <= 10, eta0 (1 - k / 50) for 11 <= k <= 49) when factor.scale_schedules is "
-    "False: its `if not fc.scale_schedules` branch comes before `if not critic`, so "
-    "asct_factor's teacher is off for its first 10 steps (at 3 steps it is AgentUCT), "
-    "against Schedule.of's docstring and docs/methods.md (ASCT + FACTOR: on from step 1)"))
 def test_unscaled_eta_schedule_starts_at_step_one():
     sched = af.Schedule.of(_cfg(scale_schedules=False).factor, critic=False)
     np.testing.assert_allclose([float(sched.eta(k, 0.7)) for k in (1, 39, 40)],

@@ -29,8 +29,9 @@ def question_features(qid: chex.Array, params: RagSpaceParams) -> Dict[str, chex
                                                 DATASETS.index(params.dataset)), qid)
     k = jax.random.split(key, 10)
     weyl = lambda mult: ((qid.astype(jnp.uint32) * jnp.uint32(mult)
-                          + jnp.uint32(params.pool_seed * 7919)) & jnp.uint32(0xFFFF)
+                          + jnp.uint32(params.pool_seed * 7919 % 65536)) & jnp.uint32(0xFFFF)
                          ).astype(jnp.float32) / 65536.0   # u = frac(qid * mult / 2^16)
+    # (the seed's offset taken mod 2^16 first: the same u, and no uint32 overflow)
     diff = jnp.searchsorted(jnp.cumsum(jnp.asarray(m["p_diff"]))[:-1], weyl(40503),
                             side="right").astype(jnp.int32)
     hops = 2 + jax.random.choice(k[0], 3, p=jnp.asarray(m["p_hops"])).astype(jnp.int32)
