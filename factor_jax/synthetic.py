@@ -34,8 +34,10 @@ def random_batch(rng: np.random.Generator, batch: int, num_steps: int, action_le
     """A random FACTOR input batch.
 
     Returns a dict of NumPy arrays: rewards, values [B, T] float32; baseline [B] float32;
-    turn_mask [B, T] bool; teacher_logp, student_logp, logp, logp_old [B, T, A] float32
-    (log-probs <= 0, of magnitude ~scale); token_mask [B, T, A] bool. Float entries off the
+    turn_mask [B, T] bool; teacher_logp, student_logp, logp_old [B, T, A] float32
+    (log-probs <= 0, of magnitude ~scale), logp = logp_old + 0.1 N(0, 1) (the updated
+    policy's; above 0 on a few entries where logp_old is near 0, which the kernels, reading
+    log-ratios, accept); token_mask [B, T, A] bool. Float entries off the
     masks are set to `pad_value` (use nan to check that padding is never read).
     """
     if turn_lengths is None:

@@ -29,6 +29,7 @@ from flax import struct
 
 from asct_jax.envs import _common as C
 from asct_jax.envs.base import PAD_ID, SEP_ID
+from asct_jax.infra.checks import check_range
 
 NB = 6                      # milestone bits per procedure; the last one is the final one
 FINAL = NB - 1              # index of the final milestone bit (success)
@@ -179,12 +180,12 @@ class ScienceParams:
                    p_wait=jnp.asarray(0.6, jnp.float32))
 
     def validate(self) -> None:
-        if not (1 <= self.num_seeds <= len(SEEDS)
-                and 1 <= self.num_conduct_objects <= len(CONDUCT_OBJS)
-                and 0 <= self.num_distractors <= len(DISTRACT_SMALL)):
-            raise ValueError(f"science procedure set out of range: {self}")
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        check_range("num_seeds", self.num_seeds, 1, len(SEEDS), integer=True)
+        check_range("num_conduct_objects", self.num_conduct_objects, 1, len(CONDUCT_OBJS),
+                    integer=True)
+        check_range("num_distractors", self.num_distractors, 0, len(DISTRACT_SMALL),
+                    integer=True)
+        check_range("max_turns", self.max_turns, 1, integer=True)
 
     def _key(self):
         return (self.num_seeds, self.num_conduct_objects, self.num_distractors,
