@@ -34,7 +34,8 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 from hypothesis import settings  # noqa: E402
 
 # Hypothesis: 25 examples per property with --run-slow (CI), 10 in the fast tier; both
-# derandomized (the same examples every run). A test's own @settings overrides.
+# derandomized (the same examples every run). A test's own @settings overrides; a count
+# above 10 is written examples(n) (tests/helpers/tiers.py): n in CI, 10 in the fast tier.
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
 settings.register_profile("fast", max_examples=10, deadline=None, derandomize=True)
 settings.load_profile("ci")
@@ -46,7 +47,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    settings.load_profile("ci" if config.getoption("--run-slow") else "fast")
+    from tests.helpers import tiers
+
+    tiers.slow = config.getoption("--run-slow")   # before any test module is imported
+    settings.load_profile("ci" if tiers.slow else "fast")
     config.addinivalue_line(
         "markers", "slow: subprocess, multi-device, LLM-size or real-game test; "
                    "skipped unless --run-slow")

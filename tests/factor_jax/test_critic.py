@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 import factor_jax as fj
 from factor_jax import critic as C
 from factor_jax.continuations import Continuations, checkpoint_targets, to_reward_coordinate
+from tests.helpers.tiers import examples
 
 H, D, W, N = 4, 16, 3, 5
 
@@ -27,7 +28,7 @@ def test_init_is_orthogonal_small_output_and_target_equals_online():
     assert not np.asarray(s.valid).any() and int(s.cursor) == 0
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(st.lists(st.integers(0, 8), min_size=1, max_size=6))
 def test_replay_keeps_the_last_window_and_counts_add_up(valid_counts):
     """After each push the replay holds min(n_valid, N) of that step's targets in its slot,
@@ -75,7 +76,7 @@ def test_polyak_is_the_convex_combination_and_the_online_head_learns():
         jnp.mean((before - y) ** 2))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(st.floats(0.0, 1.0, width=32), min_size=4, max_size=4), st.integers(0, 3))
 def test_standardised_outcome_of_an_episode_is_its_a_seq(g, rule_i):
     """An outcome equal to the trajectory's own G lands on its terminal reward in every rule

@@ -20,6 +20,7 @@ from experiments.harness.stored_fields import ADDED_DEFAULTS
 from factor_jax import critic as C
 from factor_jax.critic_replay import fit_critic_first
 from factor_jax.methods import FACTOR, Schedule, factor_config
+from tests.helpers.tiers import examples
 
 
 def _fc(steps: int, **fields):
@@ -32,7 +33,7 @@ def _fc(steps: int, **fields):
 
 # -- the schedule --------------------------------------------------------------------
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(steps=st.integers(1, 300), scale=st.booleans())
 def test_prefit_has_no_warmup_and_the_teacher_and_lambda_start_at_step_1(steps, scale):
     """No warm-up; eta_1 = eta0, then linear to 0 over D = the authors' 39 teacher steps
@@ -65,7 +66,7 @@ def test_warmup_has_no_prefit_and_host_games_cannot_prefit():
 
 # -- the critic's fit ----------------------------------------------------------------
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(3, 40))
 def test_fit_stats_are_numpys_mse_variance_and_pearson_r(seed, n):
     rng = np.random.default_rng(seed)

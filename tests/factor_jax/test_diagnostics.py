@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 import factor_jax as fj
+from tests.helpers.tiers import examples
 
 
 def test_conservation_error():
@@ -223,7 +224,7 @@ def test_unscored_states_take_the_trajectory_outcome_as_the_critic_target_does()
     np.testing.assert_array_equal(ref["unscored"], ~scored & TURNS)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(st.integers(0, 2**31 - 1), st.sampled_from(fj.REWARD_RULES))
 def test_exact_critic_matches_the_reference_for_any_outcomes(seed, rule):
     rng = np.random.default_rng(seed)

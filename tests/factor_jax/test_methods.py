@@ -15,6 +15,7 @@ import factor_jax as fj
 from asct_jax.infra.checks import ConfigError
 from experiments.configs import base
 from factor_jax.methods import Schedule, factor_config
+from tests.helpers.tiers import examples
 
 
 def _fc(steps: int, **fields):
@@ -55,7 +56,7 @@ def test_at_150_steps_both_are_the_authors_and_unscaled_is_as_given():
 
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(steps=st.integers(1, 300))
 def test_without_a_critic_the_teacher_is_on_from_step_1_and_decays_over_the_authors_span(
         steps):
@@ -76,7 +77,7 @@ def test_a_bad_warmup_scaling_is_a_one_line_config_error():
         _fc(20, warmup_scaling="stretch")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(steps=st.integers(1, 150))
 def test_keep_is_scale_with_eta_moved_to_after_the_kept_warmup(steps):
     keep = Schedule.of(_fc(steps))

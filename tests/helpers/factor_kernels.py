@@ -11,9 +11,10 @@ import jax.numpy as jnp
 from hypothesis import settings
 
 from factor_jax.synthetic import masks_from_lengths
+from tests.helpers.tiers import examples
 
 B, T, A = 3, 5, 6
-PROPS = settings(max_examples=30, deadline=None)
+PROPS = settings(max_examples=examples(30), deadline=None)
 
 
 def f32(x):

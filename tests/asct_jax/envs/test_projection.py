@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asct_jax.envs.projection import Tags, find_first, project, project_tokens
+from tests.helpers.tiers import examples
 
 ADM = ["go to table 1", "open fridge 1", "look"]
 PAD, EOS = 0, 1
@@ -141,7 +142,7 @@ def _episode(draw):
     return cand_words, legal, resp, tail, a
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(_episode(), st.booleans())
 def test_tokens_equal_host_rule(ep, require_think):
     cand_words, legal, resp, tail, a = ep

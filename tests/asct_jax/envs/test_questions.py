@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 from asct_jax.envs import make
 from asct_jax.envs import questions as Qs
 from asct_jax.envs.play import play, uniform_chooser
+from tests.helpers.tiers import examples
 
 
 def test_walk_index_hand_worked():
@@ -33,7 +34,7 @@ def test_question_walk_with_given_permutations(monkeypatch):
     assert got == [[10, 12], [14, 11], [13, 11], [13, 10]]
 
 
-@settings(deadline=None, max_examples=12)
+@settings(deadline=None, max_examples=examples(12))
 @given(st.integers(0, 2**31 - 1), st.integers(1, 7), st.integers(1, 9), st.integers(0, 50))
 def test_walk_is_without_replacement_within_each_pass(seed, n, groups, lo):
     """The draws of consecutive steps, concatenated, are passes of n: each a permutation

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from asct_jax.infra.curves import mean_band, plateau
+from tests.helpers.tiers import examples
 
 T975 = {1: 12.706204736174707, 2: 4.302652729749464}   # t_{0.975, df}
 
@@ -57,7 +58,7 @@ def test_a_constant_curve_is_flat_and_too_few_points_is_an_error():
         plateau([0, 1, 2], [0, 1, 2], last_fraction=0.0)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.integers(-100, 100), min_size=3, max_size=12),
        st.floats(-5, 5), st.floats(0.1, 4))
 def test_the_slope_and_interval_are_scipys_and_move_with_the_values(ys, shift, scale):

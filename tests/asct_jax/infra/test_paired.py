@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from asct_jax.infra.paired import (Comparison, compare, comparison_rows, describe, seeds_needed,
                                    t_half_width)
+from tests.helpers.tiers import examples
 
 T_975_2 = 4.302653       # Student's t, 0.975 quantile, 2 degrees of freedom (tables)
 T_975_16 = 2.119905
@@ -99,7 +100,7 @@ def test_bad_input_gets_a_one_line_error(x, y, match):
 floats = st.floats(-1.0, 1.0, allow_nan=False, width=32)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(floats, floats), min_size=2, max_size=12), floats)
 def test_the_comparison_is_antisymmetric_and_shift_invariant(pairs, shift):
     x, y = np.array(pairs, np.float64).T

@@ -10,6 +10,7 @@ from flax import nnx
 
 from asct_jax import models
 from tests.helpers import models as testing
+from tests.helpers.tiers import examples
 
 KINDS = ("qwen2", "llama")
 
@@ -191,7 +192,7 @@ def test_remat_and_lora_keep_the_loss_and_gradients(tiny):
     assert float(jnp.abs(b_grad).sum()) > 0
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(s=st.integers(1, 40), block=st.integers(1, 16), seed=st.integers(0, 2 ** 16))
 def test_blocked_attention_equals_all_queries_at_once(s, block, seed):
     """layers.blocked_attention (queries in blocks, padded rows dropped) gives the values

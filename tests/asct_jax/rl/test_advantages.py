@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from asct_jax.rl import advantages as adv
 from experiments.bench.scan_references import gae_scan_reference, returns_to_go_scan_reference
+from tests.helpers.tiers import examples
 
 
 def _batch(seed, b=6, t=5, lengths=None):
@@ -249,7 +250,7 @@ def test_padding_never_leaks_into_the_turn_kernels(seed, b, t, fill):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.integers(0, 2**31 - 1), st.integers(1, 4), st.integers(1, 5), st.integers(1, 3))
 def test_standardise_coefficients_mean0_std1_and_masks(seed, b, t, a):
     """Over the real decisions the standardised credit has mean 0 and std 1; masked

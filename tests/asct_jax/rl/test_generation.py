@@ -18,6 +18,7 @@ from asct_jax.rl.rollout import episodes_to_rollout
 from asct_jax.rl.types import action_tokens, nonaction_tokens
 from experiments.configs import base
 from experiments.harness import registry
+from tests.helpers.tiers import examples
 
 TAGS = Tags((90,), (91,), (92,), (93,))     # <think> </think> <action> </action>
 AO, AC = 92, 93
@@ -69,7 +70,7 @@ def test_canonical_response_of_each_candidate_projects_back_to_it():
     assert bool(jnp.all(jnp.where(proj.action_mask, flat, 0) < tags.think_open[0]))
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=24))
 def test_action_and_nonaction_tokens_partition_the_scored_tokens(bits):
     from asct_jax.rl.types import Rollout

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from asct_jax.rl import minibatches as mbs
+from tests.helpers.tiers import examples
 
 
 def _rows(turn_mask):
@@ -40,7 +41,7 @@ def test_step_minibatches_by_hand():
     np.testing.assert_array_equal(np.asarray(out["scale"]), [2.0, 2.0, 2.0])
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.integers(1, 4), st.integers(1, 5), st.integers(1, 7), st.integers(0, 2 ** 16))
 def test_every_real_turn_is_in_exactly_one_minibatch(b, t, size, seed):
     rng = np.random.default_rng(seed)
@@ -75,7 +76,7 @@ def _padded_split_order(mask, key, size):
     return order.reshape(count, size)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.integers(1, 4), st.integers(1, 5), st.integers(1, 30), st.integers(0, 2 ** 16))
 def test_step_minibatch_has_at_most_the_batch_rows_and_the_same_real_rows(b, t, size, seed):
     """A minibatch holds min(size, B * T) rows (never padded past the batch), there are

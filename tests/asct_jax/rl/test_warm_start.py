@@ -209,9 +209,10 @@ def test_shared_warm_start_name_depends_on_what_its_environment_reads():
 
 # ------------------------------------------------ warm_start.label_smoothing (issue 38)
 from hypothesis import given, settings, strategies as st  # noqa: E402
+from tests.helpers.tiers import examples  # noqa: E402
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.integers(0, 2**31 - 1), st.one_of(st.just(0.0), st.floats(1e-3, 0.99)))
 def test_smoothed_targets_sum_to_one_over_the_legal_labels(seed, s):
     rng = np.random.default_rng(seed)
@@ -238,7 +239,7 @@ class _FixedScores:
         return jax.nn.log_softmax(z, -1), None, None
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.integers(0, 2**31 - 1), st.floats(0.01, 0.9))
 def test_the_smoothed_loss_is_least_at_the_smoothed_targets(seed, s):
     """Gibbs' inequality: -sum q log pi >= -sum q log q, equality at pi = q."""

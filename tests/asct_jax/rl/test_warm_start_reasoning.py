@@ -19,6 +19,7 @@ from asct_jax.rl import warm_start as ws
 from asct_jax.rl.generation import (GenerationChooser, GenerationSpec, scripted_writer,
                                     think_mask)
 from asct_jax.rl.rollout import episode_metrics, episodes_to_rollout
+from tests.helpers.tiers import examples
 
 EPISODES = jax.jit(ws.expert_episodes, static_argnums=(0, 3, 5, 6, 7, 8))
 
@@ -198,7 +199,7 @@ def _turn_means(turn_info, turn_mask):
     return {k: float(v) for k, v in episode_metrics(b).items() if k.startswith("gen/")}
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.integers(0, 10), st.integers(1, 5))
 def test_think_mask_counts_the_words_between_the_think_tags(n_think, n_act):
     r = 2 + n_think + n_act + 3 + 4

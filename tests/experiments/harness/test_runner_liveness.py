@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from experiments.harness.runner import (POLICY_STEP_COLUMNS, liveness_table,
                                         run_policy_steps, train_records, update_lrs)
+from tests.helpers.tiers import examples
 
 
 def _run(path, records, lr=0.01, lr_scale=1.0, warmup=0, config=True):
@@ -102,7 +103,7 @@ def test_a_run_without_config_or_training_records_has_no_policy_steps(tmp_path):
     assert run_policy_steps(_run(tmp_path / "b", [])) is None
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(g=st.floats(1e-3, 1e3), lr=st.floats(1e-6, 1e-1),
        updates=st.lists(st.integers(1, 6), min_size=1, max_size=8))
 def test_at_a_constant_norm_the_effective_step_is_the_rate_times_the_updates(

@@ -13,6 +13,7 @@ from factor_jax.hindsight import counterfactual as cf
 from factor_jax.hindsight import warm_start as hw
 from asct_jax.rl import warm_start as ws
 from tests.helpers.rl_train import small_config
+from tests.helpers.tiers import examples
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def noisy():
     return source, policy, params, data, plain, counter
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(0, 2**31 - 1), st.integers(1, 7), st.integers(1, 6))
 def test_drawn_candidates_are_the_expert_then_distinct_legal_others(seed, k, m):
     """Slot 0 is a*_t; the valid slots are distinct legal candidates; there are
@@ -79,7 +80,7 @@ def test_the_counterfactual_prompt_is_the_teacher_prefix_with_the_candidates_fee
         hw.teacher_prefix(policy, mb["obs"], mb["feedback"])))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_the_counterfactual_target_follows_progress(seed):
     """The sampled row's target is the drawn candidate c itself, a valid one other than

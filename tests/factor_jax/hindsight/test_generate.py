@@ -19,6 +19,7 @@ from asct_jax.rl import warm_start as ws
 from asct_jax.rl.generation import GenerationSpec, canonical_response
 from asct_jax.envs.projection import Tags
 from tests.helpers.rl_train import small_config
+from tests.helpers.tiers import examples
 
 PAD, EOS = 0, 1
 SPEC = GenerationSpec(tags=Tags((90,), (91,), (92,), (93,)), stop_id=EOS, response_len=12)
@@ -129,7 +130,7 @@ def test_generated_turns_step_the_taken_candidate_and_teach_canonical_responses(
     np.testing.assert_array_equal(np.asarray(rows["student"]), flat(data.prompts))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.floats(-12.0, 0.0), min_size=1, max_size=5), st.integers(0, 3))
 def test_away_log1m_is_log_one_minus_the_action_probability(lps, pad_front):
     """log(1 - prod p_j) over the masked positions, from log p_j and log(1 - p_j); the

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from factor_jax.hindsight import warm_start as hw
 from asct_jax.rl import warm_start as ws
 from tests.helpers.rl_train import small_config
+from tests.helpers.tiers import examples
 
 
 def _source(c):
@@ -89,7 +90,7 @@ def test_the_experts_steps_make_progress_and_random_ones_mostly_not():
         assert check(frac), (eps, frac)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.booleans()),
                 min_size=1, max_size=8))
 def test_targets_keep_what_worked_and_move_off_what_did_not(rows):
@@ -115,7 +116,7 @@ def test_targets_keep_what_worked_and_move_off_what_did_not(rows):
     assert np.all(~progress | (t["failure"][0] != taken) | t["failure"][1])
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(st.lists(st.floats(-20.0, -1e-3), min_size=1, max_size=6), st.booleans())
 def test_row_loss_is_the_log_likelihood_toward_and_away(lps, away):
     """-log pi(y) toward y, -log(1 - pi(y)) away from it, pi(y) the product over y's real

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from asct_jax.envs.external.command_rules import (KEEP_VERBS, VerbQuotaRule, object_words,
                                                   verb_of)
+from tests.helpers.tiers import examples
 
 
 TASK = ("Your task is to find a(n) non-living thing. First, focus on the thing. Then, move "
@@ -49,7 +50,7 @@ def test_rule_keeps_navigation_quotas_and_relevance():
         VerbQuotaRule(0)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(n_move=st.integers(0, 30), n_focus=st.integers(0, 30), k=st.integers(1, 60),
        turn=st.integers(0, 5))
 def test_rule_keeps_min_k_n_distinct_commands(n_move, n_focus, k, turn):
