@@ -1,9 +1,12 @@
 """asct_jax.infra.resources: what a run costs the machine."""
 import os
 
+import pytest
+
 from tests.helpers import REPO_ROOT
 
 
+@pytest.mark.slow      # two subprocesses, one holding 1 GiB (the slow tier's)
 def test_peak_rss_is_the_process_own_not_its_parent():
     """A small child of a large parent reports its own peak: ru_maxrss would start at the
     parent's (Linux keeps the high-water mark across fork + exec), VmHWM does not."""

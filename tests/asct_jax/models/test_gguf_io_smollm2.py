@@ -55,6 +55,7 @@ def test_unpermute_inverts_llama_cpp_permute():
     assert not np.array_equal(llama_cpp_permute(w, 3), w)
 
 
+@pytest.mark.slow      # loads the shipped 135M GGUF (LLM-size: the slow tier's)
 def test_config_and_tokenizer(smol, chat_ids):
     _, model, tokenizer = smol
     assert model.config == models.get_preset("smollm2-135m", rms_norm_eps=model.config.rms_norm_eps)

@@ -256,11 +256,12 @@ def test_standardise_coefficients_mean0_std1_and_masks(seed, b, t, a):
     """Over the real decisions the standardised credit has mean 0 and std 1; masked
     tokens stay 0; a token's offset from its decision's mean is scaled, not moved."""
     rng = np.random.default_rng(seed)
-    turn = rng.random((b, t)) < 0.7
+    # One [4, 5, 3] buffer (one compilation), its real extent b x t x a set by the masks.
+    turn = (rng.random((4, 5)) < 0.7) & (np.arange(4)[:, None] < b) & (np.arange(5) < t)
     turn[0, 0] = True
-    tok = (rng.random((b, t, a)) < 0.8) & turn[..., None]
+    tok = (rng.random((4, 5, 3)) < 0.8) & turn[..., None] & (np.arange(3) < a)
     tok[0, 0, 0] = True
-    coef = np.where(tok, rng.normal(size=(b, t, a)) * 3 + 1, 0.0).astype(np.float32)
+    coef = np.where(tok, rng.normal(size=(4, 5, 3)) * 3 + 1, 0.0).astype(np.float32)
     out = np.asarray(adv.standardise_coefficients(jnp.asarray(coef), jnp.asarray(turn),
                                                   jnp.asarray(tok)))
     assert np.all(out[~tok] == 0)
